@@ -1,0 +1,179 @@
+"""The dynamic loss-scale policy: how the scale and its counters move, and nothing else.
+
+``next_state`` is a pure function of the state and one ``found_inf`` flag. It is written once
+and evaluated by two backends: ``HOST`` on Python numbers (the scaler's host replica, which
+knows the scale without reading the device) and ``DEVICE`` on torch tensors (the sync-free
+path, where the flag never leaves the device). Both give the same float32 results.
+
+Paddle's rule (``AmpScaler._update``): an overflow resets ``incr_count`` and bumps
+``decr_count``; ``decr_every_n_nan_or_inf`` consecutive overflows multiply the scale by
+``decr_ratio``; ``incr_every_n_steps`` consecutive finite steps multiply it by ``incr_ratio``.
+Each product is ``round_f32(scale * f32(ratio))``. Differences from Paddle, all to keep a run
+alive: growth that would overflow to inf keeps the old scale, decreases stop at the smallest
+normal float32 (or ``min_loss_scaling``), growth stops at ``max_loss_scaling``, and a counter
+that already exceeds its period (after a setter lowered the period) fires instead of counting
+forever.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import struct
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+FLOAT32_TINY = 2.0**-126  # smallest normal float32: the floor under every decrease
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+_INT32_MAX = 2**31 - 1
+
+
+def round_f32(x: float) -> float:
+    """Round a Python float to the nearest float32 (ties to even), as a Python float."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:  # raised only when the rounded value is infinite
+        return math.copysign(math.inf, x)
+
+
+def check_ratio(name: str, value: Any, low: float, high: float | None) -> float:
+    """``value`` as a float strictly inside (low, high); TypeError/ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    bounds = f"> {low:g}" if high is None else f"in ({low:g}, {high:g})"
+    if not (math.isfinite(value) and value > low and (high is None or value < high)):
+        raise ValueError(f"{name} must be a finite number {bounds}, got {value!r}")
+    return value
+
+
+def check_period(name: str, value: Any) -> int:
+    """``value`` as a positive int that fits the int32 counters."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 1 <= int(value) <= _INT32_MAX:
+        raise ValueError(f"{name} must be an integer in [1, {_INT32_MAX}], got {value!r}")
+    return int(value)
+
+
+def check_scale(name: str, value: Any) -> float:
+    """A loss scale: a float > 0 that stays finite and non-zero in float32."""
+    value = check_ratio(name, value, 0.0, None)
+    if not 0.0 < round_f32(value) < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0 in float32's range, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class LossScalePolicy:
+    """Validated hyper-parameters of the dynamic loss scale."""
+
+    incr_ratio: float = 2.0
+    decr_ratio: float = 0.5
+    incr_every_n_steps: int = 2000
+    decr_every_n_nan_or_inf: int = 1
+    min_loss_scaling: float | None = None
+    max_loss_scaling: float | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: validate and normalise in one place
+        set_(self, "incr_ratio", check_ratio("incr_ratio", self.incr_ratio, 1.0, None))
+        set_(self, "decr_ratio", check_ratio("decr_ratio", self.decr_ratio, 0.0, 1.0))
+        set_(self, "incr_every_n_steps", check_period("incr_every_n_steps", self.incr_every_n_steps))
+        set_(self, "decr_every_n_nan_or_inf", check_period("decr_every_n_nan_or_inf", self.decr_every_n_nan_or_inf))
+        for name in ("min_loss_scaling", "max_loss_scaling"):
+            if getattr(self, name) is not None:
+                set_(self, name, check_scale(name, getattr(self, name)))
+        if self.min_loss_scaling is not None and self.max_loss_scaling is not None:
+            if self.min_loss_scaling > self.max_loss_scaling:
+                raise ValueError(
+                    f"min_loss_scaling ({self.min_loss_scaling!r}) must not exceed "
+                    f"max_loss_scaling ({self.max_loss_scaling!r})"
+                )
+
+    @property
+    def lowest(self) -> float:
+        """The floor, as a float32 value."""
+        return round_f32(max(FLOAT32_TINY, self.min_loss_scaling or 0.0))
+
+    @property
+    def highest(self) -> float:
+        return round_f32(self.max_loss_scaling) if self.max_loss_scaling is not None else FLOAT32_MAX
+
+
+class LossScaleState(NamedTuple):
+    """Scale (float32 value) and Paddle's two counters, as numbers or as device tensors."""
+
+    scale: Any
+    incr_count: Any
+    decr_count: Any
+
+
+class _Host:
+    """Backend over Python numbers; float32 rounding made explicit."""
+
+    @staticmethod
+    def where(cond, a, b):
+        return a if cond else b
+
+    @staticmethod
+    def mul_f32(scale: float, ratio: float) -> float:
+        # A float32 x float32 product is exact in float64, so one rounding gives float32's result.
+        return round_f32(scale * round_f32(ratio))
+
+    @staticmethod
+    def isfinite(x: float) -> bool:
+        return math.isfinite(x)
+
+    @staticmethod
+    def clamp(x: float, low: float, high: float) -> float:
+        return min(max(x, low), high)
+
+    @staticmethod
+    def is_true(flag) -> bool:
+        return bool(flag)
+
+
+class _Device:
+    """Backend over torch tensors: no branch reads the device, so nothing syncs."""
+
+    where = staticmethod(torch.where)
+    isfinite = staticmethod(torch.isfinite)
+
+    @staticmethod
+    def mul_f32(scale: torch.Tensor, ratio: float) -> torch.Tensor:
+        return scale * round_f32(ratio)  # float32 tensor times a float32-exact scalar
+
+    @staticmethod
+    def clamp(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+        return x.clamp(low, high)
+
+    @staticmethod
+    def is_true(flag: torch.Tensor) -> torch.Tensor:
+        return flag != 0
+
+
+HOST = _Host()
+DEVICE = _Device()
+
+
+def next_state(state: LossScaleState, found_inf, policy: LossScalePolicy, xp=HOST) -> tuple[LossScaleState, Any]:
+    """One update of Paddle's dynamic loss scale. Returns the new state and whether it decreased."""
+    bad = xp.is_true(found_inf)
+    decr_count = xp.where(bad, state.decr_count + 1, state.decr_count * 0)
+    incr_count = xp.where(bad, state.incr_count * 0, state.incr_count + 1)
+    # Paddle fires on ``count == period``; ``>=`` only differs once a setter lowered the period
+    # below the running count, where Paddle would never fire again.
+    decrease = bad & (decr_count >= policy.decr_every_n_nan_or_inf)
+    increase = incr_count >= policy.incr_every_n_steps
+    decr_count = xp.where(decrease, decr_count * 0, decr_count)
+    incr_count = xp.where(increase, incr_count * 0, incr_count)
+
+    grown = xp.mul_f32(state.scale, policy.incr_ratio)
+    grown = xp.where(xp.isfinite(grown), grown, state.scale)
+    shrunk = xp.mul_f32(state.scale, policy.decr_ratio)
+    scale = xp.where(decrease, shrunk, xp.where(increase, grown, state.scale))
+    scale = xp.clamp(scale, policy.lowest, policy.highest)
+    return LossScaleState(scale, incr_count, decr_count), decrease

@@ -1,0 +1,89 @@
+"""Gradient mechanics: which grads to unscale, and one fused pass per (device, dtype) bucket.
+
+Paddle's kernel (``check_finite_and_unscale``) computes ``T(f32(g) * f32(1 / scale))`` and flags
+inf/NaN in that unscaled result. torch's ``_amp_foreach_non_finite_check_and_unscale_`` does
+the same multiply in one read-and-write pass per bucket, bit for bit, but flags inf/NaN in its
+*input*. The two flags agree whenever scale >= 1, since unscaling then cannot overflow; below
+1 the caller asks for an extra read-only check of the output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+# Flags stay exactly 0 or 1: torch's fused optimizers skip only when found_inf == 1.
+
+
+def grads_to_unscale(optimizer: torch.optim.Optimizer) -> list[Tensor]:
+    """The grads the optimizer will use.
+
+    An optimizer that steps on other tensors than its params' grads (a master-weight wrapper)
+    names them through a ``_paddle_compat_grads()`` method.
+    """
+    hook = getattr(optimizer, "_paddle_compat_grads", None)
+    if hook is not None:
+        grads = [g for g in hook() if g is not None]
+    else:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    for g in grads:
+        if g.is_sparse:
+            raise NotImplementedError("GradScaler does not support sparse gradients (Paddle has none either)")
+    return grads
+
+
+def _buckets(grads: Iterable[Tensor]) -> dict[tuple[torch.device, torch.dtype], list[Tensor]]:
+    buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = defaultdict(list)
+    for g in grads:
+        buckets[(g.device, g.dtype)].append(g)
+    return buckets
+
+
+def _on(t: Tensor, device: torch.device, cache: dict[torch.device, Tensor]) -> Tensor:
+    if device not in cache:
+        cache[device] = t.to(device, non_blocking=True)
+    return cache[device]
+
+
+def unscale_(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor, check_output: bool) -> None:
+    """In place ``g = T(f32(g) * inv_scale)``; set ``found_inf`` to 1 if any result is inf/NaN.
+
+    ``check_output`` adds a read-only pass over the results, needed only when scale < 1.
+    """
+    inv_by_device = {inv_scale.device: inv_scale}
+    found_by_device = {found_inf.device: found_inf}
+    for (device, _), bucket in _buckets(grads).items():
+        found = found_by_device.setdefault(device, torch.zeros_like(found_inf, device=device))
+        torch._amp_foreach_non_finite_check_and_unscale_(bucket, found, _on(inv_scale, device, inv_by_device))
+    if check_output:
+        one = torch.ones_like(inv_scale)
+        any_nonfinite(grads, one, found_inf)
+    _gather(found_by_device, found_inf)
+
+
+def any_nonfinite(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor) -> None:
+    """Set ``found_inf`` to 1 if ``T(f32(g) * inv_scale)`` has an inf/NaN, without writing ``g``.
+
+    Rounding is monotone, so the unscaled tensor overflows exactly where its largest magnitude
+    does: one max-abs reduction per tensor (a read pass) decides it, NaN included.
+    """
+    inv_by_device = {inv_scale.device: inv_scale}
+    found_by_device = {found_inf.device: found_inf}
+    for (device, dtype), bucket in _buckets(grads).items():
+        # Widened to float32 as Paddle's kernel does (float64 grads stay float64).
+        peaks = torch.stack(torch._foreach_norm(bucket, math.inf)).to(torch.promote_types(dtype, torch.float32))
+        unscaled = (peaks * _on(inv_scale, device, inv_by_device)).to(dtype)
+        bad = (~torch.isfinite(unscaled)).any().to(found_inf.dtype)
+        found = found_by_device.setdefault(device, torch.zeros_like(found_inf, device=device))
+        torch.maximum(found, bad, out=found)
+    _gather(found_by_device, found_inf)
+
+
+def _gather(found_by_device: dict[torch.device, Tensor], found_inf: Tensor) -> None:
+    for device, found in found_by_device.items():
+        if device != found_inf.device:
+            torch.maximum(found_inf, found.to(found_inf.device, non_blocking=True), out=found_inf)
