@@ -1,0 +1,77 @@
+"""A small model trained the Paddle way: ``auto_cast`` + ``GradScaler``, on CUDA when present.
+
+    python -m paddle_compat.demo [--steps N] [--device cpu|cuda] [--seed S]
+
+Every step prints the loss, the loss scale and the skipped steps so far. The scale starts
+high on purpose, so the first steps overflow and back off; one batch is corrupted with a NaN
+to show a skipped step; then the scale grows back every ``incr_every_n_steps`` clean steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from paddle_compat.amp import GradScaler, auto_cast
+
+
+def make_data(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(n, 32, generator=generator)
+    w = torch.randn(32, 1, generator=generator)
+    y = torch.tanh(x @ w) + 0.05 * torch.randn(n, 1, generator=generator)
+    return x, y
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+
+    torch.manual_seed(args.seed)
+    generator = torch.Generator().manual_seed(args.seed)
+    device = torch.device(args.device)
+    x_all, y_all = make_data(4096, generator)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 128), torch.nn.GELU(), torch.nn.Linear(128, 1)
+    ).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    scaler = GradScaler(init_loss_scaling=2.0**40, incr_every_n_steps=20)
+    corrupt_step = args.steps // 2
+
+    print(f"paddle_compat demo: {args.steps} steps on {device}, auto_cast(float16) + GradScaler")
+    start, first_loss, loss_value = time.perf_counter(), None, float("nan")
+    for step in range(1, args.steps + 1):
+        index = torch.randint(0, x_all.shape[0], (128,), generator=generator)
+        x, y = x_all[index].to(device), y_all[index].to(device)
+        if step == corrupt_step:
+            x[0, 0] = float("nan")  # a corrupted batch: the scaler must skip this step
+        with auto_cast():
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        scaler.minimize(optimizer, scaled)
+        optimizer.zero_grad()
+
+        loss_value = loss.item()
+        first_loss = loss_value if first_loss is None else first_loss
+        note = "  <- corrupted batch" if step == corrupt_step else ""
+        print(f"step {step:4d} | loss {loss_value:9.5f} | scale {scaler.get_scale():16.1f} | skipped {scaler.get_skipped_steps():3d}{note}")
+
+    elapsed = time.perf_counter() - start
+    print(
+        f"summary: loss {first_loss:.5f} -> {loss_value:.5f}, final scale {scaler.get_scale():.1f}, "
+        f"skipped steps {scaler.get_skipped_steps()} of {args.steps}, {elapsed / args.steps * 1e3:.2f} ms/step"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,440 @@
+"""GradScaler / AmpScaler behaviour on CPU: errors, state machine, safety, logging, checkpoints."""
+
+import io
+import logging
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from paddle_compat.amp import AmpScaler, GradScaler, auto_cast
+from paddle_compat.amp.amp_state import amp_global_state
+
+
+def make_model(seed=0, fused=None, opt="sgd"):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    if opt == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01, fused=fused)
+    return model, optimizer
+
+
+def backward(scaler, model, x):
+    loss = model(x).pow(2).mean()
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    return scaled
+
+
+def snapshot(model, optimizer):
+    params = [p.detach().clone() for p in model.parameters()]
+    state = [
+        {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()} for s in optimizer.state.values()
+    ]
+    return params, state
+
+
+def same(a, b):
+    pa, sa = a
+    pb, sb = b
+    return all(torch.equal(x, y) for x, y in zip(pa, pb)) and len(sa) == len(sb) and all(
+        s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) if torch.is_tensor(s1[k]) else s1[k] == s2[k] for k in s1)
+        for s1, s2 in zip(sa, sb)
+    )
+
+
+# -- construction and bad input ---------------------------------------------------------------
+
+
+def test_defaults_follow_paddle_3():
+    g, a = GradScaler(), AmpScaler()
+    assert (g.get_init_loss_scaling(), g.get_incr_ratio(), g.get_decr_ratio()) == (2.0**16, 2.0, 0.5)
+    assert (g.get_incr_every_n_steps(), g.get_decr_every_n_nan_or_inf()) == (2000, 1)
+    assert (a.get_init_loss_scaling(), a.get_incr_every_n_steps(), a.get_decr_every_n_nan_or_inf()) == (2.0**15, 1000, 1)
+    assert g.is_enable() and g.is_use_dynamic_loss_scaling()
+    assert g.get_scale() == 65536.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        ({"init_loss_scaling": 0.0}, ValueError, "init_loss_scaling must be a finite number > 0, got 0.0"),
+        ({"init_loss_scaling": -2.0}, ValueError, "init_loss_scaling must be a finite number > 0, got -2.0"),
+        ({"init_loss_scaling": float("nan")}, ValueError, "init_loss_scaling must be a finite number > 0, got nan"),
+        ({"init_loss_scaling": float("inf")}, ValueError, "init_loss_scaling must be a finite number > 0, got inf"),
+        ({"init_loss_scaling": 1e-50}, ValueError, "init_loss_scaling must be a finite number > 0 in float32's range, got 1e-50"),
+        ({"init_loss_scaling": None}, TypeError, "init_loss_scaling must be a real number, got NoneType"),
+        ({"incr_ratio": 0.5}, ValueError, "incr_ratio must be a finite number > 1, got 0.5"),
+        ({"decr_ratio": 1.5}, ValueError, "decr_ratio must be a finite number in (0, 1), got 1.5"),
+        ({"decr_ratio": -0.5}, ValueError, "decr_ratio must be a finite number in (0, 1), got -0.5"),
+        ({"incr_every_n_steps": 0}, ValueError, "incr_every_n_steps must be an integer in [1, 2147483647], got 0"),
+        ({"incr_every_n_steps": 1.5}, TypeError, "incr_every_n_steps must be an int, got float"),
+        ({"decr_every_n_nan_or_inf": 0}, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 0"),
+        ({"decr_every_n_nan_or_inf": True}, TypeError, "decr_every_n_nan_or_inf must be an int, got bool"),
+        ({"enable": 1}, TypeError, "enable must be a bool, got int"),
+        ({"use_dynamic_loss_scaling": "yes"}, TypeError, "use_dynamic_loss_scaling must be a bool, got str"),
+        ({"min_loss_scaling": 2.0**20}, ValueError, "init_loss_scaling (65536.0) must lie within [min_loss_scaling, max_loss_scaling] = [1048576.0, 3.4028234663852886e+38]"),
+    ],
+)
+def test_constructor_rejects_bad_arguments(kwargs, exc, message):
+    with pytest.raises(exc) as info:
+        GradScaler(**kwargs)
+    assert str(info.value) == message
+
+
+def test_paddles_signature_only_allows_the_limits_by_keyword():
+    with pytest.raises(TypeError):
+        GradScaler(True, 1024.0, 2.0, 0.5, 100, 1, True, 1.0)
+
+
+@pytest.mark.parametrize(
+    "setter, value, exc, message",
+    [
+        ("set_init_loss_scaling", 0, ValueError, "new_init_loss_scaling must be a finite number > 0, got 0.0"),
+        ("set_incr_ratio", 1.0, ValueError, "incr_ratio must be a finite number > 1, got 1.0"),
+        ("set_decr_ratio", 2, ValueError, "decr_ratio must be a finite number in (0, 1), got 2.0"),
+        ("set_incr_every_n_steps", "10", TypeError, "incr_every_n_steps must be an int, got str"),
+        ("set_decr_every_n_nan_or_inf", 0, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 0"),
+    ],
+)
+def test_setters_reject_bad_values_and_change_nothing(setter, value, exc, message):
+    scaler = GradScaler(init_loss_scaling=1024.0)
+    before = scaler.state_dict()
+    with pytest.raises(exc) as info:
+        getattr(scaler, setter)(value)
+    assert str(info.value) == message
+    after = scaler.state_dict()
+    assert torch.equal(after.pop("scale"), before.pop("scale")) and after == before
+
+
+def test_setters_take_effect():
+    scaler = GradScaler()
+    scaler.set_init_loss_scaling(8.0)
+    scaler.set_incr_ratio(3.0)
+    scaler.set_decr_ratio(0.25)
+    scaler.set_incr_every_n_steps(7)
+    scaler.set_decr_every_n_nan_or_inf(2)
+    assert (scaler.get_init_loss_scaling(), scaler.get_scale()) == (8.0, 8.0)
+    assert (scaler.get_incr_ratio(), scaler.get_decr_ratio()) == (3.0, 0.25)
+    assert (scaler.get_incr_every_n_steps(), scaler.get_decr_every_n_nan_or_inf()) == (7, 2)
+
+
+def test_scale_of_a_non_tensor_is_a_type_error():
+    with pytest.raises(TypeError, match=r"^The type of 'var' in GradScaler.scale\(\) must be torch.Tensor, but received float.$"):
+        GradScaler().scale(1.0)
+
+
+@pytest.mark.parametrize("method", ["step", "minimize", "unscale_"])
+def test_a_non_optimizer_is_a_type_error(method):
+    with pytest.raises(TypeError, match=r"^optimizer must be a torch.optim.Optimizer, got Linear$"):
+        getattr(GradScaler(), method)(torch.nn.Linear(2, 2))
+
+
+# -- the state machine ----------------------------------------------------------------------
+
+
+def test_state_machine_errors_word_for_word():
+    model, opt = make_model()
+    scaler = GradScaler()
+    backward(scaler, model, torch.randn(3, 6))
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match=r"^unscale_\(\) has already been called on this optimizer since the last update\(\).$"):
+        scaler.unscale_(opt)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match=r"^unscale_\(\) is being called after step\(\).$"):
+        scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match=r"^step\(\) has already been called since the last update\(\).$"):
+        scaler.step(opt)
+    scaler.update()
+    scaler.unscale_(opt)  # READY again after update()
+
+
+def test_scale_multiplies_into_a_float32_shape_1_tensor():
+    scaler = GradScaler(init_loss_scaling=1024.0)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        out = scaler.scale(torch.tensor(1.5, dtype=dtype))
+        assert out.dtype == torch.float32 and out.shape == (1,) and out.item() == 1536.0
+    assert scaler.scale(torch.tensor(1.5, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_skipped_step_leaves_params_and_optimizer_state_bit_identical():
+    model, opt = make_model(opt="adam")
+    scaler = GradScaler(init_loss_scaling=1024.0)
+    backward(scaler, model, torch.randn(4, 6))
+    scaler.minimize(opt)
+    opt.zero_grad()
+    before = snapshot(model, opt)
+    backward(scaler, model, torch.randn(4, 6))
+    next(model.parameters()).grad[0, 0] = float("nan")
+    scaler.minimize(opt)
+    assert same(before, snapshot(model, opt))
+    assert scaler.get_scale() == 512.0 and scaler.get_skipped_steps() == 1
+
+
+def test_minimize_calls_the_optimizers_own_minimize():
+    class PaddleStyle(torch.optim.SGD):
+        def minimize(self, loss, startup_program=None):
+            self.seen = (loss, startup_program)
+            self.step()
+            return ["ops"], ["params_grads"]
+
+    model = torch.nn.Linear(3, 1)
+    opt = PaddleStyle(model.parameters(), lr=0.1)
+    scaler = GradScaler()
+    scaled = scaler.scale(model(torch.ones(2, 3)).sum())
+    scaled.backward()
+    assert scaler.minimize(opt, scaled, startup_program="p") == (["ops"], ["params_grads"])
+    assert opt.seen[0] is scaled and opt.seen[1] == "p"
+
+
+def test_minimize_returns_none_pair_for_a_torch_optimizer_and_for_a_skip():
+    model, opt = make_model()
+    scaler = GradScaler()
+    scaled = backward(scaler, model, torch.randn(3, 6))
+    assert scaler.minimize(opt, scaled) == (None, None)
+
+
+def test_static_scaling_keeps_the_scale_and_still_skips():
+    model, opt = make_model()
+    scaler = GradScaler(init_loss_scaling=128.0, use_dynamic_loss_scaling=False, incr_every_n_steps=1)
+    for i in range(4):
+        backward(scaler, model, torch.randn(3, 6))
+        if i == 1:
+            next(model.parameters()).grad[0, 0] = float("inf")
+        before = snapshot(model, opt)
+        scaler.step(opt)
+        scaler.update()
+        assert same(before, snapshot(model, opt)) == (i == 1)
+        opt.zero_grad()
+    assert scaler.get_scale() == 128.0 and scaler.get_skipped_steps() == 1
+    assert scaler.state_dict()["incr_count"] == 0
+
+
+# -- Paddle's dtype policy and disabled scalers ----------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_dynamic_scaling_turns_itself_off_unless_the_last_auto_cast_was_float16(dtype):
+    amp_global_state().amp_dtype = dtype
+    scaler = GradScaler()
+    loss = torch.tensor(2.0)
+    with pytest.warns(UserWarning, match=f"^It is not recommended to use dynamic loss scaling for {dtype}, so GradScaler is disable by default.$"):
+        assert scaler.scale(loss) is loss
+    assert not scaler.is_enable() and not scaler.is_use_dynamic_loss_scaling()
+    assert scaler.get_init_loss_scaling() == 1.0 and scaler.state_dict() == {} and scaler.get_scale() == 0.0
+
+
+def test_auto_cast_records_its_dtype_and_never_restores_it():
+    amp_global_state().amp_dtype = "float32"
+    with auto_cast(dtype="bfloat16"):
+        pass
+    assert amp_global_state().amp_dtype == "bfloat16"
+    with auto_cast():
+        pass
+    assert amp_global_state().amp_dtype == "float16"
+
+
+def test_a_static_scaler_keeps_scaling_under_bfloat16():
+    amp_global_state().amp_dtype = "bfloat16"
+    scaler = GradScaler(init_loss_scaling=4.0, use_dynamic_loss_scaling=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert scaler.scale(torch.tensor(2.0)).item() == 8.0
+
+
+def test_a_disabled_scaler_passes_everything_through():
+    model, opt = make_model()
+    scaler = GradScaler(enable=False)
+    loss = model(torch.randn(3, 6)).sum()
+    assert scaler.scale(loss) is loss
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    scaler.unscale_(opt)
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
+    before = snapshot(model, opt)
+    scaler.step(opt)
+    assert not same(before, snapshot(model, opt))
+    assert scaler.state_dict() == {} and scaler.get_init_loss_scaling() == 1.0
+    scaler.load_state_dict({})  # ignored, as in Paddle
+
+
+# -- scale below 1: Paddle checks the unscaled values -----------------------------------------
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_below_scale_1_an_overflow_made_by_unscaling_is_found(fused):
+    param = torch.nn.Parameter(torch.zeros(4, dtype=torch.float16))
+    opt = torch.optim.Adam([param], lr=0.1, fused=fused) if fused else torch.optim.SGD([param], lr=0.1)
+    scaler = GradScaler(init_loss_scaling=0.25)
+    param.grad = torch.tensor([1.0, 20000.0, -3.0, 0.5], dtype=torch.float16)  # x4 overflows float16
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_skipped_steps() == 1 and scaler.get_scale() == 0.125
+    assert torch.equal(param, torch.zeros(4, dtype=torch.float16))
+
+
+def test_unscale_is_paddles_multiply_by_the_float32_reciprocal():
+    torch.manual_seed(1)
+    scaler = GradScaler(init_loss_scaling=3.0)
+    params = [torch.nn.Parameter(torch.zeros(257, dtype=d)) for d in (torch.float32, torch.float16, torch.bfloat16)]
+    opt = torch.optim.SGD(params, lr=0.1)
+    grads = [torch.randn(257).to(p.dtype) * 100 for p in params]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    scaler.unscale_(opt)
+    inv = torch.reciprocal(torch.tensor([3.0]))
+    for p, g in zip(params, grads):
+        expected = (g.float() * inv).to(g.dtype)
+        assert torch.equal(p.grad.view(torch.int16 if g.element_size() == 2 else torch.int32),
+                           expected.view(torch.int16 if g.element_size() == 2 else torch.int32))
+    assert not torch.equal(params[0].grad, grads[0] / 3.0)  # the division Paddle does not do
+
+
+# -- fused optimizers (torch's grad_scale / found_inf contract) ------------------------------
+
+
+@pytest.mark.parametrize("explicit_unscale", [False, True])
+@pytest.mark.parametrize("decr_n", [1, 2])
+def test_fused_optimizers_follow_the_same_trajectory(explicit_unscale, decr_n):
+    def run(fused):
+        model, opt = make_model(opt="adam", fused=fused)
+        scaler = GradScaler(init_loss_scaling=8.0, incr_every_n_steps=3, decr_ratio=0.3, decr_every_n_nan_or_inf=decr_n)
+        trajectory = []
+        torch.manual_seed(5)
+        for i in range(30):
+            x = torch.randn(4, 6)
+            if i % 7 in (2, 3):
+                x[0, 0] = float("nan")
+            backward(scaler, model, x)
+            if explicit_unscale:
+                scaler.unscale_(opt)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            d = scaler.state_dict()
+            trajectory.append((d["scale"].item(), d["incr_count"], d["decr_count"]))
+        return trajectory, scaler.get_skipped_steps(), [p.detach() for p in model.parameters()]
+
+    plain, fused = run(False), run(True)
+    assert plain[0] == fused[0] and plain[1] == fused[1] == 8  # steps 2, 3, 9, 10, 16, 17, 23, 24
+    # torch's fused Adam divides by the scale, Paddle's kernel multiplies by its reciprocal.
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(plain[2], fused[2]))
+
+
+def test_fused_step_does_not_write_the_grads():
+    model, opt = make_model(opt="adam", fused=True)
+    scaler = GradScaler(init_loss_scaling=1024.0)
+    backward(scaler, model, torch.randn(3, 6))
+    grads = [p.grad.clone() for p in model.parameters()]
+    ptrs = [p.grad.data_ptr() for p in model.parameters()]
+    scaler._replay(block=True)
+    from paddle_compat.amp import unscale
+
+    found = torch.zeros(1)
+    unscale.any_nonfinite([p.grad for p in model.parameters()], torch.reciprocal(torch.tensor([1024.0])), found)
+    assert found.item() == 0.0
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
+    assert ptrs == [p.grad.data_ptr() for p in model.parameters()]
+
+
+def test_found_inf_flags_stay_0_or_1_for_torchs_fused_kernels():
+    from paddle_compat.amp import unscale
+
+    grads = [torch.tensor([float("inf")]), torch.tensor([float("nan")]), torch.tensor([1.0], dtype=torch.float16)]
+    found = torch.zeros(1)
+    unscale.any_nonfinite(grads, torch.ones(1), found)
+    unscale.unscale_([g.clone() for g in grads], torch.ones(1), found, check_output=True)
+    assert found.item() == 1.0
+
+
+# -- logging, checkpoints ------------------------------------------------------------------
+
+
+def test_each_decrease_is_logged_with_paddles_text_and_nothing_is_printed(caplog, capsys):
+    model, opt = make_model()
+    scaler = GradScaler(init_loss_scaling=2048.0, decr_ratio=0.5)
+    caplog.set_level(logging.INFO, logger="paddle_compat.amp")
+    for bad in (True, False, True):
+        backward(scaler, model, torch.full((2, 6), float("inf") if bad else 1.0))
+        scaler.minimize(opt)
+        opt.zero_grad()
+    assert [r.getMessage() for r in caplog.records if r.name == "paddle_compat.amp"] == [
+        "Found inf or nan, current scale is: 2048.0, decrease to: 2048.0*0.5",
+        "Found inf or nan, current scale is: 1024.0, decrease to: 1024.0*0.5",
+    ]
+    assert capsys.readouterr().out == ""
+
+
+def test_state_dict_round_trips_through_torch_save_weights_only():
+    model, opt = make_model()
+    scaler = GradScaler(init_loss_scaling=1000.0, incr_every_n_steps=5, decr_every_n_nan_or_inf=3)
+    for i in range(7):
+        backward(scaler, model, torch.full((2, 6), float("nan")) if i in (2, 5, 6) else torch.randn(2, 6))
+        scaler.minimize(opt)
+        opt.zero_grad()
+    state = scaler.state_dict()
+    assert list(state) == ["scale", "incr_ratio", "decr_ratio", "incr_every_n_steps", "decr_every_n_nan_or_inf",
+                           "incr_count", "decr_count", "use_dynamic_loss_scaling"]
+    assert state["scale"].dtype == torch.float32 and state["scale"].shape == (1,)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    resumed = GradScaler()
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    a, b = resumed.state_dict(), scaler.state_dict()
+    assert torch.equal(a.pop("scale"), b.pop("scale")) and a == b
+    assert (b["incr_count"], b["decr_count"]) == (0, 2)
+
+
+def test_load_state_dict_takes_a_paddle_dict_with_a_numpy_scale():
+    scaler = GradScaler()
+    scaler.load_state_dict({
+        "scale": np.array([512.0], dtype=np.float32), "incr_ratio": 2.0, "decr_ratio": 0.5,
+        "incr_every_n_steps": 4, "decr_every_n_nan_or_inf": 2, "incr_count": np.int64(3), "decr_count": 1,
+        "use_dynamic_loss_scaling": np.bool_(True),
+    })
+    d = scaler.state_dict()
+    assert (d["scale"].item(), d["incr_count"], d["decr_count"], d["incr_every_n_steps"]) == (512.0, 3, 1, 4)
+    assert scaler.get_init_loss_scaling() == 512.0
+
+
+def test_load_state_dict_errors_change_nothing():
+    scaler = GradScaler(init_loss_scaling=64.0)
+    before = scaler.state_dict()
+    with pytest.raises(RuntimeError, match=r"^The input state dict is empty, possibly because it was saved from a disabled instance of GradScaler.$"):
+        scaler.load_state_dict({})
+    partial = dict(before)
+    del partial["incr_count"], partial["decr_ratio"]
+    with pytest.raises(KeyError, match=r"state_dict is missing 'decr_ratio', 'incr_count'"):
+        scaler.load_state_dict(partial)
+    for key, value, exc in [("incr_ratio", 0.5, ValueError), ("decr_count", -1, ValueError),
+                            ("scale", torch.tensor([0.0]), ValueError), ("use_dynamic_loss_scaling", "no", TypeError)]:
+        with pytest.raises(exc):
+            scaler.load_state_dict({**before, key: value})
+    after = scaler.state_dict()
+    assert torch.equal(after.pop("scale"), before.pop("scale")) and after == before
+
+
+def test_get_scale_reads_no_device_on_the_common_path(monkeypatch):
+    model, opt = make_model()
+    scaler = GradScaler(init_loss_scaling=16.0, incr_every_n_steps=1)
+    backward(scaler, model, torch.randn(2, 6))
+    scaler.minimize(opt)
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: calls.append(1) or 0.0)
+    assert scaler.get_scale() == 32.0 and scaler.state_dict()["incr_count"] == 0
+    assert calls == []
+
+
+def test_scale_is_never_below_the_float32_normal_range():
+    model, opt = make_model()
+    scaler = GradScaler(init_loss_scaling=2.0**-120, decr_ratio=0.5)
+    for _ in range(12):
+        backward(scaler, model, torch.full((2, 6), float("inf")))
+        scaler.minimize(opt)
+        opt.zero_grad()
+    assert scaler.get_scale() == 2.0**-126 and math.isfinite(1 / scaler.get_scale())
