@@ -158,7 +158,10 @@ def test_scale_multiplies_into_a_float32_shape_1_tensor():
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         out = scaler.scale(torch.tensor(1.5, dtype=dtype))
         assert out.dtype == torch.float32 and out.shape == (1,) and out.item() == 1536.0
-    assert scaler.scale(torch.tensor(1.5, dtype=torch.float64)).dtype == torch.float64
+    # Paddle's promotion, which is torch's: a 0-d float64 loss gives float32, a [1] one float64.
+    assert scaler.scale(torch.tensor(1.5, dtype=torch.float64)).dtype == torch.float32
+    assert scaler.scale(torch.tensor([1.5], dtype=torch.float64)).dtype == torch.float64
+    assert scaler.scale(torch.full((3,), 1.5, dtype=torch.float16)).dtype == torch.float32
 
 
 def test_skipped_step_leaves_params_and_optimizer_state_bit_identical():
@@ -323,6 +326,32 @@ def test_fused_optimizers_follow_the_same_trajectory(explicit_unscale, decr_n):
     assert plain[0] == fused[0] and plain[1] == fused[1] == 8  # steps 2, 3, 9, 10, 16, 17, 23, 24
     # torch's fused Adam divides by the scale, Paddle's kernel multiplies by its reciprocal.
     assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(plain[2], fused[2]))
+
+
+@pytest.mark.parametrize("decr_n", [1, 3])
+def test_fused_trajectory_survives_a_setter_lowering_a_period_mid_run(decr_n):
+    def run(fused):
+        model, opt = make_model(opt="adam", fused=fused)
+        scaler = GradScaler(init_loss_scaling=8.0, incr_every_n_steps=10, decr_every_n_nan_or_inf=decr_n)
+        torch.manual_seed(3)
+        out = []
+        for i in range(16):
+            x = torch.randn(4, 6)
+            if i in (1, 2, 3, 12):
+                x[0, 0] = float("inf")
+            backward(scaler, model, x)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            if i == 9:  # incr_count is 6 here: lowering the period below it must not freeze growth
+                scaler.set_incr_every_n_steps(2)
+                scaler.set_decr_every_n_nan_or_inf(1)
+            out.append(scaler.get_scale())
+        return out, scaler.state_dict()["incr_count"]
+
+    plain, fused = run(False), run(True)
+    assert plain == fused
+    assert plain[0][10] > plain[0][9]  # it grew right after the setter
 
 
 def test_fused_step_does_not_write_the_grads():

@@ -139,3 +139,30 @@ def test_round_f32():
     assert round_f32(3.5e38) == float("inf")
     assert round_f32(-1e300) == float("-inf")
     assert round_f32(float(np.finfo(np.float32).max)) == float(np.finfo(np.float32).max)
+
+
+# -- the read-only check agrees with "unscale, then look" -------------------------------------
+
+from paddle_compat.amp import unscale  # noqa: E402
+
+special = st.sampled_from([0.0, 1.0, -3.5, 6e4, -6.5e4, 3e38, 1e-40, float("inf"), float("-inf"), float("nan")])
+tensors = st.tuples(
+    st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+    st.lists(st.one_of(special, st.floats(-1e5, 1e5)), min_size=0, max_size=6),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(tensors, min_size=1, max_size=4), st.sampled_from([1.0, 0.25, 0.5, 2.0**-10, 3.0, 65536.0]))
+def test_read_only_check_matches_unscale_then_isfinite(specs, scale):
+    grads = [torch.tensor(values, dtype=torch.float32).to(dtype) for dtype, values in specs]
+    inv = torch.reciprocal(torch.tensor([scale]))
+    expected = any((~torch.isfinite((g.float() * inv).to(g.dtype))).any().item() for g in grads)
+    found = torch.zeros(1)
+    unscale.any_nonfinite(grads, inv, found)
+    assert found.item() == float(expected)
+    # and the in-place pass, asked to check its output, agrees too
+    copies = [g.clone() for g in grads]
+    found = torch.zeros(1)
+    unscale.unscale_(copies, inv, found, check_output=scale < 1)
+    assert found.item() == float(expected)

