@@ -354,20 +354,36 @@ def test_fused_trajectory_survives_a_setter_lowering_a_period_mid_run(decr_n):
     assert plain[0][10] > plain[0][9]  # it grew right after the setter
 
 
-def test_fused_step_does_not_write_the_grads():
-    model, opt = make_model(opt="adam", fused=True)
-    scaler = GradScaler(init_loss_scaling=1024.0)
-    backward(scaler, model, torch.randn(3, 6))
-    grads = [p.grad.clone() for p in model.parameters()]
-    ptrs = [p.grad.data_ptr() for p in model.parameters()]
-    scaler._replay(block=True)
+@pytest.mark.parametrize(
+    "init, decr_ratio, dtype, optimizer_unscales",
+    [
+        (1024.0, 0.5, torch.float32, True),  # every scale a power of two: division is exact
+        (1000.0, 0.5, torch.float32, False),
+        (1024.0, 0.3, torch.float32, False),
+        (1024.0, 0.5, torch.float16, False),  # Paddle rounds unscaled fp16 grads to fp16
+    ],
+)
+def test_fused_optimizers_unscale_only_when_their_division_is_paddles_multiply(monkeypatch, init, decr_ratio, dtype, optimizer_unscales):
     from paddle_compat.amp import unscale
 
-    found = torch.zeros(1)
-    unscale.any_nonfinite([p.grad for p in model.parameters()], torch.reciprocal(torch.tensor([1024.0])), found)
-    assert found.item() == 0.0
-    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
-    assert ptrs == [p.grad.data_ptr() for p in model.parameters()]
+    calls = []
+    monkeypatch.setattr(unscale, "unscale_", lambda *a, **k: calls.append("in place"))
+    monkeypatch.setattr(unscale, "any_nonfinite", lambda *a, **k: calls.append("read only"))
+    param = torch.nn.Parameter(torch.ones(8, dtype=dtype))
+    opt = torch.optim.SGD([param], lr=0.125, fused=True)
+    seen = {}
+    original = opt.step
+
+    def step(*args, **kwargs):
+        seen["grad_scale"] = getattr(opt, "grad_scale", None)
+        return original(*args, **kwargs)
+
+    opt.step = step
+    scaler = GradScaler(init_loss_scaling=init, decr_ratio=decr_ratio)
+    param.grad = torch.full((8,), init, dtype=dtype)
+    scaler.step(opt)
+    assert calls == (["read only"] if optimizer_unscales else ["in place"])
+    assert (seen["grad_scale"] is not None) == optimizer_unscales
 
 
 def test_found_inf_flags_stay_0_or_1_for_torchs_fused_kernels():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import warnings
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
@@ -252,15 +253,19 @@ class AmpScaler:
         return None if found else call()
 
     def _fused_step(self, optimizer: torch.optim.Optimizer, state: OptimizerState, call: Callable[[], Any]) -> Any:
-        """The optimizer unscales and skips on device: check the grads without writing them."""
+        """The optimizer skips on the device; no host sync."""
         if state is OptimizerState.INIT:
             grads = unscale.grads_to_unscale(optimizer)
             found_inf, inv_scale = self._new_found_inf(grads)
-            if grads:
+            if grads and self._optimizer_division_is_exact(grads):
+                # The optimizer unscales by dividing; here that is Paddle's multiply by the
+                # reciprocal bit for bit, so the grads are only read, never written.
                 unscale.any_nonfinite(grads, inv_scale, found_inf)
+                # torch's fused optimizers take 0-d tensors; ours are Paddle's shape [1].
+                optimizer.grad_scale = self._scale_on(grads[0].device).view(())
+            elif grads:
+                unscale.unscale_(grads, inv_scale, found_inf, check_output=self._scale_may_be_below_one())
             self._found_inf = found_inf
-            # torch's fused optimizers take 0-d tensors; ours are Paddle's shape [1].
-            optimizer.grad_scale = self._scale_on(grads[0].device).view(()) if grads else None
         optimizer.found_inf = self._found_inf.view(())
         try:
             result = call()
@@ -272,6 +277,17 @@ class AmpScaler:
         self._cache_found_inf = flag
         self._pending_steps.append(flag)
         return result
+
+    def _optimizer_division_is_exact(self, grads: list[Tensor]) -> bool:
+        """Whether ``g / scale`` equals Paddle's ``T(f32(g) * (1 / scale))`` for every scale to come.
+
+        True when every scale is a power of two (the current one, both ratios and the bounds
+        are) and every grad is float32: Paddle rounds unscaled float16/bfloat16 grads back to
+        their dtype, which a fused optimizer's division in float32 does not.
+        """
+        p = self._policy
+        values = (self._host.scale, p.incr_ratio, p.decr_ratio, p.lowest, p.highest if p.max_loss_scaling else 1.0)
+        return all(math.frexp(v)[0] == 0.5 for v in values) and all(g.dtype == torch.float32 for g in grads)
 
     def _update(self) -> None:
         flag = self._cache_found_inf  # None (no step yet) counts as finite, as in Paddle

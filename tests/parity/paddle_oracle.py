@@ -126,3 +126,38 @@ def copy_grads_to_paddle(torch_params, paddle_params) -> None:
         if tp.grad is None:
             continue
         pp.grad = paddle.to_tensor(to_numpy(tp.grad).copy())
+
+
+class _GpuKernelSemantics:
+    """Stands in for ``_legacy_C_ops`` inside Paddle's grad_scaler module: ``check_finite_and_unscale``
+    with the semantics of Paddle's GPU kernel, written with Paddle's own (non-flushing) ops:
+    every tensor is unscaled as ``cast(cast(x, float32) * reciprocal(scale), x.dtype)``, and
+    found_inf is set when any unscaled value is inf/NaN. (Paddle's CPU kernel instead checks the
+    inputs and turns every tensor from the first bad one onward into ``x * 0``, and flushes
+    subnormals.) Everything else goes to the real ops."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    @staticmethod
+    def check_finite_and_unscale(xs, scale, outs, found_inf):
+        inv = paddle.reciprocal(scale)
+        bad = False
+        for x, out in zip(xs, outs, strict=True):
+            y = paddle.cast(paddle.cast(x, "float32") * inv, x.dtype)
+            bad = bad or not bool(paddle.isfinite(y).all())
+            paddle.assign(y, out)
+        paddle.assign(paddle.to_tensor(np.array([bad])), found_inf)
+        return outs, found_inf
+
+
+@contextlib.contextmanager
+def paddle_gpu_kernel_semantics() -> Iterator[None]:
+    """Within this block Paddle scalers unscale with the GPU kernel's semantics (see above)."""
+    with mock.patch.object(
+        _paddle_grad_scaler, "_legacy_C_ops", _GpuKernelSemantics(_paddle_grad_scaler._legacy_C_ops)
+    ):
+        yield
