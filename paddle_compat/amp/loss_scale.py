@@ -17,6 +17,7 @@ forever.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import struct
@@ -93,12 +94,12 @@ class LossScalePolicy:
                     f"max_loss_scaling ({self.max_loss_scaling!r})"
                 )
 
-    @property
+    @functools.cached_property
     def lowest(self) -> float:
         """The floor, as a float32 value."""
         return round_f32(max(FLOAT32_TINY, self.min_loss_scaling or 0.0))
 
-    @property
+    @functools.cached_property
     def highest(self) -> float:
         return round_f32(self.max_loss_scaling) if self.max_loss_scaling is not None else FLOAT32_MAX
 
