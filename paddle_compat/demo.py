@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 128), torch.nn.GELU(), torch.nn.Linear(128, 1)
     ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    scaler = GradScaler(init_loss_scaling=2.0**40, incr_every_n_steps=20)
+    scaler = GradScaler(init_loss_scaling=2.0**24, incr_every_n_steps=20)
     corrupt_step = args.steps // 2
 
     print(f"paddle_compat demo: {args.steps} steps on {device}, auto_cast(float16) + GradScaler")

@@ -1,0 +1,293 @@
+"""``decorate``: Paddle's pure low-precision (O2) setup of models and optimizers.
+
+Differences from Paddle: it also acts on CPU (Paddle returns everything untouched there); all
+arguments are checked before anything is changed (Paddle casts the models before it rejects a
+bad ``save_dtype``); bad models or optimizers raise ``TypeError`` (Paddle: ``RuntimeError`` for a
+bad list item); with ``master_grad`` the float32 gradient of a low-precision parameter is kept in
+``param.main_grad`` because torch requires ``param.grad`` to have the parameter's dtype.
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+_LOW = (torch.float16, torch.bfloat16)
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_SAVE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16,
+                "float32": torch.float32, "float64": torch.float64}
+_ALWAYS_FP32 = (nn.modules.batchnorm._BatchNorm,)  # BatchNorm1d/2d/3d, SyncBatchNorm, lazy ones
+_FP32_FOR_FLOAT16 = (nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
+_EXCLUDED_MESSAGE = ("excluded_layers must be either a nn.Layer instance/type or a list of "
+                     "nn.Layer instances/types.")
+
+
+def decorate(
+    models: nn.Module | list[nn.Module],
+    optimizers: Any = None,
+    level: str = "O1",
+    dtype: str = "float16",
+    master_weight: bool | None = None,
+    save_dtype: str | None = None,
+    master_grad: bool = False,
+    excluded_layers: Any = None,
+) -> Any:
+    """Cast models for O2 training and give optimizers float32 master weights.
+
+    O1 returns the arguments untouched. O2 casts the floating parameters and buffers of every
+    module to ``dtype`` except ``excluded_layers`` (instances, with their submodules, or
+    types), BatchNorm layers and, for float16, LayerNorm/InstanceNorm. Returns ``models``, or
+    ``(models, optimizers)`` when optimizers are given, in the shapes they were given.
+    """
+    if level not in ("O1", "O2"):
+        raise ValueError("level should be O1 or O2, O1 represent AMP train mode, "
+                         "O2 represent Pure fp16 train mode.")
+    if dtype not in _DTYPES:
+        raise ValueError("dtype only support float16 or bfloat16.")
+    if level == "O1":
+        return models if optimizers is None else (models, optimizers)
+
+    model_list = _as_list(models, lambda m: isinstance(m, nn.Module), "models", "torch.nn.Module",
+                          "models must be either a single model or a list of models.")
+    optimizer_list = [] if optimizers is None else _as_list(
+        optimizers, _is_optimizer, "optimizers", "torch.optim.Optimizer",
+        "optimizers must be either a single optimizer or a list of optimizers.")
+    if save_dtype is not None and save_dtype not in _SAVE_DTYPES:
+        raise ValueError("save_dtype can only be float16 float32 or float64, but your input "
+                         f"save_dtype is {save_dtype}.")
+    kept = _excluded_modules(model_list, excluded_layers)
+
+    low = _DTYPES[dtype]
+    for model in model_list:
+        for module in model.modules():
+            if not _keeps_fp32(module, dtype, kept):
+                module._apply(lambda t: t.to(low) if t.is_floating_point() else t, recurse=False)
+    for optimizer in optimizer_list:
+        if hasattr(optimizer, "_multi_precision"):  # Paddle-style optimizer: its own masters
+            optimizer._multi_precision = master_weight is not False
+            if master_grad and not hasattr(optimizer, "_paddle_compat_grads"):
+                # GradScaler must unscale the float32 main_grads this optimizer steps with.
+                optimizer._paddle_compat_grads = types.MethodType(_main_grads_or_grads, optimizer)
+        elif master_weight is not False:
+            _add_master_weights(optimizer)
+    if master_grad:
+        for model in model_list:
+            for param in model.parameters():
+                if param.dtype in _LOW and param.requires_grad:
+                    param.register_post_accumulate_grad_hook(_move_grad_to_main_grad)
+    if save_dtype is not None:
+        for model in model_list:
+            for module in model.modules():
+                # The public name arrived in torch 2.5; the private one has the same contract.
+                register = getattr(module, "register_state_dict_post_hook", module._register_state_dict_hook)
+                register(_StateDictCast(_SAVE_DTYPES[save_dtype]))
+
+    if optimizers is None:
+        return models
+    return models, optimizers
+
+
+amp_decorate = decorate
+
+
+def _as_list(value: Any, valid: Callable[[Any], bool], name: str, kind: str, message: str) -> list[Any]:
+    if valid(value):
+        return [value]
+    if not isinstance(value, list):
+        raise TypeError(message)
+    for item in value:
+        if not valid(item):
+            raise TypeError(f"Current train mode is pure fp16, {name} should be {kind}, but receive {type(item)}.")
+    return value
+
+
+def _is_optimizer(value: Any) -> bool:
+    return isinstance(value, torch.optim.Optimizer) or hasattr(value, "_multi_precision")
+
+
+def _excluded_modules(models: list[nn.Module], excluded: Any) -> set[int]:
+    """ids of the modules that keep float32 because ``excluded_layers`` names them."""
+    items = [] if excluded is None else excluded if isinstance(excluded, list) else [excluded]
+    instances: list[nn.Module] = []
+    types: list[type] = []
+    for item in items:
+        if isinstance(item, nn.Module):
+            instances.append(item)
+        elif isinstance(item, type) and issubclass(item, nn.Module):
+            types.append(item)
+        else:
+            raise TypeError(_EXCLUDED_MESSAGE)
+    kept = {id(sub) for inst in instances for sub in inst.modules()}
+    if types:
+        kept |= {id(m) for model in models for m in model.modules() if isinstance(m, tuple(types))}
+    return kept
+
+
+def _keeps_fp32(module: nn.Module, dtype: str, kept: set[int]) -> bool:
+    return (id(module) in kept or isinstance(module, _ALWAYS_FP32)
+            or (dtype == "float16" and isinstance(module, _FP32_FOR_FLOAT16)))
+
+
+def _move_grad_to_main_grad(param: torch.Tensor) -> None:
+    """master_grad: accumulate the low-precision grad into a float32 ``main_grad``."""
+    grad = param.grad.float()
+    main = getattr(param, "main_grad", None)
+    param.main_grad = grad if main is None else main.add_(grad)
+    param.grad = None
+
+
+class _StateDictCast:
+    """save_dtype: casts a module's own floating entries in ``state_dict()`` results."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+
+    def __call__(self, module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any) -> None:
+        for name in (*module._parameters, *module._buffers):
+            value = state_dict.get(prefix + name)
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                state_dict[prefix + name] = value.to(self.dtype)
+
+
+# --- master weights for any torch.optim.Optimizer -----------------------------------------
+
+class MasterWeightMixin:
+    """Makes a torch optimizer update float32 master copies of its low-precision params.
+
+    Masters are created from the params at the first ``step`` (or ``load_state_dict``), as in
+    Paddle, and replace them in ``param_groups``; after each step the params receive the
+    masters rounded to their dtype. ``state_dict`` carries the masters under
+    ``"master_weights"``.
+    """
+
+    _master_pairs: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def _paddle_compat_grads(self) -> list[torch.Tensor]:
+        """The grads this optimizer will use (for GradScaler): the low-precision params' own
+        grads (or their float32 ``main_grad``), and the other params' grads."""
+        grads = [_grad_of(p) for p, _ in self._master_pairs or ()]
+        low = {id(m) for _, m in self._master_pairs or ()}
+        for group in self.param_groups:
+            grads += [_grad_of(p) for p in group["params"] if id(p) not in low]
+        return [g for g in grads if g is not None]
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        self._create_masters()
+        if closure is not None:
+            user_closure = closure
+
+            def closure() -> Any:
+                with torch.enable_grad():
+                    loss = user_closure()
+                self._sync_grads()
+                return loss
+
+        self._sync_grads()
+        loss = super().step(closure)
+        with torch.no_grad():
+            for param, master in self._master_pairs:
+                param.copy_(master)
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        for param, _ in self._master_pairs or ():
+            if set_to_none or param.grad is None:
+                param.grad = None
+            else:
+                param.grad.zero_()
+            if getattr(param, "main_grad", None) is not None:
+                param.main_grad = None
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self._master_pairs is not None:
+            index = {id(m): i for i, m in enumerate(p for g in self.param_groups for p in g["params"])}
+            state["master_weights"] = {index[id(m)]: m.detach().clone() for _, m in self._master_pairs}
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        masters = state_dict.pop("master_weights", None)
+        self._create_masters()  # so that float state is loaded as float32, onto the masters
+        super().load_state_dict(state_dict)
+        if masters:
+            flat = [p for g in self.param_groups for p in g["params"]]
+            by_master = {id(m): p for p, m in self._master_pairs}
+            with torch.no_grad():
+                for i, value in masters.items():
+                    flat[i].copy_(value)
+                    by_master[id(flat[i])].copy_(flat[i])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_master_pairs": self._master_pairs}
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # The mixed class is made at run time; pickle by the optimizer's own class instead.
+        return _restore_master_weights, (type(self).__mro__[2],), self.__getstate__()
+
+    def _create_masters(self) -> None:
+        if self._master_pairs is not None:
+            return
+        self._master_pairs = []
+        for group in self.param_groups:
+            for i, param in enumerate(group["params"]):
+                if param.dtype in _LOW:
+                    master = param.detach().float().requires_grad_(param.requires_grad)
+                    if param in self.state:
+                        self.state[master] = self.state.pop(param)
+                    group["params"][i] = master
+                    self._master_pairs.append((param, master))
+
+    def _sync_grads(self) -> None:
+        for param, master in self._master_pairs:
+            grad = _grad_of(param)
+            master.grad = None if grad is None else grad.float()
+
+
+def _main_grads_or_grads(optimizer: Any) -> list[torch.Tensor]:
+    grads = (_grad_of(p) for group in optimizer.param_groups for p in group["params"])
+    return [g for g in grads if g is not None]
+
+
+def _grad_of(param: torch.Tensor) -> torch.Tensor | None:
+    main = getattr(param, "main_grad", None)
+    return main if main is not None else param.grad
+
+
+_mixed_classes: dict[type, type] = {}
+
+
+def _with_master_weights(cls: type) -> type:
+    """``cls`` with ``MasterWeightMixin`` in front (one class per optimizer class)."""
+    if cls not in _mixed_classes:
+        _mixed_classes[cls] = type(cls.__name__, (MasterWeightMixin, cls), {"__module__": cls.__module__})
+    return _mixed_classes[cls]
+
+
+def _restore_master_weights(cls: type) -> torch.optim.Optimizer:
+    """Unpickling: an empty instance of the mixed class; its state follows."""
+    mixed = _with_master_weights(cls)
+    return mixed.__new__(mixed)
+
+
+def _add_master_weights(optimizer: torch.optim.Optimizer) -> None:
+    if isinstance(optimizer, MasterWeightMixin):
+        return
+    optimizer.__class__ = _with_master_weights(type(optimizer))
+    if getattr(optimizer.__dict__.get("step"), "_wrapped_by_lr_sched", False):
+        # An LR scheduler created earlier bound the old class's step; rebind it to ours.
+        optimizer_ref = weakref.ref(optimizer)
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            opt = optimizer_ref()
+            opt._opt_called = True
+            return type(opt).step(opt, *args, **kwargs)
+
+        step._wrapped_by_lr_sched = True
+        optimizer.step = step

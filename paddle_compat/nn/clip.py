@@ -1,0 +1,242 @@
+"""``paddle.nn.ClipGradBy*`` on torch tensors.
+
+A clip object is handed to an optimizer (``grad_clip=``), which calls it inside ``step()`` on the
+list of ``(param, grad)`` pairs, after a GradScaler has unscaled the gradients and before weight decay.
+As in Paddle, ``ClipGradByGlobalNorm`` scales the gradients in place (``param.grad`` changes) while
+``ClipGradByValue`` and ``ClipGradByNorm`` return new gradients and leave ``param.grad`` as it was.
+Parameters with ``need_clip = False`` are passed through unclipped.
+
+On CPU the squared L2 norms are summed in the order of Paddle's CPU kernel (Eigen's AVX reduction:
+8 float32 or 4 float64 lanes, two accumulators, halving above 1024 packets), so fp32/fp64 clipping is
+bit-exact to Paddle on CPU. On CUDA Paddle reduces with cub, whose order is not reproduced: there the
+norm can differ from Paddle's by a few ulps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ..optimizer._numerics import sqrt_rn
+
+__all__ = ["ClipGradBase", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "GradientClipBase"]
+
+ParamsGrads = list[tuple[Tensor, Tensor]]
+
+
+# --- Paddle's CPU reduction order ------------------------------------------------------------------
+_PACKET_BYTES = 32  # Paddle's CPU wheels vectorise Eigen with AVX (256-bit packets)
+_LEAF_PACKETS = 1024  # Eigen halves a reduction above this many packets
+
+
+def _split_plan(first: int, num: int, lanes: int) -> tuple | tuple[int, int]:
+    """The tree of contiguous leaves Eigen reduces ``num`` values starting at ``first`` into."""
+    if num <= lanes * _LEAF_PACKETS:
+        return (first, num)
+    half = -(-num // 2)
+    split = lanes * -(-(first + half) // lanes)  # the split point is aligned on a packet boundary
+    num_left = min(split - first, num)
+    left = _split_plan(first, num_left, lanes)
+    if num_left == num:
+        return left
+    return (left, _split_plan(split, num - num_left, lanes))
+
+
+def _leaves(plan: tuple) -> list[tuple[int, int]]:
+    if isinstance(plan[0], int):
+        return [plan]
+    return _leaves(plan[0]) + _leaves(plan[1])
+
+
+def _eigen_sum(x: Tensor) -> Tensor:
+    """Sum of a 1-D float32/float64 CPU tensor, rounded step by step as Eigen's AVX reduction does.
+
+    Within a leaf, packets are accumulated alternately into two packet accumulators (a trailing odd
+    packet goes to the first), the two are added, the packet is folded as ``(a0+a2)+(a1+a3)`` after
+    adding its upper half to its lower half, and the scalar tail (summed left to right) is added last.
+    Leaves are combined along the halving tree. Zero padding keeps every rounding step unchanged
+    because all inputs are squares (non-negative).
+    """
+    lanes = _PACKET_BYTES // x.element_size()
+    plan = _split_plan(0, x.numel(), lanes)
+    leaves = _leaves(plan)
+    rows = max(n // (2 * lanes) + (1 if (n // lanes) % 2 else 0) for _, n in leaves)
+    acc_a = torch.zeros(len(leaves), max(rows, 1), lanes, dtype=x.dtype)
+    acc_b = torch.zeros_like(acc_a)
+    tail = torch.zeros(len(leaves), lanes, dtype=x.dtype)
+    for i, (first, num) in enumerate(leaves):
+        pairs = num // (2 * lanes)
+        packets = num // lanes
+        body = x[first : first + pairs * 2 * lanes].view(pairs, 2, lanes)
+        acc_a[i, :pairs] = body[:, 0]
+        acc_b[i, :pairs] = body[:, 1]
+        if packets % 2:
+            acc_a[i, pairs] = x[first + pairs * 2 * lanes : first + packets * lanes]
+        rest = num - packets * lanes
+        tail[i, :rest] = x[first + packets * lanes : first + num]
+    pa = torch.zeros(len(leaves), lanes, dtype=x.dtype)
+    pb = torch.zeros_like(pa)
+    for r in range(acc_a.shape[1]):
+        pa = pa + acc_a[:, r]
+        pb = pb + acc_b[:, r]
+    pa = pa + pb
+    half = pa[:, : lanes // 2] + pa[:, lanes // 2 :]
+    if lanes == 8:
+        folded = (half[:, 0] + half[:, 2]) + (half[:, 1] + half[:, 3])
+    else:
+        folded = half[:, 0] + half[:, 1]
+    scalar = torch.zeros(len(leaves), dtype=x.dtype)
+    for k in range(lanes - 1):
+        scalar = scalar + tail[:, k]
+    leaf_sums = iter(list((scalar + folded).unbind(0)))
+
+    def combine(node: tuple) -> Tensor:
+        if isinstance(node[0], int):
+            return next(leaf_sums)
+        return combine(node[0]) + combine(node[1])
+
+    return combine(plan)
+
+
+def _sum(x: Tensor) -> Tensor:
+    """Paddle's ``sum`` of a 1-D tensor of non-negative values, in ``x``'s dtype (0-D result)."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        return _eigen_sum(x.reshape(-1))
+    # Low precision (and CUDA, where cub's order is not reproduced): accumulate in float32 at least.
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return x.reshape(-1).to(acc).sum().to(x.dtype)
+
+
+def squared_l2_norm(x: Tensor) -> Tensor:
+    """``sum(x*x)`` in ``x``'s dtype, as Paddle's ``squared_l2_norm`` kernel."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        return _eigen_sum((x * x).reshape(-1))
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xa = x.reshape(-1).to(acc)
+    return (xa * xa).sum().to(x.dtype)
+
+
+class ClipGradBase:
+    """Base class of the gradient clips an optimizer accepts as ``grad_clip``."""
+
+    def __call__(self, params_grads: Sequence[tuple[Tensor, Tensor | None]]) -> ParamsGrads:
+        with torch.no_grad():
+            return self._clip(params_grads)
+
+    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]]) -> ParamsGrads:
+        """Clip each gradient on its own into a new tensor (``_clip_one``); drop missing gradients."""
+        return [
+            (p, self._clip_one(g) if getattr(p, "need_clip", True) else g) for p, g in params_grads if g is not None
+        ]
+
+    def _clip_one(self, g: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+GradientClipBase = ClipGradBase  # Paddle's other name for the base class
+
+
+def _check_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} should be a float, but received {type(value).__name__}")
+    return float(value)
+
+
+class ClipGradByValue(ClipGradBase):
+    """Clamp every gradient element into ``[min, max]``; ``min`` defaults to ``-max`` (``max > 0``)."""
+
+    def __init__(self, max: float, min: float | None = None) -> None:  # noqa: A002 (Paddle's names)
+        max_ = _check_float("max", max)
+        if min is None:
+            if not max_ > 0.0:
+                raise ValueError(f"max should be greater than 0 when min is not given, but received {max_}")
+            min_ = -max_
+        else:
+            min_ = _check_float("min", min)
+        self.max = max_
+        self.min = min_
+
+    def __str__(self) -> str:
+        return f"Clip Gradient By Value, min = {self.min:f}, max={self.max:f}"
+
+    def _clip_one(self, g: Tensor) -> Tensor:
+        return torch.clamp(g, self.min, self.max)
+
+
+class ClipGradByNorm(ClipGradBase):
+    """Scale each gradient whose own L2 norm exceeds ``clip_norm`` by ``clip_norm / norm``."""
+
+    def __init__(self, clip_norm: float) -> None:
+        self.clip_norm = _check_float("clip_norm", clip_norm)
+
+    def __str__(self) -> str:
+        return f"Gradient Clip By Norm, clip_norm={self.clip_norm:f}"
+
+    def _clip_one(self, g: Tensor) -> Tensor:
+        # Paddle's kernel, in g's dtype: scaling = 1 when norm <= clip_norm, else
+        # clip_norm / (norm + eps) with eps = 1e-6 only when norm <= 1e-30.
+        norm = sqrt_rn(squared_l2_norm(g))
+        max_norm = torch.full((), self.clip_norm, dtype=torch.float32, device=g.device).to(g.dtype)
+        eps = (norm <= 1e-30).to(g.dtype) * 1e-6
+        scaling = torch.where(norm <= max_norm, torch.ones_like(norm), max_norm / (norm + eps))
+        return g * scaling
+
+
+class ClipGradByGlobalNorm(ClipGradBase):
+    """Scale all gradients by ``clip_norm / max(global_norm, clip_norm)``, in place.
+
+    As in Paddle the factor is always multiplied in (it is 1.0 under the limit) unless
+    ``auto_skip_clip=True``, which skips the multiply under the limit at the cost of one host sync.
+    Squared norms are computed in each gradient's dtype and summed per dtype group (fp16+bf16,
+    fp32, fp64); the total is float64 if any gradient is, else float32.
+    """
+
+    def __init__(self, clip_norm: float, group_name: str = "default_group", auto_skip_clip: bool = False) -> None:
+        self.clip_norm = _check_float("clip_norm", clip_norm)
+        if not isinstance(auto_skip_clip, bool):
+            raise TypeError(f"auto_skip_clip should be a bool, but received {type(auto_skip_clip).__name__}")
+        self.group_name = group_name
+        self.auto_skip_clip = auto_skip_clip
+
+    def __str__(self) -> str:
+        return f"Gradient Clip By GlobalNorm, global_norm={self.clip_norm:f}"
+
+    def global_norm(self, grads: Sequence[Tensor]) -> Tensor:
+        """The global norm Paddle would compute for these gradients (a 0-D tensor)."""
+        low, fp32, fp64 = [], [], []
+        for g in grads:
+            sq = squared_l2_norm(g)
+            bucket = low if sq.dtype in (torch.float16, torch.bfloat16) else fp32 if sq.dtype == torch.float32 else fp64
+            bucket.append(sq)
+        sum_dtype = torch.float64 if fp64 else torch.float32
+        device = grads[0].device
+        parts = []
+        if low:
+            dtypes = {t.dtype for t in low}
+            low_dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32  # fp16 and bf16: float32
+            parts.append(_sum(torch.stack([t.to(low_dtype) for t in low])).to(sum_dtype))
+        if fp32:
+            parts.append(_sum(torch.stack(fp32)).to(sum_dtype))
+        if fp64:
+            parts.append(_sum(torch.stack(fp64)))
+        total = _sum(torch.stack([t.to(device) for t in parts]))
+        return sqrt_rn(total)
+
+    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]]) -> ParamsGrads:
+        present = [(p, g) for p, g in params_grads if g is not None]
+        grads = [g for p, g in present if getattr(p, "need_clip", True)]
+        if not grads:
+            return present
+        norm = self.global_norm(grads)
+        max_norm = torch.full((), self.clip_norm, dtype=norm.dtype, device=norm.device)
+        if self.auto_skip_clip:
+            if not bool(norm > max_norm):  # a host sync, as in Paddle
+                return present
+            factor = max_norm / norm
+        else:
+            factor = max_norm / torch.maximum(norm, max_norm)
+        for g in grads:
+            g.mul_(factor.to(device=g.device, dtype=g.dtype))  # in place, as Paddle
+        return present

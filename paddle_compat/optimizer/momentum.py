@@ -1,0 +1,104 @@
+"""``paddle.optimizer.Momentum``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..regularizer import L2Decay, WeightDecayRegularizer
+from . import _numerics
+from ._numerics import fma
+from .optimizer import Optimizer, round_to
+
+__all__ = ["Momentum"]
+
+_f32 = round_to(torch.float32)
+
+
+class Momentum(Optimizer):
+    """Heavy-ball momentum (optionally Nesterov), with Paddle's fused L2 decay.
+
+    ``velocity = mu * velocity + grad``; ``param -= lr * velocity`` (Nesterov:
+    ``param -= (grad + mu * velocity) * lr``). A float or ``L2Decay`` weight decay is fused into the
+    kernel (``grad + coeff * param``) as Paddle does; ``L1Decay`` is added to the gradient beforehand.
+    Paddle's group quirks are kept: a group's own float/``L2Decay`` decay is fused *and* the
+    optimizer's ``L1Decay`` (if any) still applies to it; a group with ``weight_decay=None`` drops the
+    optimizer's L2 decay but keeps its ``L1Decay``.
+
+    CPU: every operation rounded separately and ``rescale_grad`` ignored, as Paddle's CPU kernel
+    (bit-exact to Paddle 3.3.1 for fp32). CUDA: ``grad * rescale_grad`` and fused multiply-adds where
+    nvcc contracts Paddle's kernel (not verified on a GPU). Without ``multi_precision`` an fp16/bf16
+    parameter's velocity and arithmetic stay in fp16/bf16, as in Paddle.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float | Any = 0.001,
+        momentum: float = 0.9,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        use_nesterov: bool = False,
+        weight_decay: float | WeightDecayRegularizer | None = None,
+        grad_clip: Any = None,
+        multi_precision: bool = False,
+        rescale_grad: float = 1.0,
+        use_multi_tensor: bool = False,
+        name: str | None = None,
+    ) -> None:
+        defaults = {"momentum": momentum, "use_nesterov": bool(use_nesterov), "rescale_grad": rescale_grad}
+        self._check_group(defaults)
+        self._use_multi_tensor = use_multi_tensor
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        if "momentum" in group:
+            if group["momentum"] is None:
+                raise ValueError("momentum is not set")
+            _check_number("momentum", group["momentum"])
+        if "rescale_grad" in group:
+            _check_number("rescale_grad", group["rescale_grad"])
+
+    def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
+        # A group's L2Decay is fused into the kernel. Paddle then (and for a group without decay)
+        # still adds the optimizer's own regularizer when that one is not an L2Decay.
+        reg = group["weight_decay"]
+        if reg is None or isinstance(reg, L2Decay):
+            reg = self.defaults["weight_decay"]
+            return None if isinstance(reg, L2Decay) else reg
+        return reg
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        dtype = torch.float32 if self._uses_master(p) else p.dtype
+        state["velocity"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        velocity = state["velocity"]
+        w = value.to(velocity.dtype)
+        g = grad.to(w.dtype)
+        # Paddle passes mu, the L2 coefficient and rescale_grad as float32 attributes.
+        mu = _f32(group["momentum"])
+        reg = group["weight_decay"]
+        coeff = _f32(reg.coeff) if isinstance(reg, L2Decay) else 0.0
+        nesterov = group["use_nesterov"]
+        if _numerics.gpu_kernels(w):
+            g = g * _f32(group["rescale_grad"])
+            if coeff:
+                g = fma(coeff, w, g)
+            v = fma(velocity, mu, g)
+            new = fma(-fma(v, mu, g), lr, w) if nesterov else fma(-lr, v, w)
+        else:
+            if coeff:
+                g = g + w * coeff
+            v = velocity * mu + g
+            new = w - (g + v * mu) * lr if nesterov else w - v * lr
+        velocity.copy_(v)
+        return new
+
+
+def _check_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} should be a float, but received {type(value).__name__}")

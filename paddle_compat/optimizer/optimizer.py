@@ -1,0 +1,423 @@
+"""The base class: Paddle's dygraph ``Optimizer`` semantics on a ``torch.optim.Optimizer``.
+
+What every optimizer shares lives here: parameter groups, the learning rate Paddle's kernels see,
+the order inside a step (clip -> regularization -> update), fp32 master weights, and the methods
+Paddle code calls (``step``, ``minimize``, ``clear_grad``, ``get_lr``, ``set_lr``, ``state_dict``,
+``set_state_dict``). Subclasses only hold their update formula (``_init_state`` and ``_kernel``).
+
+Parameter groups keep torch's keys (``lr``, read by torch's LR schedulers) and Paddle's keys
+(``learning_rate``: a ratio applied to the base rate; ``weight_decay``; ``grad_clip``; the
+optimizer's own options).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..regularizer import L2Decay, WeightDecayRegularizer
+
+__all__ = ["Optimizer"]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def round_to(dtype: torch.dtype) -> Callable[[float], float]:
+    """A function rounding a Python float to the nearest value of ``dtype`` (float32 or float64).
+
+    Scalar prologues use it: an IEEE float32 operation equals the float64 operation rounded to
+    float32 (for +, -, *, / and sqrt, float64 is wide enough to make that double rounding harmless).
+    """
+    if dtype == torch.float64:
+        return float
+    return _round_f32
+
+
+def _round_f32(x: float) -> float:
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:  # beyond float32's range: what the float32 operation gives
+        return math.copysign(math.inf, x)
+
+
+def compute_dtype(value: Tensor) -> torch.dtype:
+    """The dtype Paddle's kernels compute in (``MPType``): float32 for fp16/bf16, else the dtype itself."""
+    return torch.float32 if value.dtype in _LOW_PRECISION else value.dtype
+
+
+def _is_lr_scheduler(obj: object) -> bool:
+    """Paddle's ``LRScheduler`` protocol: calling it gives the rate, ``step()`` advances it."""
+    return callable(obj) and callable(getattr(obj, "step", None)) and not isinstance(obj, (int, float))
+
+
+class Optimizer(torch.optim.Optimizer):
+    """Base of ``SGD``, ``Momentum``, ``Adam`` and ``AdamW``.
+
+    Differences from Paddle: the state dict is torch's (``{"state", "param_groups"}``, plus
+    ``"LR_Scheduler"`` when a Paddle-style scheduler drives the rate) rather than a dict keyed by
+    Paddle variable names; a negative learning rate is refused.
+    """
+
+    # Accumulators Paddle keeps on the host whatever the parameter's device (Adam's beta powers).
+    _host_state: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        learning_rate: float | Any,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None,
+        weight_decay: Any,
+        grad_clip: Any,
+        multi_precision: bool,
+        defaults: dict[str, Any],
+        name: str | None = None,
+    ) -> None:
+        from ..nn.clip import ClipGradBase  # here, not at module level: nn.clip imports this package
+
+        if learning_rate is None:
+            raise ValueError("learning_rate is not set")
+        if _is_lr_scheduler(learning_rate):
+            self._lr_scheduler = learning_rate
+            base_lr = float(learning_rate())
+        elif isinstance(learning_rate, float):
+            self._lr_scheduler = None
+            base_lr = learning_rate
+        else:
+            raise TypeError(f"learning rate should be float or LRScheduler, got {type(learning_rate)} here")
+        _check_lr_value(base_lr)
+        if parameters is None:
+            raise AttributeError("parameters argument given to the Optimizer should not be None in dygraph mode.")
+        if isinstance(parameters, Tensor):
+            raise TypeError(
+                "`parameters` argument given to the optimizer should be an iterable of paddle Tensors, "
+                f"but got argument type is `{type(parameters)}`."
+            )
+        if isinstance(parameters, dict):
+            raise TypeError(
+                "`parameters` argument should not get dict type, if parameter groups is needed, "
+                "please set `parameters` as list of dict"
+            )
+        if grad_clip is not None and not isinstance(grad_clip, ClipGradBase):
+            raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
+        params = [_listed(g) for g in parameters]
+        self._lr_dtype = _lr_dtype(params)
+        self._grad_clip = grad_clip
+        self._name = name
+        self._multi_precision = bool(multi_precision)
+        defaults = {
+            "lr": base_lr,
+            "learning_rate": 1.0,
+            "weight_decay": self._check_weight_decay(weight_decay),
+            "grad_clip": grad_clip,
+            **defaults,
+        }
+        super().__init__(params, defaults)
+
+    # --- parameter groups ----------------------------------------------------------------------
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's ``add_param_group``, checking Paddle's group options first."""
+        from ..nn.clip import ClipGradBase
+
+        group = dict(param_group)
+        if "weight_decay" in group:
+            group["weight_decay"] = self._check_weight_decay(group["weight_decay"])
+        if "learning_rate" in group:
+            ratio = group["learning_rate"]
+            if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
+                raise TypeError(f"the learning_rate of a parameter group should be a float, got {type(ratio)}")
+            _check_lr_value(ratio)
+            group["learning_rate"] = float(ratio)
+        if group.get("grad_clip") is not None and not isinstance(group["grad_clip"], ClipGradBase):
+            raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
+        self._check_group(group)
+        super().add_param_group(group)
+
+    def _check_weight_decay(self, weight_decay: Any) -> Any:
+        """float or int -> ``L2Decay``; a regularizer or ``None`` as is (AdamW overrides)."""
+        if weight_decay is None or isinstance(weight_decay, WeightDecayRegularizer):
+            return weight_decay
+        if isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool):
+            return L2Decay(float(weight_decay))
+        raise TypeError(
+            f"weight_decay should be a float, an L2Decay/L1Decay regularizer or None, got {type(weight_decay)}"
+        )
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        """Validate a subclass's own group options (defaults are filled in later by torch)."""
+
+    # --- learning rate -------------------------------------------------------------------------
+    def get_lr(self) -> float:
+        """The current base learning rate (the scheduler's value when one drives it)."""
+        if self._lr_scheduler is not None:
+            return float(self._lr_scheduler())
+        return float(self.param_groups[0]["lr"])
+
+    def set_lr(self, value: float) -> None:
+        """Set the base learning rate of every group (refused when a Paddle-style scheduler is set)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"The type of 'value' in optimizer.set_lr must be float, but received {type(value)}.")
+        if self._lr_scheduler is not None:
+            raise RuntimeError(
+                "optimizer's learning rate can't be LRScheduler when invoke this API, "
+                "because this will lead to conflict."
+            )
+        _check_lr_value(value)
+        for group in self.param_groups:
+            group["lr"] = float(value)
+
+    def set_lr_scheduler(self, scheduler: Any) -> None:
+        """Let a Paddle-style ``LRScheduler`` drive the rate from now on."""
+        if not _is_lr_scheduler(scheduler):
+            raise TypeError(
+                "The type of 'scheduler' in optimizer.set_lr_scheduler must be LRScheduler, "
+                f"but received {type(scheduler)}."
+            )
+        self._lr_scheduler = scheduler
+
+    def _group_lr(self, group: dict[str, Any]) -> float:
+        """The value of Paddle's LR tensor for this group, exactly representable in its dtype.
+
+        Paddle holds the base rate in a tensor of the first parameter's dtype (float32 for fp16/bf16)
+        and multiplies a group's ``learning_rate`` ratio into it in that dtype.
+        """
+        rnd = round_to(self._lr_dtype)
+        lr = rnd(group["lr"])
+        ratio = group["learning_rate"]
+        return lr if ratio == 1.0 else rnd(lr * rnd(ratio))
+
+    # --- the step ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Apply clip -> regularization -> update to every parameter that has a gradient."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._apply_optimize(None)
+        return loss
+
+    @torch.no_grad()
+    def minimize(
+        self,
+        loss: Tensor,
+        startup_program: Any = None,
+        parameters: Iterable[Tensor] | None = None,
+        no_grad_set: Iterable[Tensor] | None = None,
+    ) -> tuple[None, list[tuple[Tensor, Tensor]]]:
+        """Paddle's dygraph ``minimize``: the gradients already exist (no backward is run).
+
+        ``parameters`` restricts the update to those tensors and ``no_grad_set`` excludes some.
+        Returns ``(None, params_grads)`` with the gradients actually applied.
+        """
+        if not isinstance(loss, Tensor):
+            raise TypeError("The loss should be an Tensor.")
+        selected = None
+        if parameters is not None:
+            selected = {id(p) for p in parameters}
+        if no_grad_set is not None:
+            excluded = {id(p) for p in no_grad_set}
+            every = selected if selected is not None else {id(p) for g in self.param_groups for p in g["params"]}
+            selected = every - excluded
+        return None, self._apply_optimize(selected)
+
+    def _apply_optimize(self, selected: set[int] | None) -> list[tuple[Tensor, Tensor]]:
+        if self._lr_scheduler is not None:
+            lr = float(self._lr_scheduler())
+            for group in self.param_groups:
+                group["lr"] = lr
+        applied = []
+        for group in self.param_groups:
+            pairs = [
+                (p, _grad_of(p))
+                for p in group["params"]
+                if p.requires_grad and _grad_of(p) is not None and (selected is None or id(p) in selected)
+            ]
+            if not pairs:
+                continue
+            for _, g in pairs:
+                if g.is_sparse:
+                    raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
+            if group["grad_clip"] is not None:
+                pairs = group["grad_clip"](pairs)
+            pairs = [(p, self._regularize(p, g, group)) for p, g in pairs]
+            lr = self._group_lr(group)
+            for p, g in pairs:
+                self._update_param(p, g, group, lr)
+            applied.extend(pairs)
+        return applied
+
+    def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
+        """The regularizer added to the gradient before the kernel (Momentum fuses L2Decay instead).
+
+        As in Paddle, a group whose ``weight_decay`` is ``None`` falls back to the optimizer's.
+        """
+        reg = group["weight_decay"]
+        return reg if reg is not None else self.defaults["weight_decay"]
+
+    def _regularize(self, p: Tensor, g: Tensor, group: dict[str, Any]) -> Tensor:
+        reg = self._regularizer(group)
+        if reg is None:
+            return g
+        target = p
+        if p.dtype != g.dtype:  # an fp32 (master) gradient on a low-precision parameter
+            master = self.state[p].get("master_weight")
+            target = master if master is not None else p.to(g.dtype)
+        return g + reg(target, g)
+
+    def _uses_master(self, p: Tensor) -> bool:
+        return self._multi_precision and p.dtype in _LOW_PRECISION
+
+    def _update_param(self, p: Tensor, g: Tensor, group: dict[str, Any], lr: float) -> None:
+        state = self.state[p]
+        if not state:
+            if p.dtype in _LOW_PRECISION and not self._multi_precision:  # Paddle's warning
+                warnings.warn(
+                    "Accumulating with FP16/BF16 in optimizer can lead to poor accuracy or slow convergence."
+                    f"Consider using multi_precision=True option of the {type(self).__name__} optimizer.",
+                    stacklevel=3,
+                )
+            self._init_state(p, state, group)
+        if self._uses_master(p) and "master_weight" not in state:
+            # Paddle creates it lazily too, at the first update: decorate() may switch
+            # multi-precision on after construction.
+            state["master_weight"] = p.detach().to(torch.float32, copy=True)
+        master = state.get("master_weight") if self._uses_master(p) else None
+        new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
+        if master is not None:
+            master.copy_(new)
+        p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Create the accumulators of ``p`` (called once, at its first update)."""
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        """The updated value of ``value`` (the master weight, or the parameter itself)."""
+        raise NotImplementedError
+
+    # --- gradients -----------------------------------------------------------------------------
+    def clear_grad(self, set_to_zero: bool = True) -> None:
+        """Zero the gradients in place (``set_to_zero=True``, Paddle's default) or drop them.
+
+        A float32 ``main_grad`` (``decorate(..., master_grad=True)``) is cleared the same way.
+        """
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not p.requires_grad:
+                    continue
+                if p.grad is not None:
+                    if set_to_zero:
+                        p.grad.detach_()
+                        p.grad.zero_()
+                    else:
+                        p.grad = None
+                if getattr(p, "main_grad", None) is not None:
+                    if set_to_zero:
+                        p.main_grad.zero_()
+                    else:
+                        p.main_grad = None
+
+    clear_gradients = clear_grad
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """torch's optimizer state dict, plus ``"LR_Scheduler"`` when a Paddle-style scheduler is set.
+
+        Clip and regularizer objects in the groups are stored as plain dicts, so that the checkpoint
+        loads with ``torch.load(..., weights_only=True)`` (torch's default).
+        """
+        sd = super().state_dict()
+        sd["param_groups"] = [{k: _encode(v) for k, v in g.items()} for g in sd["param_groups"]]
+        if self._lr_scheduler is not None and callable(getattr(self._lr_scheduler, "state_dict", None)):
+            sd["LR_Scheduler"] = self._lr_scheduler.state_dict()
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's ``load_state_dict``, keeping each accumulator's saved dtype and Paddle's placement.
+
+        torch would cast every floating state tensor to its parameter's dtype, which would round fp32
+        master weights and moments of fp16/bf16 parameters to fp16/bf16.
+        """
+        decoded = [{k: _decode(v) for k, v in g.items()} for g in state_dict["param_groups"]]
+        super().load_state_dict({**state_dict, "param_groups": decoded})
+        saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for saved_id, p in zip(saved_ids, params):
+            for key, value in state_dict["state"].get(saved_id, {}).items():
+                if isinstance(value, Tensor):
+                    device = torch.device("cpu") if key in self._host_state else p.device
+                    self.state[p][key] = value.detach().to(device=device, copy=True)
+        if "LR_Scheduler" in state_dict and self._lr_scheduler is not None:
+            setter = getattr(self._lr_scheduler, "set_state_dict", None) or self._lr_scheduler.load_state_dict
+            setter(state_dict["LR_Scheduler"])
+
+    def set_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Paddle's name for ``load_state_dict``."""
+        self.load_state_dict(state_dict)
+
+
+_TAG = "paddle_compat_object"
+
+
+def _encode(value: Any) -> Any:
+    """A clip or regularizer object as a plain dict (other values as they are)."""
+    from ..nn.clip import ClipGradBase
+
+    if isinstance(value, (ClipGradBase, WeightDecayRegularizer)):
+        return {_TAG: type(value).__name__, **vars(value)}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    """The inverse of ``_encode``."""
+    if not (isinstance(value, dict) and _TAG in value):
+        return value
+    from ..nn.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
+    from ..regularizer import L1Decay
+
+    known = {c.__name__: c for c in (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, L1Decay, L2Decay)}
+    fields = dict(value)
+    name = fields.pop(_TAG)
+    if name not in known:
+        raise ValueError(f"unknown object in the optimizer state dict: {name!r}")
+    cls = known[name]
+    obj = cls.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
+def _grad_of(p: Tensor) -> Tensor | None:
+    """The gradient Paddle's step uses: the float32 ``main_grad`` when master_grad put one there."""
+    main = getattr(p, "main_grad", None)
+    return main if main is not None else p.grad
+
+
+def _check_lr_value(value: float) -> None:
+    if not (value >= 0.0) or math.isinf(value):
+        raise ValueError(f"learning_rate should be a finite, non-negative float, but received {value}")
+
+
+def _listed(item: Any) -> Any:
+    """A parameter group with its ``params`` turned into a list (a generator would be consumed)."""
+    if isinstance(item, dict) and not isinstance(item.get("params"), (Tensor, set)):
+        return {**item, "params": list(item.get("params", []))}
+    return item
+
+
+def _lr_dtype(params: list[Any]) -> torch.dtype:
+    """The dtype of Paddle's LR tensor: the first parameter's, with fp16/bf16 promoted to float32."""
+    first = params[0] if params else None
+    if isinstance(first, dict):
+        group_params = first.get("params")
+        first = group_params if isinstance(group_params, Tensor) else next(iter(group_params or []), None)
+    if isinstance(first, tuple):
+        first = first[1]
+    if isinstance(first, Tensor) and first.dtype == torch.float64:
+        return torch.float64
+    return torch.float32

@@ -1,0 +1,49 @@
+"""``paddle.optimizer.SGD``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import _numerics
+from ._numerics import fma
+from .optimizer import Optimizer, compute_dtype
+
+__all__ = ["SGD"]
+
+
+class SGD(Optimizer):
+    """Plain gradient descent, ``param = param - lr * grad``, as Paddle's kernels round it.
+
+    CPU: a product and a difference, each rounded in the parameter's own dtype, as Paddle's CPU
+    kernel (bit-exact to Paddle 3.3.1 for fp32, and for bf16 without master weights, where the rate
+    is rounded to bf16 too). CUDA: float32 arithmetic for fp16/bf16 and one fused multiply-add,
+    assuming nvcc's default contraction of Paddle's kernel (not verified on a GPU).
+
+    With ``multi_precision=True`` the update runs on the fp32 master weight on every device. Paddle's
+    CPU kernel ignores the master weight and updates bf16 parameters in bf16 arithmetic, where small
+    updates round away; here the master weight is kept, as on GPU.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float | Any = 0.001,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        weight_decay: float | Any = None,
+        grad_clip: Any = None,
+        multi_precision: bool = False,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name)
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        if _numerics.gpu_kernels(value):
+            w = value.to(compute_dtype(value))
+            return fma(-lr, grad.to(w.dtype), w)
+        rate = torch.tensor(lr, dtype=value.dtype)  # Paddle's CPU kernel casts the rate to the dtype
+        return value - grad.to(value.dtype) * rate

@@ -1,0 +1,355 @@
+"""Optimizer parity with real Paddle 3.3.1 on CPU: the same small model trained side by side.
+
+Both sides compute the gradients with the same torch function of *their own* current parameters
+(so the loop is closed on each side), and the parameters are compared bitwise after every step.
+Paddle receives the gradients through ``(p * G).sum().backward()``, which yields exactly ``G``.
+With a GradScaler, each side uses its own scaler (paddle_compat's and a real Paddle one) and
+overflow is injected into the gradients at fixed steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import paddle
+import pytest
+import torch
+
+import paddle_compat.nn as pnn
+import paddle_compat.optimizer as popt
+from paddle_compat.amp import GradScaler
+from paddle_compat.regularizer import L1Decay, L2Decay
+
+from .paddle_oracle import paddle_scaler
+
+SHAPES = {"w1": (8, 16), "b1": (16,), "w2": (16, 4), "b2": (4,)}
+STEPS = 60
+OVERFLOW_STEPS = (3, 17, 18, 40)
+_UNIQUE = itertools.count()  # Paddle refuses to reuse a parameter name
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """The tensors here are tiny: torch's worker threads only add contention on a busy machine."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def model_loss(params: dict[str, torch.Tensor], step: int) -> torch.Tensor:
+    """A two-layer MLP's loss on the step's mini-batch (deterministic data)."""
+    gen = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(32, 8, generator=gen)
+    target = torch.randn(32, 4, generator=gen)
+    hidden = torch.tanh(x @ params["w1"] + params["b1"])
+    return ((hidden @ params["w2"] + params["b2"] - target) ** 2).mean() * 4.0
+
+
+def initial_values(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {n: (rng.standard_normal(s) * 0.5).astype(np.float32) for n, s in SHAPES.items()}
+
+
+def bits(a: np.ndarray | torch.Tensor) -> np.ndarray:
+    if isinstance(a, torch.Tensor):
+        a = a.detach().cpu().numpy()
+    a = np.ascontiguousarray(a)
+    return a.view(np.int32 if a.dtype == np.float32 else np.int64)
+
+
+def max_ulps(a: np.ndarray, b: np.ndarray) -> int:
+    return int(np.abs(bits(a).astype(np.int64) - bits(b).astype(np.int64)).max())
+
+
+# --- the two sides --------------------------------------------------------------------------------
+class Side:
+    """One training loop: parameters of ``dtype``, gradients from ``model_loss`` in float32."""
+
+    dtype = torch.float32
+
+    def params(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def grads(self, step: int, scale: float | None, overflow: bool) -> dict[str, torch.Tensor]:
+        params = {n: t.detach().float().requires_grad_(True) for n, t in self.params().items()}
+        loss = model_loss(params, step)
+        if scale is not None:
+            loss = loss * torch.tensor(scale, dtype=torch.float32)
+        loss.backward()
+        grads = {n: p.grad.to(self.dtype) for n, p in params.items()}
+        if overflow:
+            grads["w2"][1, 2] = float("inf")
+        return grads
+
+
+class OursSide(Side):
+    def __init__(self, make_opt: Callable[[list], Any], scaler_kwargs: dict | None, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+        init = initial_values()
+        self.tensors = {n: torch.nn.Parameter(torch.from_numpy(v.copy()).to(dtype)) for n, v in init.items()}
+        self.opt = make_opt(list(self.tensors.items()))
+        self.scaler = GradScaler(**scaler_kwargs) if scaler_kwargs is not None else None
+
+    def params(self) -> dict[str, torch.Tensor]:
+        return self.tensors
+
+    def step(self, step: int, overflow: bool) -> None:
+        scale = self.scaler.get_scale() if self.scaler is not None else None
+        for n, g in self.grads(step, scale, overflow).items():
+            self.tensors[n].grad = g
+        if self.scaler is not None:
+            self.scaler.minimize(self.opt, torch.zeros([]))
+        else:
+            self.opt.step()
+        self.opt.clear_grad()
+
+    def values(self) -> dict[str, np.ndarray]:
+        return {n: t.detach().float().numpy() for n, t in self.tensors.items()}
+
+
+class PaddleSide(Side):
+    def __init__(self, make_opt: Callable[[list], Any], scaler_kwargs: dict | None, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+        self.pdtype = str(dtype).replace("torch.", "")
+        init = initial_values()
+        self.tensors = {}
+        for n, v in init.items():
+            p = paddle.create_parameter(
+                list(v.shape), self.pdtype, name=f"{n}_{next(_UNIQUE)}",
+                default_initializer=paddle.nn.initializer.Constant(0.0),
+            )
+            p.set_value(paddle.to_tensor(v).astype(self.pdtype))
+            self.tensors[n] = p
+        self.opt = make_opt(list(self.tensors.values()))
+        self.scaler = paddle_scaler("GradScaler", **scaler_kwargs) if scaler_kwargs is not None else None
+
+    def values(self) -> dict[str, np.ndarray]:
+        return {n: p.astype("float32").numpy() for n, p in self.tensors.items()}
+
+    def params(self) -> dict[str, torch.Tensor]:
+        return {n: torch.from_numpy(v) for n, v in self.values().items()}
+
+    def step(self, step: int, overflow: bool) -> None:
+        scale = float(self.scaler._scale.numpy().reshape(-1)[0]) if self.scaler is not None else None
+        grads = self.grads(step, scale, overflow)
+        # d/dp sum(p * G) is exactly G (through a cast when the parameter is not float32)
+        injected = sum(
+            (p.astype("float32") * paddle.to_tensor(grads[n].float().numpy())).sum() for n, p in self.tensors.items()
+        )
+        injected.backward()
+        if self.scaler is not None:
+            self.scaler.minimize(self.opt, injected)
+        else:
+            self.opt.step()
+        self.opt.clear_grad()
+
+
+@dataclasses.dataclass
+class Config:
+    name: str
+    ours: Callable[[list], Any]
+    paddle: Callable[[list], Any]
+    scaler: dict | None = None
+    steps: int = STEPS
+    dtype: torch.dtype = torch.float32
+    set_lr_at: dict[int, float] = dataclasses.field(default_factory=dict)  # step -> opt.set_lr(value)
+
+
+def run_parity(cfg: Config) -> None:
+    ours = OursSide(cfg.ours, cfg.scaler, cfg.dtype)
+    ref = PaddleSide(cfg.paddle, cfg.scaler, cfg.dtype)
+    mine = ours.values()
+    for step in range(cfg.steps):
+        overflow = cfg.scaler is not None and step in OVERFLOW_STEPS
+        if step in cfg.set_lr_at:
+            ours.opt.set_lr(cfg.set_lr_at[step])
+            ref.opt.set_lr(cfg.set_lr_at[step])
+        ours.step(step, overflow)
+        ref.step(step, overflow)
+        before, (mine, theirs) = mine, (ours.values(), ref.values())
+        if overflow:  # the scaler skipped the step: nothing moved
+            assert all(np.array_equal(bits(before[n]), bits(mine[n])) for n in SHAPES)
+        for n in SHAPES:
+            a, b = mine[n], theirs[n]
+            assert np.array_equal(bits(a), bits(b)), (
+                f"{cfg.name}: {n} differs from Paddle after step {step} by up to {max_ulps(a, b)} ulps"
+            )
+    if cfg.scaler is not None:
+        assert ours.scaler.get_scale() == float(ref.scaler._scale.numpy().reshape(-1)[0])
+
+
+SCALER = {"init_loss_scaling": 2.0**10, "incr_every_n_steps": 7}
+
+
+def _decay_weights_only(name: str) -> bool:
+    return name.startswith("w")
+
+
+def _groups(params: list, weight_decay_key: Any) -> list[dict]:
+    """Weights and biases in two groups: the biases with a 0.5 rate ratio and their own decay."""
+    weights = [p for p in params if _name(p).startswith("w")]
+    biases = [p for p in params if _name(p).startswith("b")]
+    return [{"params": weights}, {"params": biases, "learning_rate": 0.5, "weight_decay": weight_decay_key}]
+
+
+def _name(p: Any) -> str:
+    return p[0] if isinstance(p, tuple) else p.name
+
+
+CONFIGS = [
+    # SGD
+    Config("sgd", lambda ps: popt.SGD(0.1, parameters=ps), lambda ps: paddle.optimizer.SGD(0.1, parameters=ps)),
+    Config(
+        "sgd_l2_globalnorm_scaler",
+        lambda ps: popt.SGD(0.1, parameters=ps, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(0.5)),
+        lambda ps: paddle.optimizer.SGD(
+            0.1, parameters=ps, weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(0.5)
+        ),
+        scaler=SCALER,
+    ),
+    Config(
+        "sgd_l1_groups",
+        lambda ps: popt.SGD(0.1, parameters=_groups(ps, L2Decay(0.05)), weight_decay=L1Decay(0.001)),
+        lambda ps: paddle.optimizer.SGD(
+            0.1,
+            parameters=_groups(ps, paddle.regularizer.L2Decay(0.05)),
+            weight_decay=paddle.regularizer.L1Decay(0.001),
+        ),
+    ),
+    # Momentum
+    Config(
+        "momentum",
+        lambda ps: popt.Momentum(0.05, 0.9, parameters=ps),
+        lambda ps: paddle.optimizer.Momentum(0.05, 0.9, parameters=ps),
+    ),
+    Config(
+        "momentum_nesterov_l2_bynorm_scaler",
+        lambda ps: popt.Momentum(
+            0.05, 0.9, parameters=ps, use_nesterov=True, weight_decay=0.01, grad_clip=pnn.ClipGradByNorm(0.3),
+            rescale_grad=0.5,
+        ),
+        lambda ps: paddle.optimizer.Momentum(
+            0.05, 0.9, parameters=ps, use_nesterov=True, weight_decay=0.01, grad_clip=paddle.nn.ClipGradByNorm(0.3),
+            rescale_grad=0.5,
+        ),
+        scaler=SCALER,
+    ),
+    Config(
+        "momentum_l1_groups_globalnorm",
+        lambda ps: popt.Momentum(
+            0.05, 0.8, parameters=_groups(ps, 0.02), weight_decay=L1Decay(0.001),
+            grad_clip=pnn.ClipGradByGlobalNorm(1.0),
+        ),
+        lambda ps: paddle.optimizer.Momentum(
+            0.05, 0.8, parameters=_groups(ps, 0.02), weight_decay=paddle.regularizer.L1Decay(0.001),
+            grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
+        ),
+    ),
+    Config(  # Paddle's merged multi-tensor Momentum rounds as the per-tensor kernel
+        "momentum_multi_tensor",
+        lambda ps: popt.Momentum(0.05, 0.9, parameters=ps, use_multi_tensor=True),
+        lambda ps: paddle.optimizer.Momentum(0.05, 0.9, parameters=ps, use_multi_tensor=True),
+    ),
+    Config(
+        "momentum_groups_without_decay",
+        lambda ps: popt.Momentum(0.05, 0.9, parameters=_groups(ps, None), weight_decay=0.01),
+        lambda ps: paddle.optimizer.Momentum(0.05, 0.9, parameters=_groups(ps, None), weight_decay=0.01),
+    ),
+    Config(
+        "sgd_groups_without_decay",
+        lambda ps: popt.SGD(0.1, parameters=_groups(ps, None), weight_decay=L1Decay(0.01)),
+        lambda ps: paddle.optimizer.SGD(
+            0.1, parameters=_groups(ps, None), weight_decay=paddle.regularizer.L1Decay(0.01)
+        ),
+    ),
+    # Adam
+    Config("adam", lambda ps: popt.Adam(0.01, parameters=ps), lambda ps: paddle.optimizer.Adam(0.01, parameters=ps)),
+    Config(
+        "adam_l2_globalnorm_scaler",
+        lambda ps: popt.Adam(
+            0.01, 0.8, 0.99, 1e-6, parameters=ps, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(0.5)
+        ),
+        lambda ps: paddle.optimizer.Adam(
+            0.01, 0.8, 0.99, 1e-6, parameters=ps, weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(0.5)
+        ),
+        scaler=SCALER,
+    ),
+    Config(
+        "adam_amsgrad_byvalue_groups",
+        lambda ps: popt.Adam(
+            0.01, parameters=_groups(ps, 0.03), amsgrad=True, grad_clip=pnn.ClipGradByValue(0.2)
+        ),
+        lambda ps: paddle.optimizer.Adam(
+            0.01, parameters=_groups(ps, 0.03), amsgrad=True, grad_clip=paddle.nn.ClipGradByValue(0.2)
+        ),
+    ),
+    # AdamW
+    Config("adamw", lambda ps: popt.AdamW(0.01, parameters=ps), lambda ps: paddle.optimizer.AdamW(0.01, parameters=ps)),
+    Config(
+        "adamw_globalnorm_decayfun_scaler",
+        lambda ps: popt.AdamW(
+            0.01, parameters=ps, weight_decay=0.1, apply_decay_param_fun=_decay_weights_only,
+            grad_clip=pnn.ClipGradByGlobalNorm(0.5),
+        ),
+        lambda ps: paddle.optimizer.AdamW(
+            0.01, parameters=ps, weight_decay=0.1, apply_decay_param_fun=_decay_weights_only,
+            grad_clip=paddle.nn.ClipGradByGlobalNorm(0.5),
+        ),
+        scaler=SCALER,
+    ),
+    Config(
+        "adamw_amsgrad",
+        lambda ps: popt.AdamW(0.01, parameters=ps, amsgrad=True),
+        lambda ps: paddle.optimizer.AdamW(0.01, parameters=ps, amsgrad=True),
+    ),
+    Config(
+        "adamw_groups_bynorm",
+        lambda ps: popt.AdamW(0.01, 0.85, 0.995, parameters=_groups(ps, 0.0), weight_decay=0.05,
+                              grad_clip=pnn.ClipGradByNorm(0.2)),
+        lambda ps: paddle.optimizer.AdamW(0.01, 0.85, 0.995, parameters=_groups(ps, 0.0), weight_decay=0.05,
+                                          grad_clip=paddle.nn.ClipGradByNorm(0.2)),
+    ),
+]
+
+
+# bf16 parameters: Paddle's CPU build only has a bf16 kernel for SGD (and it has no master weights).
+CONFIGS.append(
+    Config(
+        "sgd_bf16_l2",
+        lambda ps: popt.SGD(0.1, parameters=ps, weight_decay=0.01),
+        lambda ps: paddle.optimizer.SGD(0.1, parameters=ps, weight_decay=0.01),
+        dtype=torch.bfloat16,
+    )
+)
+
+
+# float64 parameters (Paddle's double Adam/AdamW run its reference kernel, without FMA), and set_lr.
+CONFIGS += [
+    Config(
+        f"{name}_float64_set_lr",
+        ours,
+        theirs,
+        dtype=torch.float64,
+        set_lr_at={20: 0.003, 45: 0.02},
+    )
+    for name, ours, theirs in [
+        ("sgd", lambda ps: popt.SGD(0.01, parameters=ps, weight_decay=0.01),
+         lambda ps: paddle.optimizer.SGD(0.01, parameters=ps, weight_decay=0.01)),
+        ("momentum", lambda ps: popt.Momentum(0.01, 0.9, parameters=ps, weight_decay=0.01),
+         lambda ps: paddle.optimizer.Momentum(0.01, 0.9, parameters=ps, weight_decay=0.01)),
+        ("adam", lambda ps: popt.Adam(0.01, parameters=ps, grad_clip=pnn.ClipGradByGlobalNorm(0.5)),
+         lambda ps: paddle.optimizer.Adam(0.01, parameters=ps, grad_clip=paddle.nn.ClipGradByGlobalNorm(0.5))),
+        ("adamw", lambda ps: popt.AdamW(0.01, parameters=ps, weight_decay=0.1),
+         lambda ps: paddle.optimizer.AdamW(0.01, parameters=ps, weight_decay=0.1)),
+    ]
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
+def test_bitwise_parity_with_paddle(cfg: Config) -> None:
+    run_parity(cfg)

@@ -1,0 +1,551 @@
+"""paddle_compat.optimizer without Paddle: API, bad input, skipped steps, master weights, torch tooling."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import numpy as np
+import pytest
+import torch
+
+import paddle_compat.nn as pnn
+import paddle_compat.optimizer as popt
+from paddle_compat.amp import GradScaler
+from paddle_compat.optimizer import _numerics
+from paddle_compat.regularizer import L1Decay, L2Decay
+
+OPTIMIZERS = [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW]
+
+
+def _params(dtype: torch.dtype = torch.float32, seed: int = 0) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(shape, generator=gen).to(dtype)) for shape in [(5, 3), (3,)]]
+
+
+def _set_grads(params: list[torch.Tensor], step: int, dtype: torch.dtype | None = None) -> None:
+    gen = torch.Generator().manual_seed(100 + step)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen).to(dtype or p.dtype)
+
+
+def _bits(t: torch.Tensor) -> np.ndarray:
+    a = t.detach().cpu().contiguous()
+    return a.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]).numpy()
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and np.array_equal(_bits(a), _bits(b))
+
+
+# --- bad input ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_unknown_argument_is_a_type_error(cls: type) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lr'"):
+        cls(lr=0.1, parameters=_params())
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_bad_learning_rate(cls: type) -> None:
+    with pytest.raises(ValueError, match="non-negative"):
+        cls(learning_rate=-0.1, parameters=_params())
+    with pytest.raises(ValueError, match="non-negative"):
+        cls(learning_rate=float("nan"), parameters=_params())
+    with pytest.raises(TypeError, match="learning rate should be float or LRScheduler"):
+        cls(learning_rate=1, parameters=_params())  # an int, as Paddle refuses it
+    with pytest.raises(ValueError, match="learning_rate is not set"):
+        cls(learning_rate=None, parameters=_params())
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_bad_parameters(cls: type) -> None:
+    with pytest.raises(AttributeError, match="should not be None in dygraph mode"):
+        cls(0.1)
+    with pytest.raises(TypeError, match="should be an iterable of paddle Tensors"):
+        cls(0.1, parameters=torch.nn.Parameter(torch.ones(2)))
+    with pytest.raises(TypeError, match="should not get dict type"):
+        cls(0.1, parameters={"params": _params()})
+    params = _params()
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        cls(0.1, parameters=[{"params": params}, {"params": params[:1]}])
+    with pytest.raises(ValueError, match="learning_rate should be a finite, non-negative"):
+        cls(0.1, parameters=[{"params": params, "learning_rate": -1.0}])
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_bad_grad_clip(cls: type) -> None:
+    for clip in (1.0, torch.nn.utils.clip_grad_norm_, "ClipGradByGlobalNorm"):
+        with pytest.raises(TypeError, match="'grad_clip' should be an instance of GradientClipBase's derived class"):
+            cls(0.1, parameters=_params(), grad_clip=clip)
+    with pytest.raises(TypeError, match="GradientClipBase"):
+        cls(0.1, parameters=[{"params": _params(), "grad_clip": 1.0}])
+
+
+@pytest.mark.parametrize("cls", [popt.SGD, popt.Momentum, popt.Adam])
+def test_bad_weight_decay(cls: type) -> None:
+    with pytest.raises(TypeError, match="weight_decay should be a float, an L2Decay/L1Decay regularizer or None"):
+        cls(0.1, parameters=_params(), weight_decay="l2")
+
+
+@pytest.mark.parametrize("cls", [popt.Adam, popt.AdamW])
+def test_bad_betas_and_epsilon(cls: type) -> None:
+    for bad in (-0.1, 1.0, 1.5):
+        with pytest.raises(ValueError, match=r"Invalid value of beta1, expect beta1 in \[0,1\)\."):
+            cls(0.1, beta1=bad, parameters=_params())
+        with pytest.raises(ValueError, match=r"Invalid value of beta2, expect beta2 in \[0,1\)\."):
+            cls(0.1, beta2=bad, parameters=_params())
+    with pytest.raises(ValueError, match="Invalid value of epsilon, expect epsilon >= 0."):
+        cls(0.1, epsilon=-1e-8, parameters=_params())
+    with pytest.raises(TypeError, match="beta1 should be a float"):
+        cls(0.1, beta1="0.9", parameters=_params())
+    with pytest.raises(ValueError, match="beta2"):
+        cls(0.1, parameters=[{"params": _params(), "beta2": 1.0}])
+
+
+def test_bad_adamw_arguments() -> None:
+    with pytest.raises(TypeError, match="apply_decay_param_fun should be a callable"):
+        popt.AdamW(0.1, parameters=_params(), apply_decay_param_fun=["w"])
+    with pytest.raises(TypeError, match="lr_ratio should be a callable"):
+        popt.AdamW(0.1, parameters=_params(), lr_ratio=0.5)
+    with pytest.raises(TypeError, match="weight_decay should be int, float or Tensor."):
+        popt.AdamW(0.1, parameters=_params(), weight_decay=L2Decay(0.1))
+    with pytest.raises(ValueError, match="apply_decay_param_fun needs parameter names"):
+        popt.AdamW(0.1, parameters=_params(), apply_decay_param_fun=lambda n: True)
+
+
+def test_bad_momentum_arguments() -> None:
+    with pytest.raises(ValueError, match="momentum is not set"):
+        popt.Momentum(0.1, momentum=None, parameters=_params())
+    with pytest.raises(TypeError, match="momentum should be a float"):
+        popt.Momentum(0.1, momentum="0.9", parameters=_params())
+
+
+def test_set_lr_checks() -> None:
+    opt = popt.SGD(0.1, parameters=_params())
+    with pytest.raises(TypeError, match="must be float"):
+        opt.set_lr("0.2")
+    with pytest.raises(ValueError, match="non-negative"):
+        opt.set_lr(-0.2)
+    opt = popt.SGD(_Scheduler([0.1, 0.05]), parameters=_params())
+    with pytest.raises(RuntimeError, match="can't be LRScheduler"):
+        opt.set_lr(0.2)
+
+
+def test_minimize_needs_a_tensor_loss() -> None:
+    opt = popt.SGD(0.1, parameters=_params())
+    with pytest.raises(TypeError, match="The loss should be an Tensor."):
+        opt.minimize(1.0)
+
+
+# --- the step -------------------------------------------------------------------------------------
+class _Scheduler:
+    """Paddle's LRScheduler protocol: call for the rate, step() to advance, (set_)state_dict."""
+
+    def __init__(self, rates: list[float]) -> None:
+        self.rates, self.i = rates, 0
+
+    def __call__(self) -> float:
+        return self.rates[min(self.i, len(self.rates) - 1)]
+
+    def step(self) -> None:
+        self.i += 1
+
+    def state_dict(self) -> dict:
+        return {"i": self.i}
+
+    def set_state_dict(self, sd: dict) -> None:
+        self.i = sd["i"]
+
+
+def test_sgd_formula_and_lr_api() -> None:
+    (p,) = _params()[:1]
+    opt = popt.SGD(0.5, parameters=[p])
+    assert opt.get_lr() == 0.5
+    before = p.detach().clone()
+    _set_grads([p], 0)
+    opt.step()
+    assert torch.equal(p.detach(), before - p.grad * 0.5)
+    opt.set_lr(0.25)
+    assert opt.get_lr() == 0.25 and opt.param_groups[0]["lr"] == 0.25
+
+
+def test_paddle_style_scheduler_drives_the_rate() -> None:
+    sched = _Scheduler([0.5, 0.25])
+    (p,) = _params()[:1]
+    opt = popt.SGD(sched, parameters=[p])
+    _set_grads([p], 0)
+    before = p.detach().clone()
+    opt.step()
+    assert torch.equal(p.detach(), before - p.grad * 0.5)
+    sched.step()
+    assert opt.get_lr() == 0.25
+    before = p.detach().clone()
+    opt.step()
+    assert torch.equal(p.detach(), before - p.grad * 0.25)
+    assert opt.state_dict()["LR_Scheduler"] == {"i": 1}
+
+
+def test_group_learning_rate_is_a_ratio_rounded_in_float32() -> None:
+    a, b = _params()
+    opt = popt.SGD(0.1, parameters=[{"params": [a]}, {"params": [b], "learning_rate": 0.3}])
+    _set_grads([a, b], 0)
+    before = b.detach().clone()
+    opt.step()
+    lr = torch.tensor(0.1, dtype=torch.float32) * torch.tensor(0.3, dtype=torch.float32)
+    assert torch.equal(b.detach(), before - b.grad * lr)
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_params_without_grad_or_frozen_are_skipped(cls: type) -> None:
+    a, b = _params()
+    b.requires_grad_(False)
+    opt = cls(0.1, parameters=[a, b])
+    b.grad = torch.ones_like(b)
+    before_a, before_b = a.detach().clone(), b.detach().clone()
+    opt.step()  # a has no grad, b is frozen
+    assert torch.equal(a.detach(), before_a) and torch.equal(b.detach(), before_b)
+    assert len(opt.state[a]) == 0
+
+
+def test_step_closure_and_minimize() -> None:
+    a, b = _params()
+    opt = popt.SGD(0.1, parameters=[a, b])
+    _set_grads([a, b], 0)
+    assert opt.step(lambda: torch.tensor(3.0)).item() == 3.0
+    before_a, before_b = a.detach().clone(), b.detach().clone()
+    ops, params_grads = opt.minimize(torch.tensor(1.0), no_grad_set={b})
+    assert ops is None and [p for p, _ in params_grads] == [a]
+    assert not torch.equal(a.detach(), before_a) and torch.equal(b.detach(), before_b)
+    ops, params_grads = opt.minimize(torch.tensor(1.0), parameters=[b])
+    assert [p for p, _ in params_grads] == [b] and not torch.equal(b.detach(), before_b)
+
+
+def test_clear_grad_and_zero_grad() -> None:
+    a, b = _params()
+    opt = popt.Adam(0.1, parameters=[a, b])
+    _set_grads([a, b], 0)
+    grad = a.grad
+    opt.clear_grad()  # Paddle's default: zero in place
+    assert a.grad is grad and torch.count_nonzero(a.grad) == 0
+    opt.clear_grad(set_to_zero=False)
+    assert a.grad is None
+    _set_grads([a, b], 0)
+    opt.zero_grad()
+    assert a.grad is None
+    a.main_grad = torch.ones(a.shape)
+    opt.clear_gradients()
+    assert torch.count_nonzero(a.main_grad) == 0
+
+
+def test_main_grad_is_used_when_present() -> None:
+    (p,) = [torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))]
+    p.main_grad = torch.full((4,), 0.1)
+    opt = popt.SGD(0.5, parameters=[p], multi_precision=True)
+    opt.step()
+    master = opt.state[p]["master_weight"]
+    assert torch.equal(master, torch.ones(4) - torch.full((4,), 0.1) * 0.5)
+    assert torch.equal(p.detach(), master.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_order_clip_then_regularization_then_update(cls: type) -> None:
+    """Clip sees the raw gradients; weight decay is added after clipping (not clipped itself)."""
+    (p,) = [torch.nn.Parameter(torch.full((3,), 4.0))]
+    decay = 0.5 if cls is not popt.AdamW else None
+    kwargs = {"weight_decay": decay} if decay else {}
+    opt = cls(0.1, parameters=[p], grad_clip=pnn.ClipGradByValue(0.01), **kwargs)
+    ref_p = torch.nn.Parameter(torch.full((3,), 4.0))
+    ref = cls(0.1, parameters=[ref_p], **kwargs)
+    p.grad = torch.full((3,), 10.0)
+    ref_p.grad = torch.full((3,), 0.01)  # what the clip leaves
+    opt.step()
+    ref.step()
+    assert torch.equal(p.detach(), ref_p.detach())
+
+
+# --- skipped steps (GradScaler found inf/NaN) -----------------------------------------------------
+def _state_snapshot(opt: torch.optim.Optimizer, params: list[torch.Tensor]) -> list:
+    snap = [p.detach().clone() for p in params]
+    for p in params:
+        snap += [v.clone() for v in opt.state[p].values() if isinstance(v, torch.Tensor)]
+    return snap
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+@pytest.mark.parametrize("scaler_kind", ["paddle_compat", "torch"])
+def test_skipped_step_touches_nothing(cls: type, scaler_kind: str) -> None:
+    params = _params()
+    opt = cls(0.01, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0), weight_decay=0.01,
+              multi_precision=True)
+    if scaler_kind == "paddle_compat":
+        scaler = GradScaler(init_loss_scaling=1024.0)
+    else:
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    for step in range(4):
+        _set_grads(params, step)
+        overflow = step == 3
+        if overflow:
+            params[0].grad[0, 0] = float("inf")
+            snap = _state_snapshot(opt, params)
+        if scaler_kind == "paddle_compat":
+            scaler.minimize(opt, torch.tensor(0.0))
+        else:
+            scaler.scale(torch.tensor(1.0))  # torch's scaler needs scale() called in the iteration
+            scaler.step(opt)
+            scaler.update()
+        opt.clear_grad()
+    after = _state_snapshot(opt, params)
+    assert len(after) == len(snap) and all(_same(a, b) for a, b in zip(after, snap))
+    if cls in (popt.Adam, popt.AdamW):
+        assert opt.state[params[0]]["beta1_pow_acc"].item() == pytest.approx(0.9**4)
+
+
+# --- multi-precision ------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_master_weights_follow_the_float32_update(cls: type, dtype: torch.dtype) -> None:
+    low = _params(dtype)
+    ref = [torch.nn.Parameter(p.detach().float()) for p in low]
+    opt = cls(0.01, parameters=low, multi_precision=True, grad_clip=pnn.ClipGradByValue(1.0))
+    ref_opt = cls(0.01, parameters=ref, grad_clip=pnn.ClipGradByValue(1.0))
+    for step in range(20):
+        _set_grads(low, step)
+        for r, p in zip(ref, low):
+            r.grad = p.grad.float()
+        opt.step()
+        ref_opt.step()
+    for p, r in zip(low, ref):
+        master = opt.state[p]["master_weight"]
+        assert master.dtype == torch.float32 and _same(master, r.detach())
+        assert _same(p.detach(), master.to(dtype))
+    for key in ("velocity", "moment1", "moment2"):
+        if key in opt.state[low[0]]:
+            assert opt.state[low[0]][key].dtype == torch.float32
+
+
+def test_decorate_switches_master_weights_on_lazily() -> None:
+    from paddle_compat.amp import decorate
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = popt.AdamW(0.01, parameters=model.parameters())
+    assert opt._multi_precision is False
+    model, opt = decorate(model, opt, level="O2", dtype="bfloat16")
+    assert opt._multi_precision is True and model.weight.dtype == torch.bfloat16
+    assert "master_weight" not in opt.state[model.weight]  # created at the first update, as in Paddle
+    loss = model(torch.randn(4, 3, dtype=torch.bfloat16)).float().sum()
+    loss.backward()
+    opt.step()
+    assert opt.state[model.weight]["master_weight"].dtype == torch.float32
+    assert opt.state[model.weight]["moment1"].dtype == torch.float32
+
+
+def test_without_multi_precision_low_precision_state() -> None:
+    p = torch.nn.Parameter(torch.ones(4, dtype=torch.float16))
+    opt = popt.Momentum(0.1, parameters=[p])
+    p.grad = torch.full((4,), 0.3, dtype=torch.float16)
+    with pytest.warns(UserWarning, match="Consider using multi_precision=True option of the Momentum optimizer"):
+        opt.step()
+    assert opt.state[p]["velocity"].dtype == torch.float16 and "master_weight" not in opt.state[p]
+    q = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    opt = popt.Adam(0.1, parameters=[q])
+    q.grad = torch.full((4,), 0.3, dtype=torch.bfloat16)
+    with pytest.warns(UserWarning, match="Accumulating with FP16/BF16"):
+        opt.step()
+    assert opt.state[q]["moment1"].dtype == torch.float32  # Adam's moments are float32 regardless
+    assert opt.state[q]["beta1_pow_acc"].device.type == "cpu"
+
+
+# --- torch tooling --------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_torch_lr_scheduler(cls: type) -> None:
+    params = _params()
+    opt = cls(0.1, parameters=params)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    for step in range(3):
+        _set_grads(params, step)
+        opt.step()
+        sched.step()
+    assert opt.get_lr() == pytest.approx(0.0125)
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_state_dict_round_trip_keeps_float32_state(cls: type) -> None:
+    params = _params(torch.bfloat16)
+    opt = cls(0.01, parameters=params, multi_precision=True, weight_decay=0.01)
+    for step in range(3):
+        _set_grads(params, step)
+        opt.step()
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    params2 = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt2 = cls(0.01, parameters=params2, multi_precision=True, weight_decay=0.01)
+    buffer.seek(0)
+    opt2.set_state_dict(torch.load(buffer, weights_only=False))
+    for p, q in zip(params, params2):
+        for key, value in opt.state[p].items():
+            assert _same(value, opt2.state[q][key]), key
+    for step in range(3, 6):
+        _set_grads(params, step)
+        _set_grads(params2, step)
+        opt.step()
+        opt2.step()
+    assert all(_same(p.detach(), q.detach()) for p, q in zip(params, params2))
+
+
+def test_deepcopy_and_repr() -> None:
+    opt = popt.AdamW(0.1, parameters=_params(), grad_clip=pnn.ClipGradByGlobalNorm(1.0))
+    assert "AdamW" in repr(opt)
+    copy.deepcopy(opt)
+
+
+# --- weight decay ---------------------------------------------------------------------------------
+def test_l2_and_l1_decay_terms() -> None:
+    p = torch.tensor([-2.0, 0.0, 3.0])
+    g = torch.zeros(3)
+    assert torch.equal(L2Decay(0.5)(p, g), p * 0.5)
+    assert torch.equal(L1Decay(0.5)(p, g), torch.tensor([-0.5, 0.0, 0.5]))
+    assert str(L2Decay(0.5)) == "L2Decay, coeff=0.500000"
+    pb = p.to(torch.bfloat16)
+    # The coefficient is rounded to the gradient's dtype first, as Paddle's scale kernel does.
+    assert torch.equal(L2Decay(0.01)(pb, g.to(torch.bfloat16)), pb * torch.tensor(0.01, dtype=torch.bfloat16))
+    with pytest.raises(TypeError):
+        L2Decay("0.1")
+
+
+def test_adamw_apply_decay_param_fun_uses_named_parameters() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    seen = []
+    opt = popt.AdamW(0.1, parameters=model.named_parameters(), weight_decay=0.5,
+                     apply_decay_param_fun=lambda name: seen.append(name) or name == "weight")
+    bias, weight = model.bias.detach().clone(), model.weight.detach().clone()
+    model.weight.grad = torch.zeros_like(model.weight)
+    model.bias.grad = torch.zeros_like(model.bias)
+    opt.step()
+    assert sorted(set(seen)) == ["bias", "weight"]
+    assert torch.equal(model.bias.detach(), bias)  # zero grad and no decay: unchanged
+    decay = torch.tensor(0.1, dtype=torch.float32) * torch.tensor(0.5, dtype=torch.float32)
+    if _numerics.cpu_kernels_use_fma():
+        expected = _numerics.fma(-decay, weight, weight)
+    else:
+        expected = weight - weight * decay
+    assert torch.equal(model.weight.detach(), expected)  # decayed only
+
+
+def test_adamw_lr_ratio_works_on_cpu() -> None:
+    """Paddle raises NotImplementedError for lr_ratio on CPU; here it scales decay and step."""
+    a = [torch.nn.Parameter(torch.ones(3))]
+    b = [torch.nn.Parameter(torch.ones(3))]
+    opt_a = popt.AdamW(0.2, parameters=a, lr_ratio=lambda p: 0.5)
+    opt_b = popt.AdamW(0.1, parameters=b)
+    a[0].grad = b[0].grad = torch.full((3,), 0.7)
+    opt_a.step()
+    opt_b.step()
+    assert torch.equal(a[0].detach(), b[0].detach())
+
+
+# --- the CPU kernel variant -----------------------------------------------------------------------
+def test_cpu_fma_detection_follows_the_avx512f_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    flags = _numerics._cpu_flags()
+    if flags is not None:
+        assert _numerics._detect_avx512f() == ("avx512f" in flags)
+    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", "0")
+    assert _numerics.cpu_kernels_use_fma() is False
+    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", "1")
+    assert _numerics.cpu_kernels_use_fma() is True
+
+
+def _numpy_adam_reference(p, grads, lr, b1, b2, eps, coeff=None):
+    """Paddle's reference (non-AVX-512) Adam/AdamW kernel, in float32 numpy, separate roundings."""
+    f = np.float32
+    p = p.astype(f).copy()
+    m = np.zeros_like(p)
+    v = np.zeros_like(p)
+    b1p, b2p = f(b1), f(b2)
+    for g in grads:
+        lr_t = f(lr) * (np.sqrt(f(1) - b2p) / (f(1) - b1p))
+        eps_t = f(eps) * np.sqrt(f(1) - b2p)
+        if coeff is not None:
+            p = p - (f(lr) * f(1.0) * f(coeff)) * p
+        m = f(b1) * m + (f(1) - f(b1)) * g
+        v = f(b2) * v + (f(1) - f(b2)) * g * g
+        p = p + (-lr_t) * (m / (np.sqrt(v) + eps_t))
+        b1p, b2p = b1p * f(b1), b2p * f(b2)
+    return p
+
+
+@pytest.mark.parametrize("cls", [popt.Adam, popt.AdamW])
+def test_reference_kernel_without_fma(cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", "0")
+    rng = np.random.default_rng(0)
+    p0 = rng.standard_normal(1000).astype(np.float32)
+    grads = [(rng.standard_normal(1000) * 0.1).astype(np.float32) for _ in range(30)]
+    p = torch.nn.Parameter(torch.from_numpy(p0.copy()))
+    opt = cls(0.01, 0.9, 0.99, 1e-6, parameters=[p], **({"weight_decay": 0.1} if cls is popt.AdamW else {}))
+    for g in grads:
+        p.grad = torch.from_numpy(g)
+        opt.step()
+    expected = _numpy_adam_reference(p0, grads, 0.01, 0.9, 0.99, 1e-6, 0.1 if cls is popt.AdamW else None)
+    assert np.array_equal(p.detach().numpy().view(np.int32), expected.view(np.int32))
+    # ... and the fused variant differs from it on the same run, so the switch matters.
+    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", "1")
+    q = torch.nn.Parameter(torch.from_numpy(p0.copy()))
+    opt = cls(0.01, 0.9, 0.99, 1e-6, parameters=[q], **({"weight_decay": 0.1} if cls is popt.AdamW else {}))
+    for g in grads:
+        q.grad = torch.from_numpy(g)
+        opt.step()
+    assert not torch.equal(p.detach(), q.detach())
+
+
+def test_sqrt_rn_is_correctly_rounded() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(200_000, generator=gen) * 10.0 ** torch.randint(-20, 20, (200_000,), generator=gen).float()
+    assert np.array_equal(_numerics.sqrt_rn(x).numpy(), np.sqrt(x.numpy()))
+
+
+def test_fp16_o2_loop_with_scaler_and_overflow() -> None:
+    """decorate(O2) + GradScaler + master weights: an overflowing step leaves every state untouched."""
+    from paddle_compat.amp import decorate
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    opt = popt.AdamW(0.01, parameters=model.parameters(), grad_clip=pnn.ClipGradByGlobalNorm(1.0))
+    model, opt = decorate(model, opt, level="O2", dtype="float16")
+    scaler = GradScaler(init_loss_scaling=256.0)
+    params = list(model.parameters())
+    for step in range(8):
+        x = torch.randn(16, 4, dtype=torch.float16)
+        loss = model(x).float().pow(2).mean()
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        if step == 5:
+            params[0].grad[0, 0] = float("inf")
+            snap = _state_snapshot(opt, params)
+        scaler.minimize(opt, scaled)
+        if step == 5:
+            assert all(_same(a, b) for a, b in zip(_state_snapshot(opt, params), snap))
+        opt.clear_grad()
+    for p in params:
+        master = opt.state[p]["master_weight"]
+        assert p.dtype == torch.float16 and master.dtype == torch.float32
+        assert _same(p.detach(), master.half())
+
+
+def test_checkpoint_loads_with_weights_only() -> None:
+    params = _params()
+    groups = [{"params": params[:1], "weight_decay": L1Decay(0.01)}, {"params": params[1:]}]
+    opt = popt.Momentum(0.1, parameters=groups, weight_decay=0.02, grad_clip=pnn.ClipGradByGlobalNorm(0.5))
+    _set_grads(params, 0)
+    opt.step()
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    buffer.seek(0)
+    sd = torch.load(buffer, weights_only=True)  # torch's default: no arbitrary objects
+    opt2 = popt.Momentum(0.5, parameters=[{"params": params[:1]}, {"params": params[1:]}])
+    opt2.set_state_dict(sd)
+    group0, group1 = opt2.param_groups
+    assert isinstance(group0["weight_decay"], L1Decay) and group0["weight_decay"].coeff == 0.01
+    assert isinstance(group1["weight_decay"], L2Decay) and group1["weight_decay"].coeff == 0.02
+    assert isinstance(group1["grad_clip"], pnn.ClipGradByGlobalNorm) and group1["grad_clip"].clip_norm == 0.5
+    assert opt2.get_lr() == 0.1
