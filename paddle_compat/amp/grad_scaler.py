@@ -29,7 +29,7 @@ from torch import Tensor
 
 from . import unscale
 from .amp_state import amp_global_state
-from .loss_scale import DEVICE, HOST, LossScalePolicy, LossScaleState, check_period, check_scale, next_state, round_f32
+from .loss_scale import DEVICE, HOST, LossScalePolicy, LossScaleState, check_scale, next_state, round_f32
 
 __all__ = ["AmpScaler", "GradScaler", "OptimizerState"]
 

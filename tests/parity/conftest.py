@@ -1,16 +1,16 @@
-"""Shared set-up for the parity suite: Paddle on CPU, and float16 as the recorded AMP dtype.
+"""Shared set-up for the parity suite: Paddle on CPU, one torch thread, float16 as the recorded AMP dtype.
 
 ``auto_cast`` records its dtype on entry and never restores it, in Paddle and in paddle_compat,
 so every test starts from the same recorded dtype on both sides: ``float16``, the one for which
-dynamic loss scaling stays on. Tests of the dtype policy set another one themselves.
+dynamic loss scaling stays on (``tests/conftest.py`` sets ours). Tests of the dtype policy set
+another one themselves.
 """
 
 from __future__ import annotations
 
 import paddle
 import pytest
-
-from paddle_compat.amp import auto_cast
+import torch
 
 from .paddle_oracle import set_paddle_amp_dtype
 
@@ -24,9 +24,15 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "ignore:No ccache found:UserWarning")
 
 
-@pytest.fixture(autouse=True)
-def _amp_dtype_float16():
-    with auto_cast():  # records "float16" on our side
-        pass
-    set_paddle_amp_dtype("float16")
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """The tensors here are tiny: torch's worker threads only add contention on a busy machine."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
     yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(autouse=True)
+def _paddle_amp_dtype_float16():
+    set_paddle_amp_dtype("float16")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import warnings
 from collections.abc import Iterator
 from unittest import mock
 

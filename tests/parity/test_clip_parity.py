@@ -17,15 +17,6 @@ _UNIQUE = itertools.count()
 SIZES = [1, 7, 8, 17, 100, 1000, 8192, 8193, 8200, 20000, 70001]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The tensors here are tiny: torch's worker threads only add contention on a busy machine."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 def _grads(
     seed: int, sizes: list[int], dtype: str = "float32", scale_exp: tuple[int, int] = (-3, 2)
 ) -> list[np.ndarray]:

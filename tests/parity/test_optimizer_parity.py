@@ -32,15 +32,6 @@ OVERFLOW_STEPS = (3, 17, 18, 40)
 _UNIQUE = itertools.count()  # Paddle refuses to reuse a parameter name
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The tensors here are tiny: torch's worker threads only add contention on a busy machine."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 def model_loss(params: dict[str, torch.Tensor], step: int) -> torch.Tensor:
     """A two-layer MLP's loss on the step's mini-batch (deterministic data)."""
     gen = torch.Generator().manual_seed(1000 + step)
