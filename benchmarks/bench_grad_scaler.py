@@ -7,7 +7,9 @@ and data for every variant. Prints per-step medians, each scaler's overhead over
 and the ratios ours/torch. On CUDA it also counts host syncs per step and compares the
 bandwidth of our check/unscale pass with a device copy of the same bytes, measured in the same
 run. With Paddle installed (CPU), Paddle's own scaler overhead, forced on, is printed beside.
-Absolute times mean little on a shared machine; read the ratios.
+A second, identical torch variant runs in the same rounds as an A/A control: its ratio to the
+first is the noise floor of the run. Absolute times mean little on a shared machine; read the
+ratios.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class Variant:
         self.kind, self.device, self.x = kind, device, x
         self.model = make_model(width, device)
         self.opt = make_optimizer(opt_name, self.model)
-        if kind == "torch":
+        if kind.startswith("torch"):
             self.scaler = torch.amp.GradScaler(device, init_scale=2.0**16, growth_interval=2000)
         elif kind == "ours":
             self.scaler = GradScaler()
@@ -76,7 +78,7 @@ class Variant:
         if self.kind == "plain":
             loss.backward()
             self.opt.step()
-        elif self.kind == "torch":
+        elif self.kind.startswith("torch"):
             self.scaler.scale(loss).backward()
             self.scaler.step(self.opt)
             self.scaler.update()
@@ -197,7 +199,8 @@ def unscale_bandwidth(model: torch.nn.Module, repeats: int = 20) -> tuple[float,
 def bench(size: str, opt_name: str, args: argparse.Namespace) -> None:
     width = width_for(SIZES[size])
     x = torch.randn(BATCH, width, device=args.device)
-    kinds = ["plain", "torch", "ours"]
+    # "torch-again" is the A/A control: its ratio to "torch" is this machine's noise floor.
+    kinds = ["plain", "torch", "ours", "torch-again"]
     variants = {k: Variant(k, opt_name, width, args.device, x) for k in kinds}
     for v in variants.values():
         v.run(2)  # warm up: lazy state, allocator, kernels
@@ -216,6 +219,7 @@ def bench(size: str, opt_name: str, args: argparse.Namespace) -> None:
     )
     if over_torch > 0:
         line += f" (ours/torch {over_ours / over_torch:.2f})"
+    line += f" | A/A control torch/torch {med['torch-again'] / med['torch']:.3f}"
     if args.paddle and args.device == "cpu" and opt_name in ("sgd", "adam"):
         plain, scaled = paddle_figures(size, opt_name, args)
         line += f" | paddle overhead {scaled - plain:+7.3f} ms (step {scaled:.2f})"
