@@ -483,3 +483,16 @@ def test_scale_is_never_below_the_float32_normal_range():
         scaler.minimize(opt)
         opt.zero_grad()
     assert scaler.get_scale() == 2.0**-126 and math.isfinite(1 / scaler.get_scale())
+
+
+def test_a_float32_main_grad_is_what_gets_unscaled_and_checked():
+    """decorate(master_grad=True) keeps the float32 grad in ``param.main_grad``; Paddle unscales that."""
+    low = torch.nn.Parameter(torch.zeros(4, dtype=torch.float16))
+    plain = torch.nn.Parameter(torch.zeros(2))
+    low.main_grad = torch.full((4,), 3.0e5)  # beyond float16's range: only float32 holds it
+    plain.grad = torch.full((2,), 8.0)
+    scaler = GradScaler(init_loss_scaling=8.0)
+    scaler.unscale_(torch.optim.SGD([low, plain], lr=0.1))
+    assert torch.equal(low.main_grad, torch.full((4,), 37500.0)) and low.grad is None
+    assert torch.equal(plain.grad, torch.ones(2))
+    assert scaler._found_inf.item() == 0.0

@@ -9,13 +9,14 @@ bad list item); with ``master_grad`` the float32 gradient of a low-precision par
 
 from __future__ import annotations
 
-import types
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+
+from .master_grad import accumulate_into_main_grad, grad_of
 
 _LOW = (torch.float16, torch.bfloat16)
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -70,16 +71,13 @@ def decorate(
     for optimizer in optimizer_list:
         if hasattr(optimizer, "_multi_precision"):  # Paddle-style optimizer: its own masters
             optimizer._multi_precision = master_weight is not False
-            if master_grad and not hasattr(optimizer, "_paddle_compat_grads"):
-                # GradScaler must unscale the float32 main_grads this optimizer steps with.
-                optimizer._paddle_compat_grads = types.MethodType(_main_grads_or_grads, optimizer)
         elif master_weight is not False:
             _add_master_weights(optimizer)
     if master_grad:
         for model in model_list:
             for param in model.parameters():
                 if param.dtype in _LOW and param.requires_grad:
-                    param.register_post_accumulate_grad_hook(_move_grad_to_main_grad)
+                    param.register_post_accumulate_grad_hook(accumulate_into_main_grad)
     if save_dtype is not None:
         for model in model_list:
             for module in model.modules():
@@ -133,14 +131,6 @@ def _keeps_fp32(module: nn.Module, dtype: str, kept: set[int]) -> bool:
             or (dtype == "float16" and isinstance(module, _FP32_FOR_FLOAT16)))
 
 
-def _move_grad_to_main_grad(param: torch.Tensor) -> None:
-    """master_grad: accumulate the low-precision grad into a float32 ``main_grad``."""
-    grad = param.grad.float()
-    main = getattr(param, "main_grad", None)
-    param.main_grad = grad if main is None else main.add_(grad)
-    param.grad = None
-
-
 class _StateDictCast:
     """save_dtype: casts a module's own floating entries in ``state_dict()`` results."""
 
@@ -170,10 +160,10 @@ class MasterWeightMixin:
     def _paddle_compat_grads(self) -> list[torch.Tensor]:
         """The grads this optimizer will use (for GradScaler): the low-precision params' own
         grads (or their float32 ``main_grad``), and the other params' grads."""
-        grads = [_grad_of(p) for p, _ in self._master_pairs or ()]
+        grads = [grad_of(p) for p, _ in self._master_pairs or ()]
         low = {id(m) for _, m in self._master_pairs or ()}
         for group in self.param_groups:
-            grads += [_grad_of(p) for p in group["params"] if id(p) not in low]
+            grads += [grad_of(p) for p in group["params"] if id(p) not in low]
         return [g for g in grads if g is not None]
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -246,18 +236,8 @@ class MasterWeightMixin:
 
     def _sync_grads(self) -> None:
         for param, master in self._master_pairs:
-            grad = _grad_of(param)
+            grad = grad_of(param)
             master.grad = None if grad is None else grad.float()
-
-
-def _main_grads_or_grads(optimizer: Any) -> list[torch.Tensor]:
-    grads = (_grad_of(p) for group in optimizer.param_groups for p in group["params"])
-    return [g for g in grads if g is not None]
-
-
-def _grad_of(param: torch.Tensor) -> torch.Tensor | None:
-    main = getattr(param, "main_grad", None)
-    return main if main is not None else param.grad
 
 
 _mixed_classes: dict[type, type] = {}

@@ -16,20 +16,21 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from .master_grad import grad_of
+
 # Flags stay exactly 0 or 1: torch's fused optimizers skip only when found_inf == 1.
 
 
 def grads_to_unscale(optimizer: torch.optim.Optimizer) -> list[Tensor]:
-    """The grads the optimizer will use.
+    """The grads the optimizer will use: each param's ``main_grad`` if master_grad made one,
+    else its ``.grad``.
 
     An optimizer that steps on other tensors than its params' grads (a master-weight wrapper)
     names them through a ``_paddle_compat_grads()`` method.
     """
     hook = getattr(optimizer, "_paddle_compat_grads", None)
-    if hook is not None:
-        grads = [g for g in hook() if g is not None]
-    else:
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    grads = hook() if hook is not None else (grad_of(p) for group in optimizer.param_groups for p in group["params"])
+    grads = [g for g in grads if g is not None]
     for g in grads:
         if g.is_sparse:
             raise NotImplementedError("GradScaler does not support sparse gradients (Paddle has none either)")

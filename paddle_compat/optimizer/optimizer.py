@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..amp.master_grad import grad_of
 from ..regularizer import L2Decay, WeightDecayRegularizer
 
 __all__ = ["Optimizer"]
@@ -233,9 +234,9 @@ class Optimizer(torch.optim.Optimizer):
         applied = []
         for group in self.param_groups:
             pairs = [
-                (p, _grad_of(p))
+                (p, grad_of(p))
                 for p in group["params"]
-                if p.requires_grad and _grad_of(p) is not None and (selected is None or id(p) in selected)
+                if p.requires_grad and grad_of(p) is not None and (selected is None or id(p) in selected)
             ]
             if not pairs:
                 continue
@@ -390,12 +391,6 @@ def _decode(value: Any) -> Any:
     obj = cls.__new__(cls)
     obj.__dict__.update(fields)
     return obj
-
-
-def _grad_of(p: Tensor) -> Tensor | None:
-    """The gradient Paddle's step uses: the float32 ``main_grad`` when master_grad put one there."""
-    main = getattr(p, "main_grad", None)
-    return main if main is not None else p.grad
 
 
 def _check_lr_value(value: float) -> None:
