@@ -71,8 +71,11 @@ def measure(name: str, model: nn.Module, x: torch.Tensor, target: torch.Tensor, 
     steps = {k: step_fn(model, x, target, c, loss_fn) for k, c in contexts.items()}
     times: dict[str, list[float]] = {k: [] for k in steps}
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    order = list(steps)
     for round_ in range(args.rounds + args.warmup):
-        for key, step in steps.items():
+        # Rotate who goes first: a fixed order biases the variant that always follows another.
+        for key in order[round_ % len(order):] + order[: round_ % len(order)]:
+            step = steps[key]
             sync()
             start = time.perf_counter()
             for _ in range(args.inner):
