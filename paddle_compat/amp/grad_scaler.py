@@ -192,11 +192,7 @@ class AmpScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state is OptimizerState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        grads = unscale.grads_to_unscale(optimizer)
-        found_inf, inv_scale = self._new_found_inf(grads)
-        if grads:
-            unscale.unscale_(grads, inv_scale, found_inf, check_output=self._scale_may_be_below_one())
-        self._found_inf = found_inf
+        self._unscale_grads(optimizer, fused=False)
         self._optimizer_states[id(optimizer)] = OptimizerState.UNSCALED
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -236,9 +232,19 @@ class AmpScaler:
         self._optimizer_states.clear()
         return result if callable(minimize) and result is not None else (None, None)
 
-    def _new_found_inf(self, grads: list[Tensor]) -> tuple[Tensor, Tensor]:
-        scale = self._scale_on(grads[0].device if grads else (self._scale.device if self._scale is not None else torch.device("cpu")))
-        return torch.zeros_like(scale), torch.reciprocal(scale)
+    def _unscale_grads(self, optimizer: torch.optim.Optimizer, fused: bool) -> None:
+        """Unscale the grads in place, or, for a fused optimizer whose own division by the scale
+        is Paddle's multiply by the reciprocal, only check them; record ``found_inf``."""
+        grads = unscale.grads_to_unscale(optimizer)
+        device = grads[0].device if grads else self._scale.device if self._scale is not None else torch.device("cpu")
+        scale = self._scale_on(device)
+        found_inf, inv_scale = torch.zeros_like(scale), torch.reciprocal(scale)
+        if grads and fused and self._optimizer_division_is_exact(grads):
+            unscale.any_nonfinite(grads, inv_scale, found_inf)  # read only
+            optimizer.grad_scale = scale.view(())  # torch's fused optimizers take 0-d tensors
+        elif grads:
+            unscale.unscale_(grads, inv_scale, found_inf, check_output=self._scale_may_be_below_one())
+        self._found_inf = found_inf
 
     def _step_unless_inf(self, optimizer: torch.optim.Optimizer, state: OptimizerState, call: Callable[[], Any]) -> Any:
         self._replay(block=False)
@@ -255,17 +261,7 @@ class AmpScaler:
     def _fused_step(self, optimizer: torch.optim.Optimizer, state: OptimizerState, call: Callable[[], Any]) -> Any:
         """The optimizer skips on the device; no host sync."""
         if state is OptimizerState.INIT:
-            grads = unscale.grads_to_unscale(optimizer)
-            found_inf, inv_scale = self._new_found_inf(grads)
-            if grads and self._optimizer_division_is_exact(grads):
-                # The optimizer unscales by dividing; here that is Paddle's multiply by the
-                # reciprocal bit for bit, so the grads are only read, never written.
-                unscale.any_nonfinite(grads, inv_scale, found_inf)
-                # torch's fused optimizers take 0-d tensors; ours are Paddle's shape [1].
-                optimizer.grad_scale = self._scale_on(grads[0].device).view(())
-            elif grads:
-                unscale.unscale_(grads, inv_scale, found_inf, check_output=self._scale_may_be_below_one())
-            self._found_inf = found_inf
+            self._unscale_grads(optimizer, fused=True)
         optimizer.found_inf = self._found_inf.view(())
         try:
             result = call()
