@@ -496,3 +496,19 @@ def test_a_float32_main_grad_is_what_gets_unscaled_and_checked():
     assert torch.equal(low.main_grad, torch.full((4,), 37500.0)) and low.grad is None
     assert torch.equal(plain.grad, torch.ones(2))
     assert scaler._found_inf.item() == 0.0
+
+
+def test_the_fused_path_logs_each_decrease_from_the_replayed_flags(caplog):
+    model, opt = make_model(opt="adam", fused=True)
+    scaler = GradScaler(init_loss_scaling=2048.0, decr_every_n_nan_or_inf=2, decr_ratio=0.5)
+    caplog.set_level(logging.INFO, logger="paddle_compat.amp")
+    for bad in (True, True, False, True, True):
+        backward(scaler, model, torch.full((2, 6), float("nan") if bad else 1.0))
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    assert scaler.get_scale() == 512.0 and scaler.get_skipped_steps() == 4
+    assert [r.getMessage() for r in caplog.records if r.name == "paddle_compat.amp"] == [
+        "Found inf or nan, current scale is: 2048.0, decrease to: 2048.0*0.5",
+        "Found inf or nan, current scale is: 1024.0, decrease to: 1024.0*0.5",
+    ]
