@@ -63,24 +63,23 @@ def _eigen_sum(x: Tensor) -> Tensor:
     plan = _split_plan(0, x.numel(), lanes)
     leaves = _leaves(plan)
     rows = max(n // (2 * lanes) + (1 if (n // lanes) % 2 else 0) for _, n in leaves)
-    acc_a = torch.zeros(len(leaves), max(rows, 1), lanes, dtype=x.dtype)
-    acc_b = torch.zeros_like(acc_a)
+    # acc[r, 0] and acc[r, 1]: row r of the two packet accumulators' inputs, for every leaf at once
+    # (laid out so that each row is one contiguous tensor: one add per row, not per leaf).
+    acc = torch.zeros(max(rows, 1), 2, len(leaves), lanes, dtype=x.dtype)
     tail = torch.zeros(len(leaves), lanes, dtype=x.dtype)
     for i, (first, num) in enumerate(leaves):
         pairs = num // (2 * lanes)
         packets = num // lanes
-        body = x[first : first + pairs * 2 * lanes].view(pairs, 2, lanes)
-        acc_a[i, :pairs] = body[:, 0]
-        acc_b[i, :pairs] = body[:, 1]
+        acc[:pairs, :, i] = x[first : first + pairs * 2 * lanes].view(pairs, 2, lanes)
         if packets % 2:
-            acc_a[i, pairs] = x[first + pairs * 2 * lanes : first + packets * lanes]
+            acc[pairs, 0, i] = x[first + pairs * 2 * lanes : first + packets * lanes]
         rest = num - packets * lanes
         tail[i, :rest] = x[first + packets * lanes : first + num]
-    pa = torch.zeros(len(leaves), lanes, dtype=x.dtype)
-    pb = torch.zeros_like(pa)
-    for r in range(acc_a.shape[1]):
-        pa = pa + acc_a[:, r]
-        pb = pb + acc_b[:, r]
+    # Each lane is summed row after row in x's dtype, as before: in-place adds round identically.
+    pab = torch.zeros_like(acc[0])
+    for row in acc:
+        pab.add_(row)
+    pa, pb = pab[0], pab[1]
     pa = pa + pb
     half = pa[:, : lanes // 2] + pa[:, lanes // 2 :]
     if lanes == 8:

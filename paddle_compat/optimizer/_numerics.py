@@ -13,7 +13,7 @@ import os
 import torch
 from torch import Tensor
 
-__all__ = ["cpu_kernels_use_fma", "fma", "gpu_kernels", "sqrt_rn"]
+__all__ = ["cpu_kernels_use_fma", "fma", "fma_into", "gpu_kernels", "sqrt_rn", "sqrt_rn_into"]
 
 
 def gpu_kernels(t: Tensor) -> bool:
@@ -38,6 +38,27 @@ def fma(a: Tensor | float, b: Tensor | float, c: Tensor) -> Tensor:
     if isinstance(b, Tensor):
         return torch.add(acc, b.double(), alpha=float(a)).to(c.dtype)
     return (acc + float(a) * float(b)).to(c.dtype)
+
+
+def fma_into(out: Tensor, a: float, b: Tensor, c: Tensor, wide: Tensor, wide2: Tensor) -> Tensor:
+    """``fma(a, b, c)`` for a float scalar ``a`` and float32 tensors, written into ``out``.
+
+    The CPU kernels' allocation-free form: ``wide`` and ``wide2`` are float64 buffers shaped like
+    ``out``. It runs the very operation ``fma`` runs (``torch.add(c, b, alpha=a)`` on float64 copies,
+    then one rounding to float32), so the bits are the same. ``out`` may be ``b`` or ``c``: both are
+    read before ``out`` is written.
+    """
+    wide.copy_(c)
+    other = wide if b is c else wide2.copy_(b)
+    wide.add_(other, alpha=float(a))
+    return out.copy_(wide)
+
+
+def sqrt_rn_into(out: Tensor, x: Tensor, wide: Tensor) -> Tensor:
+    """``sqrt_rn(x)`` on CPU, written into ``out`` through the float64 buffer ``wide`` (float32 ``x``)."""
+    if x.dtype == torch.float64:
+        return torch.sqrt(x, out=out)
+    return out.copy_(torch.sqrt(wide.copy_(x), out=wide))
 
 
 def sqrt_rn(x: Tensor) -> Tensor:

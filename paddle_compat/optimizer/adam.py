@@ -11,7 +11,7 @@ from torch import Tensor
 
 from ..regularizer import WeightDecayRegularizer
 from . import _numerics
-from ._numerics import fma, sqrt_rn
+from ._numerics import fma, fma_into, sqrt_rn, sqrt_rn_into
 from .optimizer import Optimizer, compute_dtype, round_to
 
 __all__ = ["Adam"]
@@ -83,24 +83,40 @@ class Adam(Optimizer):
         state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=pow_dtype)
         state["beta2_pow_acc"] = torch.full([1], group["beta2"], dtype=pow_dtype)
 
-    def _decay(self, param: Tensor, w: Tensor, group: dict[str, Any], lr: float, fused: bool) -> tuple[Tensor, float]:
-        """AdamW's decoupled decay before the moments: the decayed value and the rate for Adam."""
-        return w, lr
+    def _decay_rate(self, param: Tensor, group: dict[str, Any], lr: float, rnd: Any) -> tuple[float | None, float]:
+        """AdamW's decoupled decay: the rate applied to the parameter (``None``: no decay) and Adam's rate."""
+        return None, lr
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
         mt = compute_dtype(value)
         rnd = round_to(mt)
-        w, g = value.to(mt), grad.to(mt)
-        m, v = state["moment1"].to(mt), state["moment2"].to(mt)
         b1, b2, eps = rnd(group["beta1"]), rnd(group["beta2"]), rnd(group["epsilon"])
         b1p, b2p = state["beta1_pow_acc"].item(), state["beta2_pow_acc"].item()
-        cuda = _numerics.gpu_kernels(w)
+        decay, lr = self._decay_rate(param, group, lr, rnd)
+        cuda = _numerics.gpu_kernels(value)
         # Paddle's AVX-512 kernel is float32 only; double and non-AVX-512 hosts use the reference one.
         fused = not cuda and mt == torch.float32 and _numerics.cpu_kernels_use_fma()
-        w, lr = self._decay(param, w, group, lr, fused)
+        moments = [state[k] for k in ("moment1", "moment2", "moment2_max") if k in state]
+        if not cuda and self._same_layout(value, grad, *moments):
+            w = self._cpu_update(value, grad, state, mt, fused, b1, b2, eps, b1p, b2p, decay, lr, rnd)
+        else:
+            w = self._plain_update(value, grad, state, mt, cuda, fused, b1, b2, eps, b1p, b2p, decay, lr, rnd)
+        state["beta1_pow_acc"].mul_(b1)
+        state["beta2_pow_acc"].mul_(b2)
+        return w
 
+    def _plain_update(
+        self, value: Tensor, grad: Tensor, state: dict[str, Any], mt: torch.dtype, cuda: bool, fused: bool,
+        b1: float, b2: float, eps: float, b1p: float, b2p: float, decay: float | None, lr: float, rnd: Any,
+    ) -> Tensor:
+        """The update as plain expressions: GPU, and CPU when the tensors' layouts differ (see
+        ``_same_layout``). ``_cpu_update`` computes the same CPU expressions in place."""
+        w, g = value.to(mt), grad.to(mt)
+        m, v = state["moment1"].to(mt), state["moment2"].to(mt)
+        if decay is not None:
+            w = w * rnd(1 - decay) if cuda else fma(-decay, w, w) if fused else w - w * decay
         if cuda or fused:
             m = fma(b1, m, g * rnd(1 - b1))
             v = fma(b2, v, (g * rnd(1 - b2)) * g) if cuda else fma(b2, v, (g * g) * rnd(1 - b2))
@@ -111,7 +127,6 @@ class Adam(Optimizer):
         if self._amsgrad:
             v_used = torch.maximum(v, state["moment2_max"].to(mt))
             state["moment2_max"].copy_(v_used)
-
         if cuda:
             denom = sqrt_rn(v_used) / rnd(math.sqrt(rnd(1 - b2p))) + eps
             w = fma(m / denom, -rnd(lr / rnd(1 - b1p)), w)
@@ -121,9 +136,60 @@ class Adam(Optimizer):
             eps_t = rnd(eps * root)
             step = m / (sqrt_rn(v_used) + eps_t)
             w = fma(step, -lr_t, w) if fused else w + step * -lr_t
-
         state["moment1"].copy_(m)
         state["moment2"].copy_(v)
-        state["beta1_pow_acc"].mul_(b1)
-        state["beta2_pow_acc"].mul_(b2)
         return w
+
+    def _cpu_update(
+        self, value: Tensor, grad: Tensor, state: dict[str, Any], mt: torch.dtype, fused: bool,
+        b1: float, b2: float, eps: float, b1p: float, b2p: float, decay: float | None, lr: float, rnd: Any,
+    ) -> Tensor:
+        """Paddle's CPU formulas, computed in place and in reused buffers (``_buffer``).
+
+        Each line runs the same torch operation, on the same operands in the same order, as the
+        plain expression in its comment (those of ``_plain_update``): only where the results are
+        stored differs, so every rounding (and every NaN) is the same. ``fma_into`` rounds as ``fma``.
+        """
+        w = self._working(value, mt, "w")
+        g = grad if grad.dtype == mt else self._buffer(grad, mt, "g").copy_(grad)
+        m, v = self._working(state["moment1"], mt, "m"), self._working(state["moment2"], mt, "v")
+        tmp = self._buffer(w, mt, "tmp")
+        # float64 scratch for the correctly rounded sqrt (float32) and the emulated FMAs
+        wide = self._buffer(w, torch.float64, "wide") if mt != torch.float64 else None
+        wide2 = self._buffer(w, torch.float64, "wide2") if fused else None
+
+        if fused:
+            if decay is not None:
+                fma_into(w, -decay, w, w, wide, wide2)  # w = fma(-decay, w, w)
+            fma_into(m, b1, m, torch.mul(g, rnd(1 - b1), out=tmp), wide, wide2)  # m = fma(b1, m, g*(1-b1))
+            torch.mul(g, g, out=tmp).mul_(rnd(1 - b2))  # (g*g)*(1-b2)
+            fma_into(v, b2, v, tmp, wide, wide2)  # v = fma(b2, v, (g*g)*(1-b2))
+        else:
+            if decay is not None:
+                w.sub_(torch.mul(w, decay, out=tmp))  # w - w*decay
+            m.mul_(b1).add_(torch.mul(g, rnd(1 - b1), out=tmp))  # m*b1 + g*(1-b1)
+            v.mul_(b2).add_(torch.mul(g, rnd(1 - b2), out=tmp).mul_(g))  # v*b2 + (g*(1-b2))*g
+        v_used = v
+        if self._amsgrad:
+            vmax = state["moment2_max"]
+            # maximum(v, vmax), written over vmax itself when it has the compute dtype
+            v_used = torch.maximum(v, vmax.to(mt), out=vmax if vmax.dtype == mt else self._buffer(v, mt, "vmax"))
+            vmax.copy_(v_used)
+
+        root = rnd(math.sqrt(rnd(1 - b2p)))
+        lr_t = rnd(lr * rnd(root / rnd(1 - b1p)))
+        eps_t = rnd(eps * root)
+        step = sqrt_rn_into(tmp, v_used, wide).add_(eps_t)  # sqrt_rn(v) + eps_t
+        torch.div(m, step, out=step)  # m / (sqrt_rn(v) + eps_t)
+        if fused:
+            fma_into(w, -lr_t, step, w, wide, wide2)  # fma(step, -lr_t, w)
+        else:
+            w.add_(step.mul_(-lr_t))  # w + step*(-lr_t)
+
+        state["moment1"].copy_(m)  # no-op when m is the state tensor itself
+        state["moment2"].copy_(v)
+        return w
+
+    def _working(self, t: Tensor, dtype: torch.dtype, slot: str) -> Tensor:
+        """``t`` itself when it already has the compute dtype (updated in place), else a copy in a buffer."""
+        return t if t.dtype == dtype else self._buffer(t, dtype, slot).copy_(t)

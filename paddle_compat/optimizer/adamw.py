@@ -8,8 +8,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import _numerics
-from ._numerics import fma
 from .adam import Adam
 from .optimizer import round_to
 
@@ -93,16 +91,11 @@ class AdamW(Adam):
             )
         return name
 
-    def _decay(self, param: Tensor, w: Tensor, group: dict[str, Any], lr: float, fused: bool) -> tuple[Tensor, float]:
-        rnd = round_to(w.dtype)
+    def _decay_rate(self, param: Tensor, group: dict[str, Any], lr: float, rnd: Any) -> tuple[float | None, float]:
         # Paddle passes lr_ratio and the coefficient as float32 attributes, whatever the dtype.
         ratio = _f32(float(self._lr_ratio(param))) if self._lr_ratio is not None else 1.0
         lr_scaled = rnd(lr * ratio)
         with_decay = self._apply_decay_param_fun is None or self._apply_decay_param_fun(self._param_name(param, group))
         coeff = _f32(group["weight_decay"]) if with_decay else 0.0
-        if not coeff:
-            return w, lr_scaled
-        if _numerics.gpu_kernels(w):
-            return w * rnd(1 - rnd(lr_scaled * coeff)), lr_scaled
-        decay = rnd(lr_scaled * coeff)
-        return (fma(-decay, w, w) if fused else w - w * decay), lr_scaled
+        # Only a zero coefficient skips the decay: a rate that rounds to 0 still runs it (-0 becomes +0).
+        return (rnd(lr_scaled * coeff) if coeff else None), lr_scaled

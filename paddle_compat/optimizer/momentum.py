@@ -90,13 +90,26 @@ class Momentum(Optimizer):
                 g = fma(coeff, w, g)
             v = fma(velocity, mu, g)
             new = fma(-fma(v, mu, g), lr, w) if nesterov else fma(-lr, v, w)
-        else:
+            velocity.copy_(v)
+            return new
+        if not self._same_layout(w, g, velocity):
             if coeff:
                 g = g + w * coeff
             v = velocity * mu + g
-            new = w - (g + v * mu) * lr if nesterov else w - v * lr
-        velocity.copy_(v)
-        return new
+            velocity.copy_(v)
+            return w - (g + v * mu) * lr if nesterov else w - v * lr
+        # The same operations, operand order and roundings as the expressions in the docstring,
+        # done in place or into reused buffers (``w`` is ``value`` itself: velocity has its dtype).
+        tmp = self._buffer(w, w.dtype, "tmp")
+        if coeff:
+            g = torch.add(g, torch.mul(w, coeff, out=tmp), out=tmp)  # g + w*coeff
+        velocity.mul_(mu).add_(g)  # velocity*mu + g
+        step = self._buffer(w, w.dtype, "step")
+        if nesterov:
+            torch.add(g, torch.mul(velocity, mu, out=step), out=step).mul_(lr)  # (g + v*mu)*lr
+        else:
+            torch.mul(velocity, lr, out=step)  # v*lr
+        return w.sub_(step)
 
 
 def _check_number(name: str, value: Any) -> None:

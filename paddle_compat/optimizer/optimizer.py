@@ -289,9 +289,54 @@ class Optimizer(torch.optim.Optimizer):
             state["master_weight"] = p.detach().to(torch.float32, copy=True)
         master = state.get("master_weight") if self._uses_master(p) else None
         new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
+        # When the kernel updated its input in place, new *is* the master weight, or a view of p's
+        # own data: copy_ then returns at once.
         if master is not None:
             master.copy_(new)
         p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
+
+    @staticmethod
+    def _same_layout(*tensors: Tensor) -> bool:
+        """Whether the tensors share one memory layout (the usual case: autograd gives a gradient
+        its parameter's strides, and the state is created like the parameter).
+
+        Only then do in-place and ``out=`` forms walk the elements exactly as the out-of-place
+        expressions do. The values never depend on it, but where fp16/bf16 arithmetic meets a NaN,
+        its bit pattern does (see ``_buffer``), so the kernels keep the plain expressions otherwise.
+        """
+        first = tensors[0]
+        dense = first.is_contiguous() or torch.empty_like(first, device="meta").stride() == first.stride()
+        return dense and all(t.stride() == first.stride() for t in tensors[1:])
+
+    def _buffer(self, like: Tensor, dtype: torch.dtype, slot: str) -> Tensor:
+        """A scratch tensor shaped like ``like``, reused by every parameter and step.
+
+        The CPU kernels write their intermediates into these (``out=`` and in-place ops) because
+        on CPU a fresh multi-megabyte temporary costs more than the arithmetic done in it (its pages
+        are faulted in one by one). Each slot is one flat buffer sized to the largest parameter.
+        The values computed are the same either way: only where they are stored changes. The view
+        has the memory layout a temporary would get (``like``'s own, when dense): torch's kernels
+        take their vectorized or element-wise path by layout, and in fp16/bf16 the two write
+        different NaN bit patterns.
+        """
+        # The views are kept too (for small parameters, making them costs more than using them).
+        views = self.__dict__.setdefault("_scratch_views", {})
+        key = (slot, dtype, like.device, like.shape, like.stride())
+        view = views.get(key)
+        if view is not None:
+            return view
+        buffers = self.__dict__.setdefault("_scratch", {})
+        buf = buffers.get(key[:3])
+        if buf is None or buf.numel() < like.numel():
+            buf = buffers[key[:3]] = torch.empty(like.numel(), dtype=dtype, device=like.device)
+            views.clear()  # views of the replaced buffer would keep it alive
+        flat = buf[: like.numel()]
+        if like.is_contiguous():
+            view = flat.view(like.shape)
+        else:
+            view = flat.as_strided(like.shape, torch.empty_like(like, device="meta").stride())
+        views[key] = view
+        return view
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """Create the accumulators of ``p`` (called once, at its first update)."""
@@ -299,7 +344,11 @@ class Optimizer(torch.optim.Optimizer):
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
-        """The updated value of ``value`` (the master weight, or the parameter itself)."""
+        """The updated value of ``value`` (the master weight, or the parameter itself).
+
+        A kernel may update ``value`` in place and return it (the CPU kernels do); ``grad`` is
+        read only.
+        """
         raise NotImplementedError
 
     # --- gradients -----------------------------------------------------------------------------

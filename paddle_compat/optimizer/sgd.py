@@ -46,4 +46,9 @@ class SGD(Optimizer):
             w = value.to(compute_dtype(value))
             return fma(-lr, grad.to(w.dtype), w)
         rate = torch.tensor(lr, dtype=value.dtype)  # Paddle's CPU kernel casts the rate to the dtype
-        return value - grad.to(value.dtype) * rate
+        g = grad.to(value.dtype)
+        if not self._same_layout(value, g):
+            return value - g * rate
+        # value - grad*rate, two separately rounded operations, in place: same kernels, same bits
+        step = torch.mul(g, rate, out=self._buffer(value, value.dtype, "step"))
+        return value.sub_(step)
