@@ -17,6 +17,7 @@ fallback kernel takes the whole slot while such a context is active anywhere in 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -29,7 +30,6 @@ from .op_table import CONV_ATEN, DEPTHWISE_CONV2D, PROMOTED_GRAY_ATEN, X_ONLY_AT
 
 _KEY_NAME = "AutocastIPU"
 _KEY = getattr(torch._C.DispatchKey, _KEY_NAME)
-_KEYSET = torch._C.DispatchKeySet(_KEY)
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,11 @@ class CastConfig:
         return self.level == "OD" or (self.level == "O2" and not self.use_promote)
 
 
-_tls = threading.local()
+class _ThreadState(threading.local):
+    config: CastConfig | None = None  # class default: what a thread that never activated sees
+
+
+_tls = _ThreadState()
 _lock = threading.Lock()
 _kernels_lib = torch.library.Library("aten", "IMPL")
 _registered: set[str] = set()
@@ -59,7 +63,7 @@ observers: list[Callable[[str, torch.dtype], None]] = []
 
 
 def current() -> CastConfig | None:
-    return getattr(_tls, "config", None)
+    return _tls.config
 
 
 def activate(config: CastConfig | None) -> Any:
@@ -105,12 +109,8 @@ def ensure_registered(base_names: Iterable[str]) -> None:
 def _kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]:
     if base in CONV_ATEN:
         return _conv_kernel_for(op, base)
-    x_only = base in X_ONLY_ATEN
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        return _run(op, base, x_only, args, kwargs)
-
-    return kernel
+    # A C-level partial: no extra Python frame between the dispatcher and _run.
+    return functools.partial(_run, op._op, base, base in X_ONLY_ATEN)
 
 
 def _conv_kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]:
@@ -119,6 +119,7 @@ def _conv_kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]
     groups == input channels != 1 (and filters divisible by them) is ``depthwise_conv2d``,
     a gray op. Paddle's conv1d runs as a 2-D convolution."""
     spatial = CONV_ATEN[base]
+    call = op._op
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         args = list(args)
@@ -130,100 +131,121 @@ def _conv_kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]
         name = base
         if spatial <= 2 and not base.startswith("conv_transpose") and _is_depthwise(args, kwargs):
             name = DEPTHWISE_CONV2D
-        out = _run(op, name, False, tuple(args), kwargs)
+        out = _run(call, name, False, *args, **kwargs)
         if bias is None:
             return out
         shape = [1] * out.dim()
         shape[out.dim() - spatial - 1] = -1  # the channel dim, batched or not
-        return _run(_ADD, "add", False, (out, bias.reshape(shape)), {})
+        return _run(_ADD, "add", False, out, bias.reshape(shape))
 
     return kernel
 
 
-_ADD = torch.ops.aten.add.Tensor
+_ADD = torch.ops.aten.add.Tensor._op
 
 
 def _is_depthwise(args: list, kwargs: dict) -> bool:
-    x, weight = args[0], args[1]
     groups = args[6] if len(args) > 6 else kwargs.get("groups", 1)
+    if groups == 1:  # the usual case, decided without looking at shapes
+        return False
+    x, weight = args[0], args[1]
     channels = x.shape[-weight.dim() + 1]  # (N,) C, *spatial
-    return groups == channels != 1 and weight.shape[0] % channels == 0
+    return groups == channels and weight.shape[0] % channels == 0
 
 
-def _run(op: torch._ops.OpOverload, base: str, x_only: bool, args: tuple, kwargs: dict) -> Any:
-    config = getattr(_tls, "config", None)
-    # Backward ops run with the forward's thread state; Paddle never auto-casts them.
-    if config is not None and _graph_task_id() == -1:
-        dtypes = _float_dtypes(args[:1] if x_only else args, () if x_only else kwargs.values())
-        if dtypes:
-            dst = dest_dtype(base in config.white, base in config.black, dtypes,
-                             config.level, config.amp_dtype, config.use_promote)
-            for observe in observers:
-                observe(base, dst)
-            if len(dtypes) > 1 or dst not in dtypes:
-                if x_only:
-                    args = (_cast(args[0], dst), *args[1:])
-                else:
-                    args = tuple([_cast(a, dst) for a in args])
-                    if kwargs:
-                        kwargs = {k: _cast(v, dst) for k, v in kwargs.items()}
-    with _ExcludeGuard(_KEYSET):
-        return op._op(*args, **kwargs)
+def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs: Any) -> Any:
+    """Apply the rule to one op's arguments, then run the op (``call``) below our slot."""
+    config = _tls.config
+    # Our slot is excluded while we cast and while the op runs: the ops the op is made of are
+    # not governed again, and the casts skip the slot (at OD they would enter the fallback).
+    # The slot is never excluded when we get here (else we would not be called), so setting
+    # the flag and clearing it after is what a guard object would do, at less cost.
+    _set_excluded(_KEY, True)
+    try:
+        # Backward ops run with the forward's thread state; Paddle never auto-casts them.
+        if config is not None and _graph_task_id() == -1:
+            dtypes = _float_dtypes(args[:1] if x_only else args)
+            if kwargs and not x_only:
+                dtypes |= _float_dtypes(kwargs.values())
+            if dtypes:
+                dst = dest_dtype(base in config.white, base in config.black, dtypes,
+                                 config.level, config.amp_dtype, config.use_promote)
+                for observe in observers:
+                    observe(base, dst)
+                if len(dtypes) > 1 or dst not in dtypes:
+                    if x_only:
+                        args = (_cast(args[0], dst), *args[1:])
+                    else:
+                        args = [_cast(a, dst) for a in args]
+                        if kwargs:
+                            kwargs = {k: _cast(v, dst) for k, v in kwargs.items()}
+        return call(*args, **kwargs)
+    finally:
+        _set_excluded(_KEY, False)
 
 
 _graph_task_id = torch._C._current_graph_task_id
-_ExcludeGuard = torch._C._ExcludeDispatchKeyGuard
+_set_excluded = torch._C._dispatch_tls_set_dispatch_key_excluded
 _Tensor = torch.Tensor
+# Tensor.float() and friends are torch's own ``to(dtype)``; they are called directly because
+# torch's argument parser matches them faster than ``to``, which has several overloads.
+_TO = {torch.float32: _Tensor.float, torch.float16: _Tensor.half, torch.bfloat16: _Tensor.bfloat16}
 
 
-def _float_dtypes(args: Iterable[Any], kwargs: Iterable[Any]) -> set[torch.dtype]:
-    """dtypes of the castable tensors among the arguments (and in list arguments)."""
+def _float_dtypes(values: Iterable[Any]) -> set[torch.dtype]:
+    """dtypes of the castable tensors among ``values`` (and in list values)."""
     found: set[torch.dtype] = set()
-    for group in (args, kwargs):
-        for value in group:
-            if isinstance(value, _Tensor):
-                found.add(value.dtype)
-            elif isinstance(value, (list, tuple)):
-                found.update(t.dtype for t in value if isinstance(t, _Tensor))
-    return found & CASTABLE
+    for value in values:
+        if isinstance(value, _Tensor):
+            found.add(value.dtype)
+        elif isinstance(value, (list, tuple)):
+            found.update([t.dtype for t in value if isinstance(t, _Tensor)])
+    found &= CASTABLE
+    return found
 
 
 def _cast(value: Any, dst: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(dst) if value.dtype in CASTABLE and value.dtype != dst else value
-    if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+    if isinstance(value, _Tensor):
+        dtype = value.dtype
+        return _TO[dst](value) if dtype != dst and dtype in CASTABLE else value
+    if isinstance(value, (list, tuple)) and any(isinstance(v, _Tensor) for v in value):
         return type(value)(_cast(v, dst) for v in value)
     return value
 
 
 # --- the every-op fallback (OD; O2 without promotion) -------------------------------------
 
-_fallback_verdicts: dict[torch._ops.OpOverload, bool] = {}
+_fallback_verdicts: dict[torch._ops.OpOverload, tuple[bool, str]] = {}
 # Casts themselves are exempt, as in Paddle; copies keep the source dtype by definition.
 _NEVER_CAST = frozenset({"_to_copy", "to", "copy", "_copy_from", "_copy_from_and_resize", "detach",
                          "lift_fresh", "_local_scalar_dense", "item", "alias"})
 
 
-def _governed_by_fallback(op: torch._ops.OpOverload) -> bool:
+def _fallback_verdict(op: torch._ops.OpOverload) -> tuple[bool, str]:
+    """Whether the every-op rule governs ``op``, and its base name (both cached per op)."""
     verdict = _fallback_verdicts.get(op)
     if verdict is None:
         schema = op._schema
         base = schema.name.split("::")[-1]
         # In-place ops and views stay uncast: a cast copy would break the aliasing torch code
         # relies on (Paddle casts its views too; see the docs).
-        verdict = not (schema.is_mutable or base in _NEVER_CAST
-                       or any(r.alias_info is not None for r in schema.returns))
-        _fallback_verdicts[op] = verdict
+        governed = not (schema.is_mutable or base in _NEVER_CAST
+                        or any(r.alias_info is not None for r in schema.returns))
+        verdict = _fallback_verdicts[op] = (governed, base)
     return verdict
 
 
 def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
-    config = getattr(_tls, "config", None)
-    if config is None or not config.every_op or not _governed_by_fallback(op):
-        with _ExcludeGuard(_KEYSET):
-            return op._op(*args, **kwargs)
-    base = op._schema.name.split("::")[-1]
-    return _run(op, base, base in X_ONLY_ATEN, args, kwargs)
+    config = _tls.config
+    if config is not None and config.every_op:
+        governed, base = _fallback_verdict(op)
+        if governed:
+            return _run(op._op, base, base in X_ONLY_ATEN, *args, **kwargs)
+    _set_excluded(_KEY, True)
+    try:
+        return op._op(*args, **kwargs)
+    finally:
+        _set_excluded(_KEY, False)
 
 
 def _set_fallback(kernel: Callable[..., Any]) -> None:
