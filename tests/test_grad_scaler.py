@@ -66,7 +66,7 @@ def test_defaults_follow_paddle_3():
         ({"init_loss_scaling": -2.0}, ValueError, "init_loss_scaling must be a finite number > 0, got -2.0"),
         ({"init_loss_scaling": float("nan")}, ValueError, "init_loss_scaling must be a finite number > 0, got nan"),
         ({"init_loss_scaling": float("inf")}, ValueError, "init_loss_scaling must be a finite number > 0, got inf"),
-        ({"init_loss_scaling": 1e-50}, ValueError, "init_loss_scaling must be a finite number > 0 in float32's range, got 1e-50"),
+        ({"init_loss_scaling": 1e-50}, ValueError, "init_loss_scaling must be a finite number > 0 in float32's normal range, got 1e-50"),
         ({"init_loss_scaling": None}, TypeError, "init_loss_scaling must be a real number, got NoneType"),
         ({"incr_ratio": 0.5}, ValueError, "incr_ratio must be a finite number > 1, got 0.5"),
         ({"decr_ratio": 1.5}, ValueError, "decr_ratio must be a finite number in (0, 1), got 1.5"),
@@ -225,8 +225,12 @@ def test_dynamic_scaling_turns_itself_off_unless_the_last_auto_cast_was_float16(
     amp_global_state().amp_dtype = dtype
     scaler = GradScaler()
     loss = torch.tensor(2.0)
-    with pytest.warns(UserWarning, match=f"^It is not recommended to use dynamic loss scaling for {dtype}, so GradScaler is disable by default.$"):
+    with pytest.warns(UserWarning, match=f"^It is not recommended to use dynamic loss scaling for {dtype}, so GradScaler is disable by default.") as record:
         assert scaler.scale(loss) is loss
+    # Before any float16 auto_cast a second warning says, louder, what has happened.
+    louder = "before any auto_cast(dtype='float16') was entered in this thread"
+    assert [louder in str(w.message) for w in record] == [False, True][: 1 + (dtype == "float32")]
+    assert {w.filename for w in record} == {__file__}  # they point at the caller's line
     assert not scaler.is_enable() and not scaler.is_use_dynamic_loss_scaling()
     assert scaler.get_init_loss_scaling() == 1.0 and scaler.state_dict() == {} and scaler.get_scale() == 0.0
 
@@ -423,7 +427,8 @@ def test_state_dict_round_trips_through_torch_save_weights_only():
         opt.zero_grad()
     state = scaler.state_dict()
     assert list(state) == ["scale", "incr_ratio", "decr_ratio", "incr_every_n_steps", "decr_every_n_nan_or_inf",
-                           "incr_count", "decr_count", "use_dynamic_loss_scaling"]
+                           "incr_count", "decr_count", "use_dynamic_loss_scaling", "skipped_steps"]
+    assert state["skipped_steps"] == 3
     assert state["scale"].dtype == torch.float32 and state["scale"].shape == (1,)
     buffer = io.BytesIO()
     torch.save(state, buffer)

@@ -124,7 +124,7 @@ def test_a_counter_past_a_lowered_period_fires_instead_of_counting_forever():
         ({"decr_every_n_nan_or_inf": -1}, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got -1"),
         ({"decr_every_n_nan_or_inf": 2**31}, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 2147483648"),
         ({"min_loss_scaling": 0.0}, ValueError, "min_loss_scaling must be a finite number > 0, got 0.0"),
-        ({"max_loss_scaling": 1e39}, ValueError, "max_loss_scaling must be a finite number > 0 in float32's range, got 1e+39"),
+        ({"max_loss_scaling": 1e39}, ValueError, "max_loss_scaling must be a finite number > 0 in float32's normal range, got 1e+39"),
         ({"min_loss_scaling": 8.0, "max_loss_scaling": 4.0}, ValueError, "min_loss_scaling (8.0) must not exceed max_loss_scaling (4.0)"),
     ],
 )

@@ -1,25 +1,20 @@
 """``AmpScaler`` and ``GradScaler``: Paddle's dynamic loss scaling on torch tensors.
 
-The scale policy lives in ``loss_scale``, the gradient passes in ``unscale``; this module holds
-the Paddle-facing API, the per-optimizer state machine and the bookkeeping that keeps host
-syncs to the one a skip decision needs.
+The scale policy lives in ``loss_scale``, its state in ``scale_tracker``, the gradient passes in
+``unscale``; this module holds the Paddle-facing API and the per-optimizer state machine.
 
-Where the state lives. The host keeps a replica of the state (scale, ``incr_count``,
-``decr_count``) that it advances with the same policy the device would run, fed with the
-``found_inf`` flags the step reads anyway. So ``get_scale()``, ``state_dict()`` and the
-decrease log never read the device, and the device scale is rewritten only when it changes.
-With an optimizer that takes ``grad_scale``/``found_inf`` (torch's fused Adam, AdamW, SGD) the
-flag never leaves the device: the device runs the policy, and the flag travels to the host
-asynchronously, where the replica catches up without forcing a sync.
+Threads. Paddle keeps one ``found_inf``, one cached step flag and one optimizer-state table per
+scaler. Here each thread has its own (``_StepState``), so threads sharing a scaler each skip on
+their own gradients, and unscale with the scale their own ``scale()`` used. In one thread this is
+exactly Paddle's behaviour, quirks included (several optimizers share one flag; the last
+``step`` before ``update`` decides the update).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import math
+import threading
 import warnings
-from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
@@ -29,11 +24,10 @@ from torch import Tensor
 
 from . import unscale
 from .amp_state import amp_global_state
-from .loss_scale import DEVICE, HOST, LossScalePolicy, LossScaleState, check_scale, next_state, round_f32
+from .loss_scale import LossScalePolicy, check_scale, round_f32
+from .scale_tracker import FoundInf, ScaleTracker
 
 __all__ = ["AmpScaler", "GradScaler", "OptimizerState"]
-
-logger = logging.getLogger("paddle_compat.amp")
 
 _STATE_DICT_KEYS = (
     "scale",
@@ -53,38 +47,15 @@ class OptimizerState(Enum):
     STEPPED = 2
 
 
-class _Flag:
-    """A ``found_inf`` value: known on the host, or a device tensor on its way to the host."""
+class _StepState(threading.local):
+    """What the current iteration of one thread has done (see the module doc)."""
 
-    __slots__ = ("_value", "_host", "_event", "tensor")
-
-    def __init__(self, value: bool | None = None, tensor: Tensor | None = None) -> None:
-        self._value, self._host, self._event, self.tensor = value, None, None, tensor
-
-    @classmethod
-    def from_device(cls, tensor: Tensor) -> _Flag:
-        flag = cls(tensor=tensor)
-        if tensor.device.type == "cuda":
-            flag._host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-            flag._host.copy_(tensor, non_blocking=True)
-            flag._event = torch.cuda.Event()
-            flag._event.record()
-        else:  # the host is the device: reading it costs nothing
-            flag._value = bool(tensor.item())
-        return flag
-
-    @property
-    def known(self) -> bool:
-        return self.tensor is None
-
-    def ready(self) -> bool:
-        return self._event is None or self._event.query()
-
-    def value(self) -> bool:
-        if self._value is None:
-            self._event.synchronize()
-            self._value, self._host, self._event = bool(self._host.item()), None, None
-        return self._value
+    def __init__(self) -> None:
+        self.optimizer_states: dict[int, OptimizerState] = {}
+        self.found_inf: Tensor | None = None  # float32 [1], 0 or 1, from the last unscale
+        self.cache_found_inf: FoundInf | None = None  # the flag of the last step
+        # The scale this thread's scale() used, and the tracker's generation then.
+        self.scaled_with: tuple[int, Tensor] | None = None
 
 
 def _check_bool(name: str, value: Any) -> bool:
@@ -98,13 +69,48 @@ def _check_optimizer(optimizer: Any) -> None:
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
 
 
+def _check_within(name: str, value: float, policy: LossScalePolicy) -> None:
+    if not policy.lowest <= round_f32(value) <= policy.highest:
+        raise ValueError(
+            f"{name} ({value!r}) must lie within [min_loss_scaling, max_loss_scaling] = "
+            f"[{policy.lowest!r}, {policy.highest!r}]"
+        )
+
+
 class AmpScaler:
-    """Paddle's ``paddle.amp.AmpScaler`` (defaults ``2**15``, 1000 steps).
+    """Paddle's ``paddle.amp.AmpScaler``: dynamic loss scaling (defaults ``2**15``, 1000 steps).
+
+    Multiply the loss by the scale (``scale``), then let ``minimize`` (or ``step`` + ``update``)
+    unscale the gradients, skip the step if any is inf/NaN, and move the scale.
+
+    Args:
+        enable: scale at all; a disabled scaler passes everything through.
+        init_loss_scaling: the initial scale.
+        incr_ratio: the factor (> 1) applied after ``incr_every_n_steps`` finite steps in a row.
+        decr_ratio: the factor (in (0, 1)) applied after ``decr_every_n_nan_or_inf`` overflows
+            in a row.
+        incr_every_n_steps: finite steps in a row before the scale grows.
+        decr_every_n_nan_or_inf: overflowing steps in a row before the scale shrinks.
+        use_dynamic_loss_scaling: ``False`` keeps the scale fixed (inf/NaN steps still skip).
+        min_loss_scaling, max_loss_scaling: optional bounds on the scale (ours; keyword only).
+        process_group: a ``torch.distributed`` process group (ours; keyword only): each step's
+            inf/NaN flag is the MAX over its ranks, so they all skip the same steps and hold the
+            same scale. ``None``: no collective (enough when the grads are already identical
+            on every rank, as under DDP). ``paddle_compat.distributed.fleet.distributed_scaler``
+            sets it the way Paddle's fleet does.
+
+    Example::
+
+        scaler = AmpScaler(init_loss_scaling=1024)
+        with auto_cast():
+            loss = model(x).mean()
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        scaler.minimize(optimizer, scaled)
 
     Differences from Paddle: works on CPU too (Paddle disables its scaler off GPU); has
-    ``step``/``update``/``unscale_`` like ``GradScaler`` (Paddle's ``AmpScaler`` only has
-    ``minimize``); the safety limits of ``loss_scale``; optional keyword-only
-    ``min_loss_scaling``/``max_loss_scaling``; bad arguments raise ``TypeError``/``ValueError``.
+    ``step``/``update``/``unscale_`` like ``GradScaler``; the safety limits of ``loss_scale``;
+    bad arguments raise ``TypeError``/``ValueError``; per-thread step state (module doc).
     """
 
     def __init__(
@@ -119,6 +125,7 @@ class AmpScaler:
         *,
         min_loss_scaling: float | None = None,
         max_loss_scaling: float | None = None,
+        process_group: Any = None,
     ) -> None:
         _check_bool("enable", enable)
         _check_bool("use_dynamic_loss_scaling", use_dynamic_loss_scaling)
@@ -126,35 +133,32 @@ class AmpScaler:
         policy = LossScalePolicy(
             incr_ratio, decr_ratio, incr_every_n_steps, decr_every_n_nan_or_inf, min_loss_scaling, max_loss_scaling
         )
-        if not policy.lowest <= round_f32(init_loss_scaling) <= policy.highest:
-            raise ValueError(
-                f"init_loss_scaling ({init_loss_scaling!r}) must lie within "
-                f"[min_loss_scaling, max_loss_scaling] = [{policy.lowest!r}, {policy.highest!r}]"
-            )
-        self._policy = policy
+        _check_within("init_loss_scaling", init_loss_scaling, policy)
         self._enable = enable
+        self._constructed_enabled = enable  # Paddle makes no scale tensor for a disabled scaler
         # A disabled Paddle scaler reports neither dynamic scaling nor its initial scale.
         self._use_dynamic_loss_scaling = use_dynamic_loss_scaling and enable
         self._init_loss_scaling = init_loss_scaling if enable else 1.0
-        self._host = LossScaleState(round_f32(init_loss_scaling), 0, 0)
-        self._scale: Tensor | None = None  # device copy of self._host.scale, made on first use
-        self._device_counters: tuple[Tensor, Tensor] | None = None  # while the device runs the policy
-        self._pending_updates: deque[_Flag] = deque()  # updates the device ran, not yet replayed
-        self._pending_steps: deque[_Flag] = deque()  # steps whose skip is not yet known here
-        self._skipped_steps = 0
-        # Paddle keeps one found_inf for the scaler, overwritten by every unscale, and caches
-        # the flag of the last step for update(); both quirks decide multi-optimizer results.
-        self._found_inf: Tensor | None = None
-        self._cache_found_inf: _Flag | None = None
-        self._optimizer_states: defaultdict[int, OptimizerState] = defaultdict(lambda: OptimizerState.INIT)
+        self._tracker = ScaleTracker(policy, init_loss_scaling)
+        self._step_state = _StepState()
+        self.process_group = process_group
 
     # -- scaling ---------------------------------------------------------------------------
 
     def scale(self, var: Tensor) -> Tensor:
         """``var * scale``: float32 with shape ``[1]`` for a 0-d loss, as in Paddle.
 
-        Paddle's dtype policy: a dynamic scaler turns itself off, with a warning, when the dtype
-        recorded by the last ``auto_cast`` entered (``"float32"`` before any) is not float16.
+        Paddle's dtype policy: a dynamic scaler turns itself off for good, with a warning, when
+        the dtype recorded by the last ``auto_cast`` entered (``"float32"`` before any) is not
+        float16: no more scaling, no skipped steps, ``state_dict()`` is ``{}``.
+
+        Args:
+            var: the loss (any float dtype and shape).
+
+        Example::
+
+            scaled = scaler.scale(loss)
+            scaled.backward()
         """
         if not isinstance(var, Tensor):
             raise TypeError(
@@ -167,268 +171,404 @@ class AmpScaler:
             self._use_dynamic_loss_scaling = False
             self._init_loss_scaling = 1.0
             warnings.warn(
-                f"It is not recommended to use dynamic loss scaling for {amp_dtype}, so GradScaler is disable by default."
+                f"It is not recommended to use dynamic loss scaling for {amp_dtype}, so GradScaler is disable by default.",
+                stacklevel=2,
             )
+            if amp_dtype == "float32":  # Paddle's text hides how much this switches off
+                warnings.warn(
+                    "GradScaler.scale() ran while the AMP dtype was float32, e.g. before any "
+                    "auto_cast(dtype='float16') was entered in this thread: as in Paddle, the scaler is now "
+                    "disabled for good: no loss is scaled, no step is ever skipped and state_dict() is {}.",
+                    stacklevel=2,
+                )
         if not self._enable:
             return var
         # torch's promotion of ``var * scale`` is Paddle's: a 0-d loss of any float dtype
         # gives float32 [1]; a float64 loss with dimensions stays float64.
-        return var * self._scale_on(var.device)
-
-    def _scale_on(self, device: torch.device) -> Tensor:
-        if self._scale is None:
-            self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=device)
-        return self._scale if self._scale.device == device else self._scale.to(device, non_blocking=True)
+        scale = self._tracker.claim(var.device)
+        self._step_state.scaled_with = (self._tracker.generation, scale)
+        return var * scale
 
     # -- unscale, step, update -------------------------------------------------------------
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        """Unscale the optimizer's grads in place and record whether any is inf/NaN."""
+        """Unscale the optimizer's grads in place and record whether any is inf/NaN.
+
+        Args:
+            optimizer: the optimizer whose grads (``main_grad`` where ``decorate`` made one)
+                are unscaled, e.g. before clipping them.
+
+        Example::
+
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+        """
         _check_optimizer(optimizer)
         if not self._enable:
             return
-        state = self._optimizer_states[id(optimizer)]
+        states = self._step_state.optimizer_states
+        state = states.get(id(optimizer), OptimizerState.INIT)
         if state is OptimizerState.UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state is OptimizerState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
         self._unscale_grads(optimizer, fused=False)
-        self._optimizer_states[id(optimizer)] = OptimizerState.UNSCALED
+        states[id(optimizer)] = OptimizerState.UNSCALED
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Unscale (unless ``unscale_`` ran), then step the optimizer unless inf/NaN was found."""
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        """Unscale (unless ``unscale_`` ran), then ``optimizer.step(*args, **kwargs)`` unless a
+        grad is inf/NaN. Returns the step's result, ``None`` when skipped.
+
+        Args:
+            optimizer: the optimizer to step.
+            *args, **kwargs: passed to ``optimizer.step`` (a closure is refused, as torch
+                does: its gradients would come back scaled).
+
+        Example::
+
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        """
         _check_optimizer(optimizer)
         if not self._enable:
-            return optimizer.step()
-        state = self._optimizer_states[id(optimizer)]
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs or (args and callable(args[0])):
+            raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        states = self._step_state.optimizer_states
+        state = states.get(id(optimizer), OptimizerState.INIT)
         if state is OptimizerState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
-        self._step_unless_inf(optimizer, state, optimizer.step)
-        self._optimizer_states[id(optimizer)] = OptimizerState.STEPPED
+        result = self._step_unless_inf(optimizer, state, lambda: optimizer.step(*args, **kwargs))
+        states[id(optimizer)] = OptimizerState.STEPPED
         if not self._use_dynamic_loss_scaling:
-            self._optimizer_states.clear()
+            states.clear()
+        return result
 
     def update(self) -> None:
-        """Move the scale by the flag of the last ``step``; no host sync."""
+        """Move the scale by the flag of the last ``step``; no host sync.
+
+        Example::
+
+            scaler.step(optimizer)
+            scaler.update()
+        """
         if not self._enable or not self._use_dynamic_loss_scaling:
             return
-        self._update()
-        self._optimizer_states.clear()
+        step = self._step_state
+        self._tracker.update(step.cache_found_inf)
+        step.optimizer_states.clear()
+        step.scaled_with = None
 
     def minimize(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-        """``step`` then ``update``: calls ``optimizer.minimize(*args, **kwargs)`` when it has one,
-        else ``optimizer.step()``. Returns its result, or ``(None, None)`` as Paddle does when
-        there is none (a skipped step, or a torch optimizer).
+        """``step`` then ``update`` in one call, as Paddle's ``minimize``.
+
+        Calls ``optimizer.minimize(*args, **kwargs)`` when the optimizer has one (those of
+        ``paddle_compat.optimizer`` do), else ``optimizer.step()``. Returns its result, or
+        ``(None, None)`` as Paddle does when there is none (a skipped step, a torch optimizer).
+        A step that ran counts for torch's LR schedulers as an ``optimizer.step()`` call.
+
+        Args:
+            optimizer: the optimizer to step.
+            *args, **kwargs: passed to ``optimizer.minimize`` (usually the scaled loss).
+
+        Example::
+
+            scaled = scaler.scale(loss)
+            scaled.backward()
+            scaler.minimize(optimizer, scaled)
+            optimizer.clear_grad()
         """
         _check_optimizer(optimizer)
         minimize = getattr(optimizer, "minimize", None)
-        call: Callable[[], Any] = (lambda: minimize(*args, **kwargs)) if callable(minimize) else optimizer.step
+
+        def call() -> Any:
+            result = minimize(*args, **kwargs) if callable(minimize) else optimizer.step()
+            # minimize() bypasses the optimizer.step wrapper torch's LR schedulers watch.
+            optimizer._opt_called = True  # type: ignore[attr-defined]
+            return result
+
         if not self._enable:
             return call()
+        step = self._step_state
         # Like Paddle, minimize() neither refuses a STEPPED optimizer nor unscales it again.
-        result = self._step_unless_inf(optimizer, self._optimizer_states[id(optimizer)], call)
+        result = self._step_unless_inf(optimizer, step.optimizer_states.get(id(optimizer), OptimizerState.INIT), call)
         if self._use_dynamic_loss_scaling:
-            self._update()
-        self._optimizer_states.clear()
+            self._tracker.update(step.cache_found_inf)
+            step.scaled_with = None
+        step.optimizer_states.clear()
         return result if callable(minimize) and result is not None else (None, None)
 
     def _unscale_grads(self, optimizer: torch.optim.Optimizer, fused: bool) -> None:
-        """Unscale the grads in place, or, for a fused optimizer whose own division by the scale
-        is Paddle's multiply by the reciprocal, only check them; record ``found_inf``."""
+        """Unscale the grads in place, or, for a fused optimizer that unscales as Paddle does,
+        only check them; record ``found_inf`` for this thread."""
         grads = unscale.grads_to_unscale(optimizer)
-        device = grads[0].device if grads else self._scale.device if self._scale is not None else torch.device("cpu")
-        scale = self._scale_on(device)
+        step = self._step_state
+        tracker = self._tracker
+        device = grads[0].device if grads else tracker.tensor().device
+        scale, own = tracker.claim(device), True
+        if step.scaled_with is not None and step.scaled_with[0] != tracker.generation:
+            # Another thread moved the scale since this one scaled its loss: unscale with the
+            # scale that was used (the tracker never writes a scale tensor in place).
+            scale, own = step.scaled_with[1].to(device, non_blocking=True), False
         found_inf, inv_scale = torch.zeros_like(scale), torch.reciprocal(scale)
-        if grads and fused and self._optimizer_division_is_exact(grads):
+        if grads and fused and own and self._optimizer_unscales_exactly(optimizer, grads):
             unscale.any_nonfinite(grads, inv_scale, found_inf)  # read only
-            optimizer.grad_scale = scale.view(())  # torch's fused optimizers take 0-d tensors
+            optimizer.grad_scale = scale.view(())  # type: ignore[attr-defined]  # 0-d, as torch's fused optimizers take it
         elif grads:
-            unscale.unscale_(grads, inv_scale, found_inf, check_output=self._scale_may_be_below_one())
-        self._found_inf = found_inf
+            below_one = tracker.may_be_below_one() if own else tracker.policy.lowest < 1.0
+            unscale.unscale_(grads, inv_scale, found_inf, check_output=below_one)
+        if self.process_group is not None:
+            unscale.all_reduce_max(found_inf, self.process_group)
+        step.found_inf = found_inf
+
+    def _optimizer_unscales_exactly(self, optimizer: torch.optim.Optimizer, grads: list[Tensor]) -> bool:
+        """Whether the optimizer's own unscaling gives Paddle's ``T(f32(g) * (1 / scale))``.
+
+        Ours (``_unscales_like_paddle``) compute exactly that. torch's fused optimizers divide
+        by the scale: the same bits when every scale is a power of two and every grad is
+        float32 (Paddle rounds unscaled float16/bfloat16 grads back to their dtype).
+        """
+        if getattr(optimizer, "_unscales_like_paddle", False):
+            return True
+        return self._tracker.only_powers_of_two() and all(g.dtype == torch.float32 for g in grads)
 
     def _step_unless_inf(self, optimizer: torch.optim.Optimizer, state: OptimizerState, call: Callable[[], Any]) -> Any:
-        self._replay(block=False)
-        fused = getattr(optimizer, "_step_supports_amp_scaling", False)
-        if fused:
+        step = self._step_state
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
             return self._fused_step(optimizer, state, call)
         if state is OptimizerState.INIT:
             self.unscale_(optimizer)
-        found = bool(self._found_inf.item())  # the one host sync of a step
-        self._cache_found_inf = _Flag(value=found)
-        self._skipped_steps += found
-        return None if found else call()
+        assert step.found_inf is not None
+        flag = FoundInf.known(bool(step.found_inf.item()))  # the one host sync of a step
+        step.cache_found_inf = flag
+        self._tracker.record_step(flag)
+        return None if flag.value() else call()
 
     def _fused_step(self, optimizer: torch.optim.Optimizer, state: OptimizerState, call: Callable[[], Any]) -> Any:
         """The optimizer skips on the device; no host sync."""
+        step = self._step_state
         if state is OptimizerState.INIT:
             self._unscale_grads(optimizer, fused=True)
-        optimizer.found_inf = self._found_inf.view(())
+        assert step.found_inf is not None
+        optimizer.found_inf = step.found_inf.view(())  # type: ignore[attr-defined]
         try:
             result = call()
         finally:
             for name in ("grad_scale", "found_inf"):
                 if hasattr(optimizer, name):
                     delattr(optimizer, name)
-        flag = _Flag.from_device(self._found_inf)
-        self._cache_found_inf = flag
-        self._pending_steps.append(flag)
+        flag = FoundInf.in_flight(step.found_inf)
+        step.cache_found_inf = flag
+        self._tracker.record_step(flag)
         return result
-
-    def _optimizer_division_is_exact(self, grads: list[Tensor]) -> bool:
-        """Whether ``g / scale`` equals Paddle's ``T(f32(g) * (1 / scale))`` for every scale to come.
-
-        True when every scale is a power of two (the current one, both ratios and the bounds
-        are) and every grad is float32: Paddle rounds unscaled float16/bfloat16 grads back to
-        their dtype, which a fused optimizer's division in float32 does not.
-        """
-        p = self._policy
-        values = (self._host.scale, p.incr_ratio, p.decr_ratio, p.lowest, p.highest if p.max_loss_scaling else 1.0)
-        return all(math.frexp(v)[0] == 0.5 for v in values) and all(g.dtype == torch.float32 for g in grads)
-
-    def _update(self) -> None:
-        flag = self._cache_found_inf  # None (no step yet) counts as finite, as in Paddle
-        if flag is None or flag.known:
-            self._replay(block=True)  # a known flag came with a sync: nothing is left in flight
-            old_scale = self._host.scale
-            self._host = self._advance(self._host, flag is not None and flag.value())
-            if self._host.scale != old_scale:
-                self._write_device_scale()
-            self._device_counters = None  # the device did not see this update
-            return
-        self._device_update(flag.tensor)
-        self._pending_updates.append(flag)
-
-    def _device_update(self, found_inf: Tensor) -> None:
-        """Run the policy on the device, in place, without reading anything back."""
-        p = self._policy
-        if self._device_counters is None:
-            # A count past a period lowered by a setter fires at the next step either way, so
-            # clamping it keeps every decision while letting torch's ``==`` test below fire.
-            periods = (p.incr_every_n_steps, p.decr_every_n_nan_or_inf)
-            self._device_counters = tuple(
-                torch.full((1,), min(n, period - 1), dtype=torch.int32, device=self._scale.device)
-                for n, period in zip(self._host[1:], periods)
-            )
-        incr_count, decr_count = self._device_counters
-        if p.decr_every_n_nan_or_inf == 1:
-            # With one overflow per decrease Paddle's rule is torch's in-place update kernel,
-            # given float32-exact ratios: one launch instead of a dozen small ones.
-            torch._amp_update_scale_(
-                self._scale, incr_count, found_inf, round_f32(p.incr_ratio), round_f32(p.decr_ratio), p.incr_every_n_steps
-            )
-            self._scale.clamp_(p.lowest, p.highest)
-            return
-        state, _ = next_state(LossScaleState(self._scale, incr_count, decr_count), found_inf, p, DEVICE)
-        self._scale, self._device_counters = state.scale, (state.incr_count, state.decr_count)
-
-    def _advance(self, state: LossScaleState, found_inf: bool) -> LossScaleState:
-        new, decreased = next_state(state, found_inf, self._policy, HOST)
-        if decreased:
-            logger.info(
-                f"Found inf or nan, current scale is: {state.scale}, decrease to: {state.scale}*{self._policy.decr_ratio}"
-            )
-        return new
-
-    def _replay(self, block: bool) -> None:
-        """Bring the host replica up to date with what the device did; ``block`` waits for it."""
-        while self._pending_steps and (block or self._pending_steps[0].ready()):
-            self._skipped_steps += self._pending_steps.popleft().value()
-        while self._pending_updates and (block or self._pending_updates[0].ready()):
-            self._host = self._advance(self._host, self._pending_updates.popleft().value())
-
-    def _write_device_scale(self) -> None:
-        if self._scale is not None:
-            self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=self._scale.device)
-
-    def _scale_may_be_below_one(self) -> bool:
-        # A lower bound on the device scale: each update not yet replayed may have decreased it.
-        bound = self._host.scale * self._policy.decr_ratio ** len(self._pending_updates)
-        return max(bound, self._policy.lowest) < 1.0
 
     # -- queries and settings --------------------------------------------------------------
 
     def is_enable(self) -> bool:
+        """Whether the scaler scales (Paddle's name)."""
         return self._enable
 
     def is_use_dynamic_loss_scaling(self) -> bool:
+        """Whether the scale moves (Paddle's name)."""
         return self._use_dynamic_loss_scaling
 
     def get_scale(self) -> float:
-        """The current scale; 0.0 when disabled, as in newer Paddle (torch returns 1.0)."""
+        """The current scale; 0.0 when disabled, as in newer Paddle (torch returns 1.0).
+
+        Reads nothing from the device, except on the fused path when flags are still in
+        flight (it then waits for them)."""
         if not self._enable:
             return 0.0
-        self._replay(block=True)
-        return self._host.scale
+        return self._tracker.state().scale
 
     def get_skipped_steps(self) -> int:
-        """How many optimizer steps were skipped for inf/NaN so far."""
-        self._replay(block=True)
-        return self._skipped_steps
+        """How many optimizer steps were skipped for inf/NaN so far (kept by ``state_dict``)."""
+        return self._tracker.skipped_steps()
+
+    def last_step_skipped(self) -> bool | None:
+        """Whether this thread's last ``step``/``minimize`` was skipped; ``None`` before any.
+
+        Always ``False`` on a disabled scaler. On the fused path it waits for the step's flag
+        (a host sync) if it is still in flight.
+
+        Example::
+
+            scaler.minimize(optimizer, scaled)
+            if not scaler.last_step_skipped():
+                lr_scheduler.step()
+        """
+        if not self._enable:
+            return False
+        flag = self._step_state.cache_found_inf
+        return None if flag is None else flag.value()
 
     def get_init_loss_scaling(self) -> float:
+        """The initial scale (the last one set by ``set_init_loss_scaling`` or a checkpoint)."""
         return self._init_loss_scaling
 
     def set_init_loss_scaling(self, new_init_loss_scaling: float) -> None:
-        """Set the initial scale and restart the current scale from it (counters kept)."""
+        """Set the initial scale and restart the current scale from it (counters kept).
+
+        Args:
+            new_init_loss_scaling: a positive float within the scaler's bounds.
+        """
         value = check_scale("new_init_loss_scaling", new_init_loss_scaling)
-        self._replay(block=True)
+        _check_within("new_init_loss_scaling", value, self._tracker.policy)
+        self._tracker.reset(scale=value)
         self._init_loss_scaling = value
-        self._host = self._host._replace(scale=round_f32(value))
-        self._write_device_scale()
+        self._step_state.scaled_with = None  # Paddle unscales with the new scale
 
     def get_incr_ratio(self) -> float:
-        return self._policy.incr_ratio
+        return self._tracker.policy.incr_ratio
 
     def set_incr_ratio(self, new_incr_ratio: float) -> None:
+        """Args: new_incr_ratio: a float > 1, finite in float32."""
         self._set_policy(incr_ratio=new_incr_ratio)
 
     def get_decr_ratio(self) -> float:
-        return self._policy.decr_ratio
+        return self._tracker.policy.decr_ratio
 
     def set_decr_ratio(self, new_decr_ratio: float) -> None:
+        """Args: new_decr_ratio: a float in (0, 1) that stays below 1 in float32."""
         self._set_policy(decr_ratio=new_decr_ratio)
 
     def get_incr_every_n_steps(self) -> int:
-        return self._policy.incr_every_n_steps
+        return self._tracker.policy.incr_every_n_steps
 
     def set_incr_every_n_steps(self, new_incr_every_n_steps: int) -> None:
+        """Args: new_incr_every_n_steps: a positive int."""
         self._set_policy(incr_every_n_steps=new_incr_every_n_steps)
 
     def get_decr_every_n_nan_or_inf(self) -> int:
-        return self._policy.decr_every_n_nan_or_inf
+        return self._tracker.policy.decr_every_n_nan_or_inf
 
     def set_decr_every_n_nan_or_inf(self, new_decr_every_n_nan_or_inf: int) -> None:
+        """Args: new_decr_every_n_nan_or_inf: a positive int."""
         self._set_policy(decr_every_n_nan_or_inf=new_decr_every_n_nan_or_inf)
 
     def _set_policy(self, **change: Any) -> None:
-        policy = dataclasses.replace(self._policy, **change)  # validates before anything changes
-        self._replay(block=True)  # updates already run on the device used the old policy
-        self._policy = policy
-        self._device_counters = None  # rebuilt from the replica, clamped to the new periods
+        policy = dataclasses.replace(self._tracker.policy, **change)  # validates before anything changes
+        self._tracker.reset(policy=policy)
+
+    # -- Paddle's private attributes, as Paddle code reads them ------------------------------
+    # Trainers read these (PaddleNLP steps its LR scheduler on ``not scaler._cache_found_inf``
+    # and logs ``scaler._scale``). Each is a view of the state's one owner; setting one goes
+    # through the same checks as the public setters.
+
+    @property
+    def _scale(self) -> Tensor | None:
+        """The current scale, a float32 ``[1]`` tensor (``None`` if constructed disabled)."""
+        return self._tracker.tensor() if self._constructed_enabled else None
+
+    @_scale.setter
+    def _scale(self, value: Any) -> None:
+        scale = check_scale("_scale", _one_number("_scale", value))
+        _check_within("_scale", scale, self._tracker.policy)
+        self._tracker.reset(scale=scale)
+        self._step_state.scaled_with = None
+
+    @property
+    def _found_inf(self) -> Tensor:
+        """This thread's last unscale flag as Paddle holds it: a bool ``[1]`` tensor."""
+        found = self._step_state.found_inf
+        return torch.zeros(1, dtype=torch.bool) if found is None else found != 0
+
+    @_found_inf.setter
+    def _found_inf(self, value: Any) -> None:
+        flag = torch.as_tensor(value)
+        if flag.numel() != 1:
+            raise ValueError(f"_found_inf must hold exactly one value, got {flag.numel()}")
+        self._step_state.found_inf = (flag.reshape(1) != 0).to(torch.float32)
+
+    @property
+    def _cache_found_inf(self) -> bool | None:
+        """Whether this thread's last step found inf/NaN (``None`` before any step), a bool as
+        in Paddle after a step. On the fused path reading it waits for the flag (a sync)."""
+        flag = self._step_state.cache_found_inf
+        return None if flag is None else flag.value()
+
+    @_cache_found_inf.setter
+    def _cache_found_inf(self, value: Any) -> None:
+        self._step_state.cache_found_inf = None if value is None else FoundInf.known(bool(value))
+
+    def _policy_attribute(name: str) -> property:  # type: ignore[misc]  # a helper for the class body
+        def get(self: AmpScaler) -> Any:
+            return getattr(self._tracker.policy, name)
+
+        def set_(self: AmpScaler, value: Any) -> None:
+            self._set_policy(**{name: value})
+
+        return property(get, set_, doc=f"Paddle's ``_{name}``: the policy's ``{name}``.")
+
+    _incr_ratio = _policy_attribute("incr_ratio")
+    _decr_ratio = _policy_attribute("decr_ratio")
+    _incr_every_n_steps = _policy_attribute("incr_every_n_steps")
+    _decr_every_n_nan_or_inf = _policy_attribute("decr_every_n_nan_or_inf")
+    del _policy_attribute
+
+    @property
+    def _incr_count(self) -> int:
+        """Finite steps in a row since the last change of the scale (waits for flags in flight)."""
+        return self._tracker.state().incr_count
+
+    @_incr_count.setter
+    def _incr_count(self, value: Any) -> None:
+        self._tracker.reset(counts=(_count("_incr_count", value), self._decr_count))
+
+    @property
+    def _decr_count(self) -> int:
+        """Overflowing steps in a row since the last change of the scale (waits for flags in flight)."""
+        return self._tracker.state().decr_count
+
+    @_decr_count.setter
+    def _decr_count(self, value: Any) -> None:
+        self._tracker.reset(counts=(self._incr_count, _count("_decr_count", value)))
 
     # -- checkpoints -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Paddle's 8 keys (``{}`` when disabled); ``scale`` is a 1-element float32 CPU tensor."""
+        """Paddle's 8 keys (``{}`` when disabled), plus ``skipped_steps``.
+
+        ``scale`` is a 1-element float32 CPU tensor, so ``torch.save`` +
+        ``torch.load(weights_only=True)`` round-trips; Paddle's own ``load_state_dict`` takes
+        the dict too.
+
+        Example::
+
+            torch.save({"scaler": scaler.state_dict()}, path)
+        """
         if not self._enable:
             return {}
-        self._replay(block=True)
-        p = self._policy
+        host = self._tracker.state()
+        p = self._tracker.policy
         return {
-            "scale": torch.tensor([self._host.scale], dtype=torch.float32),
+            "scale": torch.tensor([host.scale], dtype=torch.float32),
             "incr_ratio": p.incr_ratio,
             "decr_ratio": p.decr_ratio,
             "incr_every_n_steps": p.incr_every_n_steps,
             "decr_every_n_nan_or_inf": p.decr_every_n_nan_or_inf,
-            "incr_count": self._host.incr_count,
-            "decr_count": self._host.decr_count,
+            "incr_count": host.incr_count,
+            "decr_count": host.decr_count,
             "use_dynamic_loss_scaling": self._use_dynamic_loss_scaling,
+            "skipped_steps": self._tracker.skipped_steps(),
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()``, ours or Paddle's (``scale`` as a numpy array).
 
-        Everything is checked before anything changes.
+        Everything is checked before anything changes. A dict without ``skipped_steps``
+        (Paddle's) keeps the current count.
+
+        Args:
+            state_dict: the dict to resume from.
+
+        Example::
+
+            scaler.load_state_dict(torch.load(path)["scaler"])
         """
         if not self._enable:
             return
@@ -440,23 +580,60 @@ class AmpScaler:
         if missing:
             raise KeyError(f"state_dict is missing {', '.join(map(repr, missing))}")
         d = state_dict
-        scale = check_scale("state_dict['scale']", float(torch.as_tensor(d["scale"]).reshape(-1)[0]))
+        scale = check_scale("state_dict['scale']", _one_number("state_dict['scale']", d["scale"]))
         policy = dataclasses.replace(
-            self._policy,
+            self._tracker.policy,
             incr_ratio=d["incr_ratio"],
             decr_ratio=d["decr_ratio"],
             incr_every_n_steps=d["incr_every_n_steps"],
             decr_every_n_nan_or_inf=d["decr_every_n_nan_or_inf"],
         )
-        counts = [_count(f"state_dict[{k!r}]", d[k]) for k in ("incr_count", "decr_count")]
+        _check_within("state_dict['scale']", scale, policy)
+        counts = (_count("state_dict['incr_count']", d["incr_count"]), _count("state_dict['decr_count']", d["decr_count"]))
         dynamic = _check_bool("state_dict['use_dynamic_loss_scaling']", _plain(d["use_dynamic_loss_scaling"]))
-        self._replay(block=True)
-        self._policy = policy
+        skipped = _count("state_dict['skipped_steps']", d["skipped_steps"]) if "skipped_steps" in d else None
+        self._tracker.reset(scale=scale, policy=policy, counts=counts, skipped=skipped)
         self._init_loss_scaling = scale
-        self._host = LossScaleState(round_f32(scale), *counts)
         self._use_dynamic_loss_scaling = dynamic
-        self._write_device_scale()
-        self._device_counters = None
+        self._step_state.scaled_with = None
+
+    def set_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Paddle's name for ``load_state_dict`` on layers and optimizers (not on its scaler)."""
+        self.load_state_dict(state_dict)
+
+    # -- pickling ----------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._step_state.optimizer_states:
+            raise RuntimeError(
+                "A GradScaler can only be pickled or copied between iterations: before scale() or after update()."
+            )
+        state = self.__dict__.copy()
+        del state["_step_state"]  # per-thread, per-iteration
+        group = state["process_group"]
+        if group is not None:  # a process group does not pickle; the default one is named
+            if group is not _world_group():
+                raise RuntimeError(
+                    "A GradScaler with a process_group other than the default group cannot be pickled or "
+                    "copied; set scaler.process_group = None first and set it again on the copy."
+                )
+            state["process_group"] = _WORLD
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.process_group == _WORLD:
+            self.process_group = _world_group()
+        self._step_state = _StepState()
+
+
+_WORLD = "paddle_compat: the default process group"
+
+
+def _world_group() -> Any:
+    import torch.distributed as dist
+
+    return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
 
 
 def _plain(value: Any) -> Any:
@@ -464,6 +641,17 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Tensor):
         return value.item() if value.numel() == 1 else value
     return value.item() if getattr(value, "size", None) == 1 and hasattr(value, "item") else value
+
+
+def _one_number(name: str, value: Any) -> Any:
+    """The number in a 1-element tensor, array or list (Paddle saves ``scale`` as ``[1]``)."""
+    try:
+        flat = torch.as_tensor(value).reshape(-1)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{name} must be a number or a 1-element tensor/array, got {type(value).__name__}") from error
+    if flat.numel() != 1:
+        raise ValueError(f"{name} must hold exactly one number, got {flat.numel()}")
+    return flat[0].item()
 
 
 def _count(name: str, value: Any) -> int:
@@ -476,6 +664,16 @@ def _count(name: str, value: Any) -> int:
 class GradScaler(AmpScaler):
     """Paddle's ``paddle.amp.GradScaler``: ``AmpScaler`` with Paddle 3.x's defaults
     (``2**16``, 2000 steps). Paddle writes every method twice; here they are inherited.
+
+    Example::
+
+        scaler = GradScaler()
+        with auto_cast():
+            loss = model(x).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.clear_grad()
     """
 
     def __init__(
@@ -490,6 +688,7 @@ class GradScaler(AmpScaler):
         *,
         min_loss_scaling: float | None = None,
         max_loss_scaling: float | None = None,
+        process_group: Any = None,
     ) -> None:
         super().__init__(
             enable,
@@ -501,4 +700,5 @@ class GradScaler(AmpScaler):
             use_dynamic_loss_scaling,
             min_loss_scaling=min_loss_scaling,
             max_loss_scaling=max_loss_scaling,
+            process_group=process_group,
         )

@@ -60,10 +60,14 @@ def check_period(name: str, value: Any) -> int:
 
 
 def check_scale(name: str, value: Any) -> float:
-    """A loss scale: a float > 0 that stays finite and non-zero in float32."""
+    """A loss scale: a float > 0 that is a finite, normal float32.
+
+    A subnormal scale has an infinite reciprocal: every unscaled gradient would be inf or NaN
+    and every step skipped.
+    """
     value = check_ratio(name, value, 0.0, None)
-    if not 0.0 < round_f32(value) < math.inf:
-        raise ValueError(f"{name} must be a finite number > 0 in float32's range, got {value!r}")
+    if not FLOAT32_TINY <= round_f32(value) < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0 in float32's normal range, got {value!r}")
     return value
 
 
@@ -82,6 +86,12 @@ class LossScalePolicy:
         set_ = object.__setattr__  # frozen: validate and normalise in one place
         set_(self, "incr_ratio", check_ratio("incr_ratio", self.incr_ratio, 1.0, None))
         set_(self, "decr_ratio", check_ratio("decr_ratio", self.decr_ratio, 0.0, 1.0))
+        # The scale is multiplied by the float32 ratio: one that rounds to 1 (or to inf or 0)
+        # would leave the scale stuck, or end the run.
+        if not 1.0 < round_f32(self.incr_ratio) < math.inf:
+            raise ValueError(f"incr_ratio must stay finite and > 1 in float32, got {self.incr_ratio!r}")
+        if not FLOAT32_TINY <= round_f32(self.decr_ratio) < 1.0:
+            raise ValueError(f"decr_ratio must stay a normal float32 below 1, got {self.decr_ratio!r}")
         set_(self, "incr_every_n_steps", check_period("incr_every_n_steps", self.incr_every_n_steps))
         set_(self, "decr_every_n_nan_or_inf", check_period("decr_every_n_nan_or_inf", self.decr_every_n_nan_or_inf))
         for name in ("min_loss_scaling", "max_loss_scaling"):

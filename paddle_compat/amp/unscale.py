@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -104,3 +105,29 @@ def _gather(found_by_device: dict[torch.device, Tensor], found_inf: Tensor) -> N
     for device, found in found_by_device.items():
         if device != found_inf.device:
             torch.maximum(found_inf, found.to(found_inf.device, non_blocking=True), out=found_inf)
+
+
+def all_reduce_max(found_inf: Tensor, group: Any) -> None:
+    """Make ``found_inf`` the MAX over the ranks of ``group``, in place: every rank then skips
+    the same steps and moves the scale the same way.
+
+    The collective runs on the flag's device when the group's backend serves it, else on the
+    other device the group serves (a CPU flag under NCCL goes through the current CUDA
+    device). Issued on the current stream: on CUDA the host does not wait for it.
+    """
+    import torch.distributed as dist  # only distributed runs pay for the import
+
+    device = found_inf.device
+    if device.type == "cpu" and not _serves_cpu(group):
+        reduced = found_inf.to(torch.device("cuda", torch.cuda.current_device()))
+        dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
+        found_inf.copy_(reduced)
+        return
+    dist.all_reduce(found_inf, op=dist.ReduceOp.MAX, group=group)
+
+
+def _serves_cpu(group: Any) -> bool:
+    import torch.distributed as dist
+
+    backend = str(dist.get_backend(group)).lower()
+    return "gloo" in backend or "cpu" in backend or "mpi" in backend

@@ -90,7 +90,8 @@ class Twin:
 
 def assert_same(ours, pscaler, label: str) -> None:
     osd, psd = ours.state_dict(), pscaler.state_dict()
-    assert sorted(osd) == sorted(psd), f"{label}: keys ours {sorted(osd)} vs Paddle {sorted(psd)}"
+    ours_keys = sorted(set(osd) - {"skipped_steps"})  # our one extra key
+    assert ours_keys == sorted(psd), f"{label}: keys ours {ours_keys} vs Paddle {sorted(psd)}"
     if psd:
         assert_bitwise_equal(osd["scale"], psd["scale"], f"{label}: scale")
         for key in KEYS[1:]:
@@ -105,7 +106,8 @@ def test_state_dict_format(cls):
     kwargs = CONFIGS[0]
     ours, pscaler = OURS[cls](**kwargs), paddle_scaler(cls, **kwargs)
     osd, psd = ours.state_dict(), pscaler.state_dict()
-    assert list(osd) == list(psd) == KEYS and len(KEYS) == 8
+    # Paddle's 8 keys in its order, then ours: the skipped-step count survives a checkpoint.
+    assert list(osd) == [*KEYS, "skipped_steps"] and list(psd) == KEYS and len(KEYS) == 8
     assert isinstance(osd["scale"], torch.Tensor)
     assert osd["scale"].dtype == torch.float32 and tuple(osd["scale"].shape) == (1,)
     assert_bitwise_equal(osd["scale"], psd["scale"], "scale")
@@ -222,6 +224,7 @@ def test_torch_save_round_trip_resumes_identically(cfg, tmp_path):
     resumed = GradScaler()
     resumed.load_state_dict(torch.load(path, weights_only=True))
     assert_same(resumed, pscaler, "after torch.load")
+    assert resumed.get_skipped_steps() == ours.get_skipped_steps()
     for i in range(10):
         twin.step(resumed, pscaler, f"resumed step {i}")
 
@@ -258,3 +261,17 @@ def test_disabled_state_dict_round_trip():
     assert ours.state_dict() == pscaler.state_dict() == {}
     with pytest.raises(RuntimeError, match="^" + EMPTY_MESSAGE.replace(".", r"\.") + "$"):
         GradScaler().load_state_dict(ours.state_dict())
+
+
+def test_paddle_loads_our_dict_and_a_paddle_dict_keeps_our_skipped_count():
+    twin = Twin(seed=7)
+    ours, pscaler = GradScaler(init_loss_scaling=2.0**120, incr_every_n_steps=3), paddle_scaler(init_loss_scaling=2.0**120, incr_every_n_steps=3)
+    for i in range(6):
+        twin.step(ours, pscaler, f"step {i}")
+    assert ours.get_skipped_steps() > 0
+    fresh = paddle_scaler()
+    fresh.load_state_dict(ours.state_dict())  # the extra key is ignored by Paddle
+    assert_same(ours, fresh, "Paddle loading ours")
+    resumed = GradScaler()
+    resumed.load_state_dict(pscaler.state_dict())  # no skipped_steps key: the count is kept
+    assert resumed.get_skipped_steps() == 0

@@ -1,0 +1,273 @@
+"""The loss scale's state and its one owner: host replica, device copy, flags in flight.
+
+``ScaleTracker`` holds everything that must agree about the scale: the policy, the host replica
+(scale, ``incr_count``, ``decr_count``), the device copy the gradients are unscaled with, the
+``found_inf`` flags still on their way from the device, and the skipped-step count. Whoever moves
+the scale asks the tracker; nobody else writes any of it.
+
+Why a host replica: the skip decision of an ordinary step reads ``found_inf`` anyway, so the host
+can run the policy itself on that flag and know the scale without reading the device. With a
+fused optimizer the flag stays on the device: the device runs the policy, the flag travels to the
+host through pinned memory, and the replica replays it when it arrives. Reads that need the
+replica exact (``state()``, ``skipped_steps()``) wait for flags still in flight; nothing else does.
+
+The device copy is replaced, never written in place, so a tensor handed out earlier keeps the
+value it had (a thread that scaled its loss with it unscales with it too). All methods take one
+lock: a tracker may be shared by threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+from collections import deque
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .loss_scale import DEVICE, HOST, LossScalePolicy, LossScaleState, next_state, round_f32
+
+__all__ = ["FoundInf", "ScaleTracker"]
+
+logger = logging.getLogger("paddle_compat.amp")
+
+
+class FoundInf:
+    """One step's ``found_inf``: known on the host, or a device tensor on its way there."""
+
+    __slots__ = ("_value", "_host", "_event", "tensor")
+
+    def __init__(self, value: bool | None = None, tensor: Tensor | None = None) -> None:
+        self._value, self._host, self._event, self.tensor = value, None, None, tensor
+
+    @classmethod
+    def known(cls, value: bool) -> FoundInf:
+        return cls(value=value)
+
+    @classmethod
+    def in_flight(cls, tensor: Tensor) -> FoundInf:
+        """Start copying a device flag to the host without waiting for it."""
+        flag = cls(tensor=tensor)
+        if tensor.device.type == "cuda":
+            flag._host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            flag._host.copy_(tensor, non_blocking=True)
+            flag._event = torch.cuda.Event()
+            flag._event.record()
+        else:  # the host is the device: reading it costs nothing
+            flag._value = bool(tensor.item())
+        return flag
+
+    @property
+    def on_device(self) -> bool:
+        """Whether the flag was decided on the device (the policy then runs there too)."""
+        return self.tensor is not None
+
+    def ready(self) -> bool:
+        return self._event is None or self._event.query()
+
+    def value(self) -> bool:
+        """The flag; waits for the copy if it is still in flight (the only sync it ever makes)."""
+        if self._value is None:
+            self._event.synchronize()
+            self._value, self._host, self._event = bool(self._host.item()), None, None
+        return self._value
+
+
+class ScaleTracker:
+    """Owner of the loss scale's state, on the host and on the device.
+
+    Args:
+        policy: the validated hyper-parameters.
+        scale: the initial scale (a float32 value).
+        device: where the device copy lives until gradients on another device claim it
+            (``None``: CPU).
+    """
+
+    def __init__(self, policy: LossScalePolicy, scale: float, device: torch.device | None = None) -> None:
+        self._lock = threading.RLock()
+        self._policy = policy
+        self._host = LossScaleState(round_f32(scale), 0, 0)
+        self._skipped = 0
+        self._init_transients(device)
+
+    def _init_transients(self, device: torch.device | None) -> None:
+        """The device-side state: rebuilt from the replica after unpickling."""
+        self._device = torch.device(device) if device is not None else torch.device("cpu")
+        self._homed = False  # whether gradients have fixed the device copy's device
+        self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=self._device)
+        self.generation = 0  # bumped whenever the scale's value may change
+        self._device_counters: tuple[Tensor, Tensor] | None = None  # while the device runs the policy
+        self._pending_updates: deque[FoundInf] = deque()  # updates the device ran, not yet replayed
+        self._pending_steps: deque[FoundInf] = deque()  # steps whose skip is not yet known here
+
+    # -- reads -------------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> LossScalePolicy:
+        return self._policy
+
+    def state(self) -> LossScaleState:
+        """The replica, exact: waits for flags still in flight."""
+        with self._lock:
+            self._replay(block=True)
+            return self._host
+
+    def skipped_steps(self) -> int:
+        with self._lock:
+            self._replay(block=True)
+            return self._skipped
+
+    def tensor(self, device: torch.device | None = None) -> Tensor:
+        """The current scale as a float32 ``[1]`` tensor on ``device`` (default: its home).
+
+        The first device that asks for it with gradients becomes its home (``claim``); other
+        devices get copies.
+        """
+        with self._lock:
+            if device is None or device == self._scale.device:
+                return self._scale
+            return self._scale.to(device, non_blocking=True)
+
+    def claim(self, device: torch.device) -> Tensor:
+        """Move the device copy to ``device`` if nothing has fixed its home yet; return it there."""
+        with self._lock:
+            if not self._homed:
+                self._homed = True
+                if device != self._scale.device:
+                    self._device_counters = None
+                    self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=device)
+            return self.tensor(device)
+
+    def may_be_below_one(self) -> bool:
+        """Whether the device scale may be < 1, from a host lower bound (no sync)."""
+        with self._lock:
+            self._replay(block=False)
+            # Each update not yet replayed may have decreased it.
+            bound = self._host.scale * self._policy.decr_ratio ** len(self._pending_updates)
+            return max(bound, self._policy.lowest) < 1.0
+
+    def only_powers_of_two(self) -> bool:
+        """Whether every scale to come is a power of two: the current one, both ratios and the
+        bounds are (no sync: a replayed scale is a power of two exactly when the device's is)."""
+        with self._lock:
+            p = self._policy
+            values = (self._host.scale, p.incr_ratio, p.decr_ratio, p.lowest,
+                      p.highest if p.max_loss_scaling else 1.0)
+            return all(math.frexp(v)[0] == 0.5 for v in values)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def record_step(self, flag: FoundInf) -> None:
+        """Count the step as skipped if its flag says so (when the flag reaches the host)."""
+        with self._lock:
+            if flag.on_device:
+                self._pending_steps.append(flag)
+            else:
+                self._skipped += flag.value()
+
+    def update(self, flag: FoundInf | None) -> None:
+        """One step of the policy; ``None`` (no step since the last update) counts as finite."""
+        with self._lock:
+            if flag is None or not flag.on_device:
+                self._replay(block=True)  # a known flag came with a sync: nothing is left in flight
+                old = self._host.scale
+                self._host = self._advance(self._host, flag is not None and flag.value())
+                if self._host.scale != old:
+                    self._write_scale()
+                self._device_counters = None  # the device did not see this update
+                return
+            self._device_update(flag.tensor)
+            self._pending_updates.append(flag)
+
+    def reset(
+        self,
+        *,
+        scale: float | None = None,
+        policy: LossScalePolicy | None = None,
+        counts: tuple[int, int] | None = None,
+        skipped: int | None = None,
+    ) -> None:
+        """Replace parts of the state (setters, checkpoints); the caller validated the values."""
+        with self._lock:
+            self._replay(block=True)  # updates already run on the device used the old state
+            if policy is not None:
+                self._policy = policy
+            host = self._host
+            if scale is not None:
+                host = host._replace(scale=round_f32(scale))
+            if counts is not None:
+                host = host._replace(incr_count=counts[0], decr_count=counts[1])
+            self._host = host
+            if skipped is not None:
+                self._skipped = skipped
+            self._write_scale()
+            self._device_counters = None  # rebuilt from the replica, clamped to the periods
+
+    # -- mechanics ---------------------------------------------------------------------------
+
+    def _write_scale(self) -> None:
+        self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=self._scale.device)
+        self.generation += 1
+
+    def _device_update(self, found_inf: Tensor) -> None:
+        """Run the policy on the device, without reading anything back."""
+        p = self._policy
+        if self._device_counters is None:
+            # A count past a period lowered by a setter fires at the next step either way, so
+            # clamping it keeps every decision while letting torch's ``==`` test below fire.
+            periods = (p.incr_every_n_steps, p.decr_every_n_nan_or_inf)
+            self._device_counters = tuple(  # type: ignore[assignment]
+                torch.full((1,), min(n, period - 1), dtype=torch.int32, device=self._scale.device)
+                for n, period in zip(self._host[1:], periods)
+            )
+        incr_count, decr_count = self._device_counters  # type: ignore[misc]
+        found_inf = found_inf.to(self._scale.device, non_blocking=True)
+        self.generation += 1
+        if p.decr_every_n_nan_or_inf == 1:
+            # With one overflow per decrease Paddle's rule is torch's update kernel, given
+            # float32-exact ratios: two launches instead of a dozen small ones. It works in
+            # place, so it runs on a copy: the old tensor may still be in use (see module doc).
+            scale = self._scale.clone()
+            torch._amp_update_scale_(
+                scale, incr_count, found_inf, round_f32(p.incr_ratio), round_f32(p.decr_ratio), p.incr_every_n_steps
+            )
+            self._scale = scale.clamp_(p.lowest, p.highest)
+            return
+        state, _ = next_state(LossScaleState(self._scale, incr_count, decr_count), found_inf, p, DEVICE)
+        self._scale, self._device_counters = state.scale, (state.incr_count, state.decr_count)
+
+    def _advance(self, state: LossScaleState, found_inf: bool) -> LossScaleState:
+        new, decreased = next_state(state, found_inf, self._policy, HOST)
+        if decreased:
+            logger.info(
+                f"Found inf or nan, current scale is: {state.scale}, decrease to: {state.scale}*{self._policy.decr_ratio}"
+            )
+        return new
+
+    def _replay(self, block: bool) -> None:
+        """Bring the replica up to date with what the device did; ``block`` waits for it."""
+        while self._pending_steps and (block or self._pending_steps[0].ready()):
+            self._skipped += self._pending_steps.popleft().value()
+        while self._pending_updates and (block or self._pending_updates[0].ready()):
+            self._host = self._advance(self._host, self._pending_updates.popleft().value())
+
+    # -- pickling: the replica is the state; the device side is rebuilt on load --------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            self._replay(block=True)
+            return {"policy": dataclasses.asdict(self._policy), "host": tuple(self._host),
+                    "skipped": self._skipped, "device": str(self._scale.device)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._lock = threading.RLock()
+        self._policy = LossScalePolicy(**state["policy"])
+        self._host = LossScaleState(*state["host"])
+        self._skipped = state["skipped"]
+        device = torch.device(state["device"])
+        if device.type == "cuda" and not torch.cuda.is_available():
+            device = torch.device("cpu")
+        self._init_transients(device)
