@@ -517,3 +517,141 @@ def test_the_fused_path_logs_each_decrease_from_the_replayed_flags(caplog):
         "Found inf or nan, current scale is: 2048.0, decrease to: 2048.0*0.5",
         "Found inf or nan, current scale is: 1024.0, decrease to: 1024.0*0.5",
     ]
+
+
+# -- checks added by the hardening review ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, exc, message",
+    [
+        (lambda s: s.set_init_loss_scaling(1e-40), ValueError,
+         "new_init_loss_scaling must be a finite number > 0 in float32's normal range, got 1e-40"),
+        (lambda s: s.set_init_loss_scaling(2.0**30), ValueError,
+         "new_init_loss_scaling (1073741824.0) must lie within [min_loss_scaling, max_loss_scaling] = [1.0, 1048576.0]"),
+        (lambda s: s.set_decr_ratio(0.99999999), ValueError, "decr_ratio must stay a normal float32 below 1, got 0.99999999"),
+        (lambda s: s.set_decr_ratio(1e-50), ValueError, "decr_ratio must stay a normal float32 below 1, got 1e-50"),
+        (lambda s: s.set_incr_ratio(1e39), ValueError, "incr_ratio must stay finite and > 1 in float32, got 1e+39"),
+        (lambda s: s.set_incr_ratio(1.00000001), ValueError, "incr_ratio must stay finite and > 1 in float32, got 1.00000001"),
+        (lambda s: s.update(new_scale=-1.0), ValueError, "new_scale must be a finite number > 0, got -1.0"),
+        (lambda s: s.load_state_dict({**s.state_dict(), "scale": torch.tensor([2.0**40])}), ValueError,
+         "state_dict['scale'] (1099511627776.0) must lie within [min_loss_scaling, max_loss_scaling] = [1.0, 1048576.0]"),
+        (lambda s: s.load_state_dict({**s.state_dict(), "scale": torch.tensor([1e-40])}), ValueError,
+         "state_dict['scale'] must be a finite number > 0 in float32's normal range, got 9.99994610111476e-41"),
+        (lambda s: s.load_state_dict({**s.state_dict(), "scale": torch.ones(2)}), ValueError,
+         "state_dict['scale'] must hold exactly one number, got 2"),
+        (lambda s: s.load_state_dict({**s.state_dict(), "scale": "big"}), TypeError,
+         "state_dict['scale'] must be a number or a 1-element tensor/array, got str"),
+        (lambda s: s.load_state_dict({**s.state_dict(), "skipped_steps": -3}), ValueError,
+         "state_dict['skipped_steps'] must be a non-negative int, got -3"),
+        (lambda s: setattr(s, "_incr_ratio", 0.5), ValueError, "incr_ratio must be a finite number > 1, got 0.5"),
+        (lambda s: setattr(s, "_decr_count", -1), ValueError, "_decr_count must be a non-negative int, got -1"),
+    ],
+)
+def test_bad_values_are_refused_naming_them_and_change_nothing(call, exc, message):
+    scaler = GradScaler(init_loss_scaling=1024.0, min_loss_scaling=1.0, max_loss_scaling=2.0**20)
+    before = scaler.state_dict()
+    with pytest.raises(exc) as info:
+        call(scaler)
+    assert str(info.value) == message
+    after = scaler.state_dict()
+    assert torch.equal(after.pop("scale"), before.pop("scale")) and after == before
+
+
+@pytest.mark.parametrize("copy", ["pickle", "deepcopy"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_copy_resumes_the_same_trajectory(copy, fused):
+    import copy as copy_module
+    import pickle
+
+    def run(scaler, model, opt, bads):
+        for bad in bads:
+            backward(scaler, model, torch.full((2, 6), float("nan")) if bad else torch.ones(2, 6))
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+
+    model, opt = make_model(opt="adam", fused=fused)
+    scaler = GradScaler(init_loss_scaling=64.0, incr_every_n_steps=2, decr_every_n_nan_or_inf=2)
+    run(scaler, model, opt, [False, True, True, False])
+    twin = pickle.loads(pickle.dumps(scaler)) if copy == "pickle" else copy_module.deepcopy(scaler)
+    model2 = copy_module.deepcopy(model)
+    opt2 = type(opt)(model2.parameters(), lr=0.01, fused=fused)
+    opt2.load_state_dict(copy_module.deepcopy(opt.state_dict()))  # torch would share the step tensors
+    tail = [False, False, True, False, True, True]
+    run(scaler, model, opt, tail)
+    run(twin, model2, opt2, tail)
+    a, b = scaler.state_dict(), twin.state_dict()
+    assert torch.equal(a.pop("scale"), b.pop("scale")) and a == b
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), model2.parameters()))
+
+
+def test_minimize_counts_as_an_optimizer_step_for_torch_lr_schedulers():
+    from paddle_compat.optimizer import SGD
+
+    w = torch.nn.Parameter(torch.ones(2))
+    opt = SGD(learning_rate=0.1, parameters=[w])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1.0)
+    scaler = GradScaler()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns "Detected call of lr_scheduler.step() before optimizer.step()"
+        scaled = scaler.scale(w.sum())
+        scaled.backward()
+        scaler.minimize(opt, scaled)
+        sched.step()
+
+
+def test_a_replaced_unscale_hook_decides_the_skip_as_in_paddles_fleet():
+    """Paddle's fleet wrappers replace ``scaler._unscale`` and set ``_found_inf`` in it."""
+    model, opt = make_model()
+    scaler = GradScaler()
+    calls = []
+
+    def agreed_unscale(optimizer):
+        calls.append(optimizer)
+        AmpScaler._unscale(scaler, optimizer)
+        scaler._found_inf = torch.tensor([True])  # as if another rank overflowed
+
+    scaler._unscale = agreed_unscale
+    before = [p.detach().clone() for p in model.parameters()]
+    backward(scaler, model, torch.ones(2, 6))
+    scaler.step(opt)
+    scaler.update()
+    assert calls == [opt] and scaler.last_step_skipped() is True
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    assert scaler.get_scale() == 2.0**15
+
+
+def test_last_step_skipped():
+    model, opt = make_model()
+    scaler = GradScaler()
+    assert scaler.last_step_skipped() is None
+    for bad in (True, False):
+        backward(scaler, model, torch.full((2, 6), float("inf")) if bad else torch.ones(2, 6))
+        scaler.minimize(opt)
+        opt.zero_grad()
+        assert scaler.last_step_skipped() is bad
+    assert GradScaler(enable=False).last_step_skipped() is False
+
+
+def test_paddle_2x_defaults_on_request():
+    old = GradScaler(defaults="2.x")
+    assert (old.get_init_loss_scaling(), old.get_incr_every_n_steps(), old.get_decr_every_n_nan_or_inf()) == (32768.0, 1000, 2)
+    assert GradScaler(incr_every_n_steps=7, defaults="2.x").get_incr_every_n_steps() == 7
+    assert AmpScaler(defaults="2.x").get_init_loss_scaling() == 2.0**15
+    with pytest.raises(ValueError, match=r"^defaults must be '3.x' or '2.x', got '1.x'$"):
+        GradScaler(defaults="1.x")
+
+
+def test_torch_names_on_ampscaler_name_paddles():
+    with pytest.raises(TypeError, match=r"^AmpScaler\(\) got an unexpected keyword argument 'init_scale': Paddle's name is 'init_loss_scaling'"):
+        AmpScaler(init_scale=8.0)
+    with pytest.raises(TypeError, match=r"^GradScaler\(\) got an unexpected keyword argument 'init_scaling'$"):
+        GradScaler(init_scaling=8.0)
+
+
+def test_bad_values_under_torch_names_name_what_the_caller_wrote():
+    with pytest.raises(ValueError, match=r"^growth_factor must be a finite number > 1, got 0.5$"):
+        GradScaler(growth_factor=0.5)
+    with pytest.raises(ValueError, match=r"^new_interval must be an integer in \[1, 2147483647\], got 0$"):
+        GradScaler().set_growth_interval(0)

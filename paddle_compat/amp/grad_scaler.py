@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import unscale
+from . import scaler_args, unscale
 from .amp_state import amp_global_state
 from .loss_scale import LossScalePolicy, check_scale, round_f32
 from .scale_tracker import FoundInf, ScaleTracker
@@ -98,6 +98,8 @@ class AmpScaler:
             same scale. ``None``: no collective (enough when the grads are already identical
             on every rank, as under DDP). ``paddle_compat.distributed.fleet.distributed_scaler``
             sets it the way Paddle's fleet does.
+        defaults: ``"2.x"`` gives Paddle 2.x's defaults to the arguments not given (ours;
+            keyword only; see ``GradScaler``).
 
     Example::
 
@@ -113,16 +115,25 @@ class AmpScaler:
     bad arguments raise ``TypeError``/``ValueError``; per-thread step state (module doc).
     """
 
-    def __init__(
+    _torch_dialect = False  # Paddle's AmpScaler takes Paddle's names only
+    _family = "AmpScaler"  # whose defaults
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        options, aliases = scaler_args.resolve(type(self).__name__, self._family, args, kwargs, self._torch_dialect)
+        try:
+            self._configure(**options)
+        except (TypeError, ValueError) as error:
+            raise scaler_args.renamed(error, aliases) from None
+
+    def _configure(
         self,
-        enable: bool = True,
-        init_loss_scaling: float = 2.0**15,
-        incr_ratio: float = 2.0,
-        decr_ratio: float = 0.5,
-        incr_every_n_steps: int = 1000,
-        decr_every_n_nan_or_inf: int = 1,
-        use_dynamic_loss_scaling: bool = True,
-        *,
+        enable: bool,
+        init_loss_scaling: float,
+        incr_ratio: float,
+        decr_ratio: float,
+        incr_every_n_steps: int,
+        decr_every_n_nan_or_inf: int,
+        use_dynamic_loss_scaling: bool,
         min_loss_scaling: float | None = None,
         max_loss_scaling: float | None = None,
         process_group: Any = None,
@@ -215,7 +226,7 @@ class AmpScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state is OptimizerState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        self._unscale_grads(optimizer, fused=False)
+        self._unscale(optimizer)
         states[id(optimizer)] = OptimizerState.UNSCALED
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
@@ -248,18 +259,29 @@ class AmpScaler:
             states.clear()
         return result
 
-    def update(self) -> None:
+    def update(self, new_scale: float | Tensor | None = None) -> None:
         """Move the scale by the flag of the last ``step``; no host sync.
+
+        Args:
+            new_scale: set the scale to this instead (a float or 1-element tensor), and restart
+                both counters, as newer Paddle does (torch keeps its growth count).
 
         Example::
 
             scaler.step(optimizer)
             scaler.update()
         """
-        if not self._enable or not self._use_dynamic_loss_scaling:
+        if not self._enable:
             return
         step = self._step_state
-        self._tracker.update(step.cache_found_inf)
+        if new_scale is not None:
+            scale = check_scale("new_scale", _one_number("new_scale", new_scale))
+            _check_within("new_scale", scale, self._tracker.policy)
+            self._tracker.reset(scale=scale, counts=(0, 0))
+        elif not self._use_dynamic_loss_scaling:
+            return
+        else:
+            self._tracker.update(step.cache_found_inf)
         step.optimizer_states.clear()
         step.scaled_with = None
 
@@ -301,6 +323,15 @@ class AmpScaler:
             step.scaled_with = None
         step.optimizer_states.clear()
         return result if callable(minimize) and result is not None else (None, None)
+
+    def _unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Paddle's hook: unscale the grads in place and record ``_found_inf``.
+
+        ``unscale_``, ``step`` and ``minimize`` call it (except on the fused path), so code that
+        replaces it on an instance, as Paddle's fleet wrappers do, keeps working: a replacement
+        that sets ``self._found_inf`` decides the skip.
+        """
+        self._unscale_grads(optimizer, fused=False)
 
     def _unscale_grads(self, optimizer: torch.optim.Optimizer, fused: bool) -> None:
         """Unscale the grads in place, or, for a fused optimizer that unscales as Paddle does,
@@ -662,8 +693,27 @@ def _count(name: str, value: Any) -> int:
 
 
 class GradScaler(AmpScaler):
-    """Paddle's ``paddle.amp.GradScaler``: ``AmpScaler`` with Paddle 3.x's defaults
-    (``2**16``, 2000 steps). Paddle writes every method twice; here they are inherited.
+    """Paddle's ``paddle.amp.GradScaler``: ``AmpScaler`` with Paddle 3.x's defaults (``2**16``,
+    2000 steps), which also speaks torch's dialect as newer Paddle does.
+
+    Both of these build the same scaler::
+
+        GradScaler(init_loss_scaling=1024, incr_ratio=3.0, incr_every_n_steps=500)
+        GradScaler("cuda", init_scale=1024, growth_factor=3.0, growth_interval=500)
+
+    Args: those of ``AmpScaler``, plus torch's names as aliases: ``enabled`` (``enable``),
+    ``init_scale`` (``init_loss_scaling``), ``growth_factor`` (``incr_ratio``),
+    ``backoff_factor`` (``decr_ratio``), ``growth_interval`` (``incr_every_n_steps``). Positional
+    arguments follow Paddle's order when the first is a bool, torch's order (``init_scale,
+    growth_factor, backoff_factor, growth_interval, enabled``) after a leading device string or
+    when the first is a number. ``device`` is accepted and ignored (the scale goes where the
+    gradients are). Naming one argument twice is a ``ValueError``. ``defaults="2.x"`` gives
+    Paddle 2.x's defaults (``32768``, 1000 steps, 2 overflows per decrease) to what is not given.
+    ``paddle_compat.scaler_args`` has the exact rules.
+
+    Defaults stay Paddle's under torch's names too; torch's differ in ``get_scale()`` of a
+    disabled scaler (1.0 in torch, 0.0 here as in Paddle) and torch has no
+    ``decr_every_n_nan_or_inf`` (it backs off at every overflow, which is Paddle 3's default).
 
     Example::
 
@@ -676,29 +726,48 @@ class GradScaler(AmpScaler):
         optimizer.clear_grad()
     """
 
-    def __init__(
-        self,
-        enable: bool = True,
-        init_loss_scaling: float = 2.0**16,
-        incr_ratio: float = 2.0,
-        decr_ratio: float = 0.5,
-        incr_every_n_steps: int = 2000,
-        decr_every_n_nan_or_inf: int = 1,
-        use_dynamic_loss_scaling: bool = True,
-        *,
-        min_loss_scaling: float | None = None,
-        max_loss_scaling: float | None = None,
-        process_group: Any = None,
-    ) -> None:
-        super().__init__(
-            enable,
-            init_loss_scaling,
-            incr_ratio,
-            decr_ratio,
-            incr_every_n_steps,
-            decr_every_n_nan_or_inf,
-            use_dynamic_loss_scaling,
-            min_loss_scaling=min_loss_scaling,
-            max_loss_scaling=max_loss_scaling,
-            process_group=process_group,
-        )
+    _torch_dialect = True
+    _family = "GradScaler"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+    # torch's names for Paddle's getters and setters (newer Paddle has them too)
+
+    def is_enabled(self) -> bool:
+        """torch's name for ``is_enable()``."""
+        return self.is_enable()
+
+    def get_growth_factor(self) -> float:
+        """torch's name for ``get_incr_ratio()``."""
+        return self.get_incr_ratio()
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        """torch's name for ``set_incr_ratio()``."""
+        self._set_policy_as("new_factor", incr_ratio=new_factor)
+
+    def get_backoff_factor(self) -> float:
+        """torch's name for ``get_decr_ratio()``."""
+        return self.get_decr_ratio()
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        """torch's name for ``set_decr_ratio()``."""
+        self._set_policy_as("new_factor", decr_ratio=new_factor)
+
+    def get_growth_interval(self) -> int:
+        """torch's name for ``get_incr_every_n_steps()``."""
+        return self.get_incr_every_n_steps()
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        """torch's name for ``set_incr_every_n_steps()``."""
+        self._set_policy_as("new_interval", incr_every_n_steps=new_interval)
+
+    def _set_policy_as(self, alias: str, **change: Any) -> None:
+        try:
+            self._set_policy(**change)
+        except (TypeError, ValueError) as error:
+            raise scaler_args.renamed(error, {name: alias for name in change}) from None
+
+
+AmpScaler.__init__.__signature__ = scaler_args.signature("AmpScaler", torch_dialect=False)  # type: ignore[attr-defined]
+GradScaler.__init__.__signature__ = scaler_args.signature("GradScaler", torch_dialect=True)  # type: ignore[attr-defined]

@@ -1,0 +1,79 @@
+"""One GradScaler shared by several threads: each thread skips on its own gradients and unscales
+with the scale its own ``scale()`` used; the shared scale and counts stay consistent."""
+
+import threading
+
+import torch
+
+from paddle_compat.amp import GradScaler
+
+THREADS, STEPS, LR = 4, 40, 0.5
+
+
+def _worker(scaler, index, barrier, results, errors):
+    try:
+        gen = torch.Generator().manual_seed(index)
+        w = torch.nn.Parameter(torch.zeros(64))
+        opt = torch.optim.SGD([w], lr=LR)
+        skipped = 0
+        for step in range(STEPS):
+            x = torch.randint(-4, 5, (64,), generator=gen).float()  # small integers: exact arithmetic
+            bad = (step + index) % 5 == 0
+            if bad:
+                x[step % 64] = float("inf") if step % 2 else float("nan")
+            before = w.detach().clone()
+            barrier.wait()  # all threads inside the same phase: maximal interleaving
+            scaler.scale((w * x).sum()).backward()
+            barrier.wait()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            if bad:
+                skipped += 1
+                assert torch.equal(w.detach(), before), f"thread {index} step {step}: a bad step was applied"
+            else:
+                # d(sum(w*x))/dw = x: exactly -LR * x after unscaling with the right scale.
+                assert torch.equal(w.detach(), before - LR * x), f"thread {index} step {step}: wrong update"
+            assert scaler.last_step_skipped() is bad
+        results[index] = skipped
+    except BaseException as error:  # reported by the main thread
+        errors.append(error)
+        barrier.abort()
+
+
+def test_a_shared_scaler_decides_each_threads_skip_on_its_own_grads():
+    # Powers of two and a growth at every finite update: the scale moves all the time while
+    # other threads hold loss values scaled with the previous one.
+    scaler = GradScaler(init_loss_scaling=2.0**10, incr_every_n_steps=1, max_loss_scaling=2.0**20)
+    barrier = threading.Barrier(THREADS, timeout=30)
+    results, errors = {}, []
+    threads = [threading.Thread(target=_worker, args=(scaler, i, barrier, results, errors)) for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    if errors:
+        raise errors[0]
+    assert scaler.get_skipped_steps() == sum(results.values()) == THREADS * STEPS // 5
+    scale = scaler.get_scale()
+    assert 1.0 <= scale <= 2.0**20 and scale == 2.0 ** round(torch.tensor(scale).log2().item())
+
+
+def test_threads_have_their_own_optimizer_state_machine():
+    scaler = GradScaler()
+    w = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler.scale(w.sum()).backward()
+    scaler.unscale_(opt)
+    seen = []
+
+    def other():
+        # This thread has not unscaled: its own unscale_ is allowed, and finds the grads finite.
+        scaler.unscale_(opt)
+        seen.append(scaler._found_inf.item())
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(timeout=10)
+    assert seen == [False]
