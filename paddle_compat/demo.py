@@ -25,10 +25,19 @@ def make_data(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.T
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=80)
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = argparse.ArgumentParser(
+        prog="python -m paddle_compat.demo",
+        description="Train a small regression model the Paddle way (auto_cast + GradScaler) and print, "
+        "at every step, the loss, the loss scale and how many steps were skipped.",
+        epilog="The scale starts at 2**24 on purpose: the first float16 gradients overflow, those steps are "
+        "skipped and the scale halves until it fits. Half-way, one batch holds a NaN: that step is skipped too.",
+    )
+    parser.add_argument("--steps", type=int, default=80, help="optimizer steps to run (default: 80)")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where to train (default: cuda when available, else cpu)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data and the weights (default: 0)")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
@@ -47,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     corrupt_step = args.steps // 2
 
     print(f"paddle_compat demo: {args.steps} steps on {device}, auto_cast(float16) + GradScaler")
+    print("The scale starts at 2**24 on purpose: the first steps overflow float16 and are skipped.")
     start, first_loss, loss_value = time.perf_counter(), None, float("nan")
     for step in range(1, args.steps + 1):
         index = torch.randint(0, x_all.shape[0], (128,), generator=generator)
@@ -62,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
 
         loss_value = loss.item()
         first_loss = loss_value if first_loss is None else first_loss
-        note = "  <- corrupted batch" if step == corrupt_step else ""
+        note = ""
+        if scaler.last_step_skipped():
+            note = (
+                "  <- skipped: the batch holds a NaN" if step == corrupt_step
+                else "  <- skipped: float16 grads overflowed; the scale halved"
+            )
         print(f"step {step:4d} | loss {loss_value:9.5f} | scale {scaler.get_scale():16.1f} | skipped {scaler.get_skipped_steps():3d}{note}")
 
     elapsed = time.perf_counter() - start
