@@ -551,3 +551,40 @@ def test_betas_and_momentum_keywords() -> None:
 def test_signatures_stay_paddles(cls: type) -> None:
     names = list(inspect.signature(cls).parameters)
     assert names[0] == "learning_rate" and "parameters" in names and "kwargs" not in names
+
+
+def test_replacing_the_grad_clip_as_paddles_wrappers_do() -> None:
+    calls = []
+
+    def wrapper_clip(params_grads):
+        calls.append(len(params_grads))
+        return params_grads
+
+    params = _params()
+    opt = popt.SGD(0.1, parameters=params, grad_clip=pnn.ClipGradByNorm(1.0))
+    opt._grad_clip = wrapper_clip
+    _grads(params)
+    opt.step()
+    assert opt._grad_clip is wrapper_clip and calls == [2]
+    with pytest.raises(TypeError, match="_grad_clip should be a gradient clip or None, but received float"):
+        opt._grad_clip = 1.0
+    a, b = _params()
+    clip = pnn.ClipGradByNorm(1.0)
+    grouped = popt.SGD(0.1, parameters=[{"params": [a]}, {"params": [b]}], grad_clip=clip)
+    grouped._grad_clip = wrapper_clip  # groups keep the clip they were given, as in Paddle
+    assert grouped._grad_clip is wrapper_clip and [g["grad_clip"] for g in grouped.param_groups] == [clip, clip]
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_create_master_weight(cls: type) -> None:
+    assert hasattr(cls, "_create_master_weight")  # how Paddle code tells that master weights exist
+    params = _params(torch.float16)
+    opt = cls(0.1, parameters=params, multi_precision=True)
+    master = opt._create_master_weight(params[0])
+    assert master.dtype == torch.float32 and torch.equal(master, params[0].detach().float())
+    assert opt._create_master_weight(params[0]) is master
+    initial = master.clone()
+    _grads(params)
+    opt.step()  # the state created with the master weight is complete: the update runs on it
+    assert opt.state[params[0]]["master_weight"] is master and not torch.equal(master, initial)
+    assert torch.equal(params[0].detach(), master.half())

@@ -12,8 +12,8 @@ optimizer's own options).
 
 The private attributes Paddle trainers read exist with Paddle's meanings: ``_learning_rate`` (the
 float base rate, or the ``LRScheduler``), ``_parameter_list`` and ``_param_groups`` (the parameters,
-or the group dicts), ``_grad_clip``, ``_name``, ``_multi_precision``, ``_dtype`` and
-``regularization``. Attributes of our own are named ``_compat_*``.
+or the group dicts), ``_grad_clip``, ``_name``, ``_multi_precision``, ``_dtype``,
+``regularization`` and ``_create_master_weight``. Attributes of our own are named ``_compat_*``.
 """
 
 from __future__ import annotations
@@ -158,7 +158,6 @@ class Optimizer(torch.optim.Optimizer):
         # Whether the parameters came as group dicts (Paddle's ``_param_groups`` is then a list of dicts).
         self._compat_grouped = bool(params) and isinstance(params[0], dict)
         self._dtype = _first_dtype(params)  # Paddle's: the first parameter's dtype; its LR tensor's follows
-        self._grad_clip = grad_clip
         self._name = name
         self._multi_precision = bool(multi_precision)
         defaults = {
@@ -246,6 +245,38 @@ class Optimizer(torch.optim.Optimizer):
         caller's dicts, here the groups themselves).
         """
         return self._param_groups
+
+    @property
+    def _grad_clip(self) -> Any:
+        """Paddle's ``_grad_clip``: the optimizer's clip (or ``None``).
+
+        Replacing it (as Paddle's distributed wrappers do, with any callable taking and returning the
+        ``(param, grad)`` list) changes the clip of an optimizer built without groups; with groups,
+        each group keeps the clip it was given, as in Paddle.
+        """
+        return self.defaults["grad_clip"]
+
+    @_grad_clip.setter
+    def _grad_clip(self, clip: Any) -> None:
+        if clip is not None and not callable(clip):
+            raise TypeError(f"_grad_clip should be a gradient clip or None, but received {type(clip).__name__}")
+        self.defaults["grad_clip"] = clip
+        if not self._compat_grouped and len(self.param_groups) == 1:
+            self.param_groups[0]["grad_clip"] = clip
+
+    def _create_master_weight(self, param: Tensor) -> Tensor:
+        """Paddle's hook: the float32 master weight of ``param``, created now if it does not exist yet.
+
+        Paddle code tests for this method to know that an optimizer keeps master weights
+        (``multi_precision=True``); they are otherwise created at the first update.
+        """
+        state = self.state[param]
+        if not state:
+            group = next(g for g in self.param_groups if any(q is param for q in g["params"]))
+            self._init_state(param, state, group)
+        if "master_weight" not in state:
+            state["master_weight"] = param.detach().to(torch.float32, copy=True)
+        return state["master_weight"]
 
     @property
     def regularization(self) -> WeightDecayRegularizer | None:

@@ -344,3 +344,42 @@ def test_training_with_a_scheduler_is_bitwise(opt_name: str, sched_name: str, dt
         else:
             ours_sched.step()
             paddle_sched.step()
+
+
+# --- the attributes Paddle code reads -------------------------------------------------------------
+@pytest.mark.parametrize("grouped", [False, True])
+@pytest.mark.parametrize("opt_name", ["sgd", "momentum", "adam", "adamw"])
+def test_optimizer_attributes_are_paddles(opt_name: str, grouped: bool) -> None:
+    ours_cls = {"sgd": popt.SGD, "momentum": popt.Momentum, "adam": popt.Adam, "adamw": popt.AdamW}[opt_name]
+    paddle_cls = getattr(paddle.optimizer, ours_cls.__name__)
+    init = _initial("float32")
+    tparams = [torch.nn.Parameter(torch.from_numpy(v.copy())) for v in init]
+    pparams = [paddle.create_parameter(list(v.shape), "float32", name=f"lr_attr_{next(_UNIQUE)}") for v in init]
+    kwargs = dict(weight_decay=0.01, multi_precision=True, name="opt0")
+    ours_sched, paddle_sched = ours_lr.StepDecay(0.1, 3), P.StepDecay(0.1, 3)
+    ours = ours_cls(ours_sched, parameters=_groups(tparams) if grouped else tparams,
+                    grad_clip=pnn.ClipGradByGlobalNorm(1.0), **kwargs)
+    theirs = paddle_cls(paddle_sched, parameters=_groups(pparams) if grouped else pparams,
+                        grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0), **kwargs)
+    assert ours._learning_rate is ours_sched and theirs._learning_rate is paddle_sched
+    assert _bits(ours.get_lr()) == _bits(theirs.get_lr())
+    for attr in ("_parameter_list", "_param_groups"):
+        mine, paddles = getattr(ours, attr), getattr(theirs, attr)
+        assert len(mine) == len(paddles)
+        assert [type(x) is dict for x in mine] == [type(x) is dict for x in paddles]
+        if grouped:
+            assert [len(g["params"]) for g in mine] == [len(g["params"]) for g in paddles]
+            assert [g.get("learning_rate", 1.0) for g in mine] == [g.get("learning_rate", 1.0) for g in paddles]
+    assert (ours._name, ours._multi_precision) == (theirs._name, theirs._multi_precision)
+    assert str(ours._dtype).removeprefix("torch.") == str(theirs._dtype).removeprefix("paddle.")
+    assert type(ours._grad_clip).__name__ == type(theirs._grad_clip).__name__
+    assert type(ours.regularization).__name__ == type(theirs.regularization).__name__
+    if theirs.regularization is not None:
+        assert ours.regularization.coeff == theirs.regularization._coeff
+    assert hasattr(type(ours), "_create_master_weight") and hasattr(type(theirs), "_create_master_weight")
+    assert ours.state_dict()["LR_Scheduler"] == theirs.state_dict()["LR_Scheduler"]
+    with pytest.raises(RuntimeError) as mine_error:
+        ours.set_lr(0.5)
+    with pytest.raises(RuntimeError) as paddles_error:
+        theirs.set_lr(0.5)
+    assert str(mine_error.value) == str(paddles_error.value)
