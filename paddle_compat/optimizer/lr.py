@@ -1125,7 +1125,9 @@ class CosineAnnealingWarmRestarts(LRScheduler):
     def _check_state_dict(self, state_dict: Any) -> None:
         super()._check_state_dict(state_dict)
         if ("T_cur" in state_dict) != ("T_i" in state_dict):
-            raise KeyError("the state_dict of CosineAnnealingWarmRestarts has one of 'T_cur' and 'T_i' without the other")
+            raise KeyError(
+                "the state_dict of CosineAnnealingWarmRestarts has one of 'T_cur' and 'T_i' without the other"
+            )
         if "T_i" in state_dict:
             _real("state_dict['T_cur']", state_dict["T_cur"])
             _real("state_dict['T_i']", state_dict["T_i"])

@@ -576,7 +576,7 @@ class Optimizer(torch.optim.Optimizer):
                 )
             for key in ("lr", "learning_rate"):
                 value = saved.get(key, 0.0)
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0) or math.isinf(value):
+                if not _is_valid_lr(value):
                     raise ValueError(
                         f"state_dict['param_groups'][{i}][{key!r}] should be a finite learning rate >= 0, "
                         f"but it is {value!r}"
@@ -646,8 +646,13 @@ def _decode(value: Any) -> Any:
     return obj
 
 
+def _is_valid_lr(value: Any) -> bool:
+    """A learning rate (or group ratio) is a finite number >= 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0.0 and not math.isinf(value)
+
+
 def _check_lr_value(value: float) -> None:
-    if not (value >= 0.0) or math.isinf(value):
+    if not _is_valid_lr(value):
         raise ValueError(f"learning_rate should be a finite, non-negative float, but received {value}")
 
 
@@ -661,7 +666,7 @@ def _listed(item: Any) -> Any:
 def _scheduled_lr(scheduler: Any) -> float:
     """The scheduler's current rate as Paddle reads it (``float(scheduler())``), checked."""
     lr = float(scheduler())
-    if not (lr >= 0.0) or math.isinf(lr):
+    if not _is_valid_lr(lr):
         raise ValueError(
             f"the learning rate given by {type(scheduler).__name__} should be finite and non-negative, "
             f"but it is {lr}"
