@@ -588,3 +588,27 @@ def test_create_master_weight(cls: type) -> None:
     opt.step()  # the state created with the master weight is complete: the update runs on it
     assert opt.state[params[0]]["master_weight"] is master and not torch.equal(master, initial)
     assert torch.equal(params[0].detach(), master.half())
+
+
+# --- CUDA -----------------------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_schedulers_on_cuda() -> None:
+    """A scheduler drives an optimizer of CUDA parameters, ReduceOnPlateau takes CUDA metrics, and
+    a checkpoint moves between devices (the scheduler's state is plain Python)."""
+    params = [p.cuda() for p in _params()]
+    params = [torch.nn.Parameter(p.detach()) for p in params]
+    sched = lr.ReduceOnPlateau(0.1, patience=0, factor=0.5)
+    opt = popt.Adam(sched, parameters=params)
+    for seed in range(3):
+        _grads(params, seed)
+        opt.step()
+        sched.step(torch.tensor(1.0, device="cuda"))
+    assert sched() == 0.025 and sched.best.device.type == "cuda"
+    saved = opt.state_dict()
+    assert saved["LR_Scheduler"]["best"] == 1.0
+    cpu_params = [torch.nn.Parameter(p.detach().cpu()) for p in params]
+    cpu_sched = lr.ReduceOnPlateau(0.1, patience=0, factor=0.5)
+    cpu_opt = popt.Adam(cpu_sched, parameters=cpu_params)
+    cpu_opt.set_state_dict(saved)
+    assert cpu_opt.get_lr() == 0.025 and cpu_opt.state[cpu_params[0]]["moment1"].device.type == "cpu"
