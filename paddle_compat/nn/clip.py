@@ -14,6 +14,7 @@ norm can differ from Paddle's by a few ulps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -144,7 +145,12 @@ def _check_float(name: str, value: object) -> float:
 
 
 class ClipGradByValue(ClipGradBase):
-    """Clamp every gradient element into ``[min, max]``; ``min`` defaults to ``-max`` (``max > 0``)."""
+    """Clamp every gradient element into ``[min, max]``; ``min`` defaults to ``-max`` (``max > 0``).
+
+    Bad bounds raise ``ValueError`` here, at construction: ``min > max`` or a NaN bound with
+    Paddle's message (Paddle raises it at the first clip), ``max <= 0`` without ``min`` (Paddle
+    asserts).
+    """
 
     def __init__(self, max: float, min: float | None = None) -> None:  # noqa: A002 (Paddle's names)
         max_ = _check_float("max", max)
@@ -154,6 +160,10 @@ class ClipGradByValue(ClipGradBase):
             min_ = -max_
         else:
             min_ = _check_float("min", min)
+        if not min_ <= max_:
+            raise ValueError(
+                f"max should be greater than or equal to min. But received min = {min_:f}, max = {max_:f}"
+            )
         self.max = max_
         self.min = min_
 
@@ -165,10 +175,17 @@ class ClipGradByValue(ClipGradBase):
 
 
 class ClipGradByNorm(ClipGradBase):
-    """Scale each gradient whose own L2 norm exceeds ``clip_norm`` by ``clip_norm / norm``."""
+    """Scale each gradient whose own L2 norm exceeds ``clip_norm`` by ``clip_norm / norm``.
+
+    ``clip_norm`` must be > 0 (infinity: never clip); a bad one raises ``ValueError`` with Paddle's
+    message here, at construction (Paddle raises it at the first clip).
+    """
 
     def __init__(self, clip_norm: float) -> None:
-        self.clip_norm = _check_float("clip_norm", clip_norm)
+        clip_norm = _check_float("clip_norm", clip_norm)
+        if not clip_norm > 0:
+            raise ValueError(f"clip_norm should be greater than 0. Received clip_norm is {clip_norm:f}.")
+        self.clip_norm = clip_norm
 
     def __str__(self) -> str:
         return f"Gradient Clip By Norm, clip_norm={self.clip_norm:f}"
@@ -190,10 +207,16 @@ class ClipGradByGlobalNorm(ClipGradBase):
     ``auto_skip_clip=True``, which skips the multiply under the limit at the cost of one host sync.
     Squared norms are computed in each gradient's dtype and summed per dtype group (fp16+bf16,
     fp32, fp64); the total is float64 if any gradient is, else float32.
+
+    ``clip_norm`` must be finite and > 0 (``ValueError``): Paddle takes any value, and NaN or
+    infinity turn every gradient into NaN, 0 zeroes them, a negative value flips their sign.
     """
 
     def __init__(self, clip_norm: float, group_name: str = "default_group", auto_skip_clip: bool = False) -> None:
-        self.clip_norm = _check_float("clip_norm", clip_norm)
+        clip_norm = _check_float("clip_norm", clip_norm)
+        if not 0 < clip_norm < math.inf:
+            raise ValueError(f"clip_norm should be a finite number greater than 0, but received {clip_norm}")
+        self.clip_norm = clip_norm
         if not isinstance(auto_skip_clip, bool):
             raise TypeError(f"auto_skip_clip should be a bool, but received {type(auto_skip_clip).__name__}")
         self.group_name = group_name

@@ -71,6 +71,8 @@ class Adam(Optimizer):
                 raise ValueError(f"Invalid value of {key}, expect {key} in [0,1).")
         if "epsilon" in group and not 0 <= group["epsilon"]:
             raise ValueError("Invalid value of epsilon, expect epsilon >= 0.")
+        if "epsilon" in group and math.isinf(group["epsilon"]):  # Paddle takes it: every update is then 0 or NaN
+            raise ValueError(f"Invalid value of epsilon, expect a finite epsilon, but received {group['epsilon']}.")
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         low = p.dtype in (torch.float16, torch.bfloat16)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -70,9 +71,11 @@ class AdamW(Adam):
 
     def _check_weight_decay(self, weight_decay: Any) -> float:
         if isinstance(weight_decay, Tensor) and weight_decay.numel() == 1:
-            return float(weight_decay.item())
+            weight_decay = weight_decay.item()
         if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
             raise TypeError("weight_decay should be int, float or Tensor.")
+        if not math.isfinite(weight_decay):  # Paddle takes it, and every decayed parameter becomes NaN
+            raise ValueError(f"weight_decay should be a finite number, but received {weight_decay}")
         return float(weight_decay)
 
     def _regularizer(self, group: dict[str, Any]) -> None:

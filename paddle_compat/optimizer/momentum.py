@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -115,3 +116,5 @@ class Momentum(Optimizer):
 def _check_number(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} should be a float, but received {type(value).__name__}")
+    if not math.isfinite(value):  # Paddle takes it, and the parameters become NaN
+        raise ValueError(f"{name} should be a finite number, but received {value}")

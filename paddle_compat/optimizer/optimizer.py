@@ -2,16 +2,24 @@
 
 What every optimizer shares lives here: parameter groups, the learning rate Paddle's kernels see,
 the order inside a step (clip -> regularization -> update), fp32 master weights, and the methods
-Paddle code calls (``step``, ``minimize``, ``clear_grad``, ``get_lr``, ``set_lr``, ``state_dict``,
-``set_state_dict``). Subclasses only hold their update formula (``_init_state`` and ``_kernel``).
+Paddle code calls (``step``, ``minimize``, ``clear_grad``, ``get_lr``, ``set_lr``,
+``set_lr_scheduler``, ``state_dict``, ``set_state_dict``). Subclasses only hold their update formula
+(``_init_state`` and ``_kernel``).
 
 Parameter groups keep torch's keys (``lr``, read by torch's LR schedulers) and Paddle's keys
 (``learning_rate``: a ratio applied to the base rate; ``weight_decay``; ``grad_clip``; the
 optimizer's own options).
+
+The private attributes Paddle trainers read exist with Paddle's meanings: ``_learning_rate`` (the
+float base rate, or the ``LRScheduler``), ``_parameter_list`` and ``_param_groups`` (the parameters,
+or the group dicts), ``_grad_clip``, ``_name``, ``_multi_precision``, ``_dtype``,
+``regularization`` and ``_create_master_weight``. Attributes of our own are named ``_compat_*``.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import struct
 import warnings
@@ -23,6 +31,7 @@ from torch import Tensor
 
 from ..amp.master_grad import grad_of
 from ..regularizer import L2Decay, WeightDecayRegularizer
+from .lr import LambdaDecay
 
 __all__ = ["Optimizer"]
 
@@ -53,8 +62,39 @@ def compute_dtype(value: Tensor) -> torch.dtype:
 
 
 def _is_lr_scheduler(obj: object) -> bool:
-    """Paddle's ``LRScheduler`` protocol: calling it gives the rate, ``step()`` advances it."""
+    """Paddle's ``LRScheduler`` protocol: calling it gives the rate, ``step()`` advances it.
+
+    ``paddle_compat.optimizer.lr``'s schedulers follow it, and so does any object written for it.
+    """
     return callable(obj) and callable(getattr(obj, "step", None)) and not isinstance(obj, (int, float))
+
+
+# torch.optim's keyword names that Paddle spells differently, and what to write instead.
+_TORCH_KEYWORDS = {
+    "lr": "Paddle's name is 'learning_rate'",
+    "params": "Paddle's name is 'parameters'",
+    "betas": "Paddle's names are 'beta1' and 'beta2'",
+    "eps": "Paddle's name is 'epsilon'",
+    "nesterov": "Paddle's name is 'use_nesterov'",
+    "momentum": "Paddle's {cls} has none: use paddle_compat.optimizer.Momentum(momentum=...)",
+}
+
+
+def _refusing_torch_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """Wrap a constructor so that torch.optim's spelling of an argument names Paddle's (``TypeError``)."""
+    own = set(inspect.signature(init).parameters)
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        for key in kwargs:
+            if key in _TORCH_KEYWORDS and key not in own:
+                raise TypeError(
+                    f"{type(self).__name__}() got an unexpected keyword argument {key!r}; "
+                    + _TORCH_KEYWORDS[key].format(cls=type(self).__name__)
+                )
+        init(self, *args, **kwargs)
+
+    return wrapper
 
 
 class Optimizer(torch.optim.Optimizer):
@@ -62,11 +102,18 @@ class Optimizer(torch.optim.Optimizer):
 
     Differences from Paddle: the state dict is torch's (``{"state", "param_groups"}``, plus
     ``"LR_Scheduler"`` when a Paddle-style scheduler drives the rate) rather than a dict keyed by
-    Paddle variable names; a negative learning rate is refused.
+    Paddle variable names; a negative, NaN or infinite learning rate is refused (also one given by
+    a scheduler, at the step that would use it); torch.optim's keyword names (``lr=``, ``betas=``,
+    ...) raise a ``TypeError`` naming Paddle's.
     """
 
     # Accumulators Paddle keeps on the host whatever the parameter's device (Adam's beta powers).
     _host_state: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _refusing_torch_keywords(cls.__dict__["__init__"])  # type: ignore[method-assign]
 
     def __init__(
         self,
@@ -83,14 +130,14 @@ class Optimizer(torch.optim.Optimizer):
         if learning_rate is None:
             raise ValueError("learning_rate is not set")
         if _is_lr_scheduler(learning_rate):
-            self._lr_scheduler = learning_rate
-            base_lr = float(learning_rate())
+            scheduler = learning_rate
+            base_lr = _scheduled_lr(learning_rate)
         elif isinstance(learning_rate, float):
-            self._lr_scheduler = None
+            scheduler = None
             base_lr = learning_rate
+            _check_lr_value(base_lr)
         else:
             raise TypeError(f"learning rate should be float or LRScheduler, got {type(learning_rate)} here")
-        _check_lr_value(base_lr)
         if parameters is None:
             raise AttributeError("parameters argument given to the Optimizer should not be None in dygraph mode.")
         if isinstance(parameters, Tensor):
@@ -106,8 +153,11 @@ class Optimizer(torch.optim.Optimizer):
         if grad_clip is not None and not isinstance(grad_clip, ClipGradBase):
             raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
         params = [_listed(g) for g in parameters]
-        self._lr_dtype = _lr_dtype(params)
-        self._grad_clip = grad_clip
+        # The scheduler driving the rate (None: the groups' ``lr`` is the rate); see ``_learning_rate``.
+        self._compat_lr_scheduler = scheduler
+        # Whether the parameters came as group dicts (Paddle's ``_param_groups`` is then a list of dicts).
+        self._compat_grouped = bool(params) and isinstance(params[0], dict)
+        self._dtype = _first_dtype(params)  # Paddle's: the first parameter's dtype; its LR tensor's follows
         self._name = name
         self._multi_precision = bool(multi_precision)
         defaults = {
@@ -151,34 +201,130 @@ class Optimizer(torch.optim.Optimizer):
     def _check_group(self, group: dict[str, Any]) -> None:
         """Validate a subclass's own group options (defaults are filled in later by torch)."""
 
+    # --- Paddle's attributes ---------------------------------------------------------------------
+    @property
+    def _learning_rate(self) -> Any:
+        """Paddle's ``_learning_rate``: the ``LRScheduler`` driving the rate, else the base rate (float).
+
+        The base rate is the first group's ``lr`` (torch's LR schedulers change it). Assigning a
+        float sets every group's rate; assigning a scheduler is ``set_lr_scheduler``. (In Paddle,
+        assigning a float after the first step has no effect on the updates.)
+        """
+        scheduler = self._compat_lr_scheduler
+        return scheduler if scheduler is not None else float(self.param_groups[0]["lr"])
+
+    @_learning_rate.setter
+    def _learning_rate(self, value: Any) -> None:
+        if _is_lr_scheduler(value):
+            self.set_lr_scheduler(value)
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"learning rate should be float or LRScheduler, got {type(value)} here")
+        _check_lr_value(value)
+        self._compat_lr_scheduler = None
+        for group in self.param_groups:
+            group["lr"] = float(value)
+
+    @property
+    def _param_groups(self) -> list[Any]:
+        """Paddle's ``_param_groups``: the list of parameters, or of group dicts when given groups.
+
+        Without groups it is the first group's own ``params`` list; with groups, torch's group dicts
+        (Paddle's keys ``params``, ``learning_rate``, ``weight_decay``, ``grad_clip`` and the
+        optimizer's options, plus torch's ``lr``).
+        """
+        if self._compat_grouped or len(self.param_groups) != 1:
+            return self.param_groups
+        return self.param_groups[0]["params"]
+
+    @property
+    def _parameter_list(self) -> list[Any]:
+        """Paddle's ``_parameter_list``: the parameters (or group dicts) the optimizer was given.
+
+        The same list as ``_param_groups`` (in Paddle too without groups; with groups, Paddle keeps the
+        caller's dicts, here the groups themselves).
+        """
+        return self._param_groups
+
+    @property
+    def _grad_clip(self) -> Any:
+        """Paddle's ``_grad_clip``: the optimizer's clip (or ``None``).
+
+        Replacing it (as Paddle's distributed wrappers do, with any callable taking and returning the
+        ``(param, grad)`` list) changes the clip of an optimizer built without groups; with groups,
+        each group keeps the clip it was given, as in Paddle.
+        """
+        return self.defaults["grad_clip"]
+
+    @_grad_clip.setter
+    def _grad_clip(self, clip: Any) -> None:
+        if clip is not None and not callable(clip):
+            raise TypeError(f"_grad_clip should be a gradient clip or None, but received {type(clip).__name__}")
+        self.defaults["grad_clip"] = clip
+        if not self._compat_grouped and len(self.param_groups) == 1:
+            self.param_groups[0]["grad_clip"] = clip
+
+    def _create_master_weight(self, param: Tensor) -> Tensor:
+        """Paddle's hook: the float32 master weight of ``param``, created now if it does not exist yet.
+
+        Paddle code tests for this method to know that an optimizer keeps master weights
+        (``multi_precision=True``); they are otherwise created at the first update.
+        """
+        state = self.state[param]
+        if not state:
+            group = next(g for g in self.param_groups if any(q is param for q in g["params"]))
+            self._init_state(param, state, group)
+        if "master_weight" not in state:
+            state["master_weight"] = param.detach().to(torch.float32, copy=True)
+        return state["master_weight"]
+
+    @property
+    def regularization(self) -> WeightDecayRegularizer | None:
+        """Paddle's ``regularization``: the regularizer added to the gradients (``None`` for AdamW,
+        and for Momentum's L2 decay, which its kernel applies)."""
+        return self._regularizer(self.defaults)
+
     # --- learning rate -------------------------------------------------------------------------
     def get_lr(self) -> float:
-        """The current base learning rate (the scheduler's value when one drives it)."""
-        if self._lr_scheduler is not None:
-            return float(self._lr_scheduler())
-        return float(self.param_groups[0]["lr"])
+        """The current base learning rate: the scheduler's value when one drives it, as Paddle."""
+        lr = self._learning_rate
+        return lr if isinstance(lr, float) else lr()
 
     def set_lr(self, value: float) -> None:
         """Set the base learning rate of every group (refused when a Paddle-style scheduler is set)."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"The type of 'value' in optimizer.set_lr must be float, but received {type(value)}.")
-        if self._lr_scheduler is not None:
+        if self._compat_lr_scheduler is not None:
             raise RuntimeError(
                 "optimizer's learning rate can't be LRScheduler when invoke this API, "
                 "because this will lead to conflict."
             )
-        _check_lr_value(value)
-        for group in self.param_groups:
-            group["lr"] = float(value)
+        self._learning_rate = value
 
     def set_lr_scheduler(self, scheduler: Any) -> None:
-        """Let a Paddle-style ``LRScheduler`` drive the rate from now on."""
+        """Let a Paddle-style ``LRScheduler`` drive the rate from now on (it is read at each step)."""
         if not _is_lr_scheduler(scheduler):
             raise TypeError(
                 "The type of 'scheduler' in optimizer.set_lr_scheduler must be LRScheduler, "
                 f"but received {type(scheduler)}."
             )
-        self._lr_scheduler = scheduler
+        lr = _scheduled_lr(scheduler)
+        self._compat_lr_scheduler = scheduler
+        for group in self.param_groups:
+            group["lr"] = lr
+
+    def _read_lr_scheduler(self) -> None:
+        """Put the scheduler's current rate into every group's ``lr`` (at each step, as Paddle).
+
+        Paddle reads ``float(scheduler())`` into its LR tensor in each step, before the updates;
+        ``_group_lr`` rounds it to that tensor's dtype.
+        """
+        scheduler = self._compat_lr_scheduler
+        if scheduler is None:
+            return
+        lr = _scheduled_lr(scheduler)
+        for group in self.param_groups:
+            group["lr"] = lr
 
     def _group_lr(self, group: dict[str, Any]) -> float:
         """The value of Paddle's LR tensor for this group, exactly representable in its dtype.
@@ -186,7 +332,7 @@ class Optimizer(torch.optim.Optimizer):
         Paddle holds the base rate in a tensor of the first parameter's dtype (float32 for fp16/bf16)
         and multiplies a group's ``learning_rate`` ratio into it in that dtype.
         """
-        rnd = round_to(self._lr_dtype)
+        rnd = round_to(torch.float64 if self._dtype == torch.float64 else torch.float32)
         lr = rnd(group["lr"])
         ratio = group["learning_rate"]
         return lr if ratio == 1.0 else rnd(lr * rnd(ratio))
@@ -227,10 +373,7 @@ class Optimizer(torch.optim.Optimizer):
         return None, self._apply_optimize(selected)
 
     def _apply_optimize(self, selected: set[int] | None) -> list[tuple[Tensor, Tensor]]:
-        if self._lr_scheduler is not None:
-            lr = float(self._lr_scheduler())
-            for group in self.param_groups:
-                group["lr"] = lr
+        self._read_lr_scheduler()
         applied = []
         for group in self.param_groups:
             pairs = [
@@ -384,16 +527,27 @@ class Optimizer(torch.optim.Optimizer):
         """
         sd = super().state_dict()
         sd["param_groups"] = [{k: _encode(v) for k, v in g.items()} for g in sd["param_groups"]]
-        if self._lr_scheduler is not None and callable(getattr(self._lr_scheduler, "state_dict", None)):
-            sd["LR_Scheduler"] = self._lr_scheduler.state_dict()
+        scheduler = self._compat_lr_scheduler
+        if scheduler is not None and callable(getattr(scheduler, "state_dict", None)):
+            sd["LR_Scheduler"] = scheduler.state_dict()
         return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torch's ``load_state_dict``, keeping each accumulator's saved dtype and Paddle's placement.
 
         torch would cast every floating state tensor to its parameter's dtype, which would round fp32
-        master weights and moments of fp16/bf16 parameters to fp16/bf16.
+        master weights and moments of fp16/bf16 parameters to fp16/bf16. The whole dict is checked
+        first and nothing changes when it is refused: group and parameter counts, learning rates
+        (finite, >= 0; ``ValueError``), each state tensor's shape (the parameter's, ``[1]`` for
+        Adam's beta powers; ``ValueError``) and dtype (the parameter's, or float32 for fp16/bf16
+        parameters and master weights; ``TypeError``), and the ``"LR_Scheduler"`` entry, required
+        when a scheduler other than ``LambdaDecay`` drives the rate, as in Paddle (``KeyError``).
         """
+        self._check_state_dict(state_dict)
+        scheduler = self._compat_lr_scheduler
+        if scheduler is not None and "LR_Scheduler" in state_dict:
+            setter = getattr(scheduler, "set_state_dict", None) or scheduler.load_state_dict
+            setter(state_dict["LR_Scheduler"])
         decoded = [{k: _decode(v) for k, v in g.items()} for g in state_dict["param_groups"]]
         super().load_state_dict({**state_dict, "param_groups": decoded})
         saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
@@ -403,9 +557,59 @@ class Optimizer(torch.optim.Optimizer):
                 if isinstance(value, Tensor):
                     device = torch.device("cpu") if key in self._host_state else p.device
                     self.state[p][key] = value.detach().to(device=device, copy=True)
-        if "LR_Scheduler" in state_dict and self._lr_scheduler is not None:
-            setter = getattr(self._lr_scheduler, "set_state_dict", None) or self._lr_scheduler.load_state_dict
-            setter(state_dict["LR_Scheduler"])
+        self._read_lr_scheduler()
+
+    def _check_state_dict(self, state_dict: Any) -> None:
+        """Raise, changing nothing, unless ``load_state_dict(state_dict)`` can load all of it."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict should be a dict, but received {type(state_dict).__name__}")
+        missing = [key for key in ("state", "param_groups") if key not in state_dict]
+        if missing:
+            raise KeyError(f"the optimizer state_dict lacks the keys {missing}")
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        for i, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
+            if len(saved["params"]) != len(group["params"]):
+                raise ValueError(
+                    "loaded state dict contains a parameter group that doesn't match the size of optimizer's group"
+                )
+            for key in ("lr", "learning_rate"):
+                value = saved.get(key, 0.0)
+                if not _is_valid_lr(value):
+                    raise ValueError(
+                        f"state_dict['param_groups'][{i}][{key!r}] should be a finite learning rate >= 0, "
+                        f"but it is {value!r}"
+                    )
+            for saved_id, p in zip(saved["params"], group["params"]):
+                for key, value in state_dict["state"].get(saved_id, {}).items():
+                    if isinstance(value, Tensor):
+                        self._check_state_tensor(f"state_dict['state'][{saved_id}][{key!r}]", saved_id, key, value, p)
+        scheduler = self._compat_lr_scheduler
+        if scheduler is None:
+            return
+        if "LR_Scheduler" not in state_dict:
+            if not isinstance(scheduler, LambdaDecay):
+                raise KeyError("LR_Scheduler state must be included in the state dict except LambdaDecay")
+            return
+        check = getattr(scheduler, "_check_state_dict", None)  # ours check without loading
+        if check is not None:
+            check(state_dict["LR_Scheduler"])
+
+    def _check_state_tensor(self, where: str, index: Any, key: str, value: Tensor, p: Tensor) -> None:
+        if not value.is_floating_point():
+            raise TypeError(f"{where} has dtype {value.dtype}; optimizer state should be floating point")
+        if key in self._host_state:
+            if value.shape != (1,):
+                raise ValueError(f"{where} has shape {list(value.shape)}, but it should have shape [1]")
+        elif value.shape != p.shape:
+            raise ValueError(f"{where} has shape {list(value.shape)}, but parameter {index} has shape {list(p.shape)}")
+        allowed = [torch.float32] if key == "master_weight" else list(dict.fromkeys([p.dtype, compute_dtype(p)]))
+        if value.dtype not in allowed:
+            raise TypeError(
+                f"{where} has dtype {value.dtype}, but parameter {index} ({p.dtype}) takes "
+                + " or ".join(str(d) for d in allowed)
+            )
 
     def set_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Paddle's name for ``load_state_dict``."""
@@ -442,8 +646,13 @@ def _decode(value: Any) -> Any:
     return obj
 
 
+def _is_valid_lr(value: Any) -> bool:
+    """A learning rate (or group ratio) is a finite number >= 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0.0 and not math.isinf(value)
+
+
 def _check_lr_value(value: float) -> None:
-    if not (value >= 0.0) or math.isinf(value):
+    if not _is_valid_lr(value):
         raise ValueError(f"learning_rate should be a finite, non-negative float, but received {value}")
 
 
@@ -454,14 +663,26 @@ def _listed(item: Any) -> Any:
     return item
 
 
-def _lr_dtype(params: list[Any]) -> torch.dtype:
-    """The dtype of Paddle's LR tensor: the first parameter's, with fp16/bf16 promoted to float32."""
+def _scheduled_lr(scheduler: Any) -> float:
+    """The scheduler's current rate as Paddle reads it (``float(scheduler())``), checked."""
+    lr = float(scheduler())
+    if not _is_valid_lr(lr):
+        raise ValueError(
+            f"the learning rate given by {type(scheduler).__name__} should be finite and non-negative, "
+            f"but it is {lr}"
+        )
+    return lr
+
+
+def _first_dtype(params: list[Any]) -> torch.dtype | None:
+    """Paddle's ``Optimizer._dtype``: the dtype of the first parameter (``None`` without any).
+
+    Paddle's LR tensor takes it, with fp16/bf16 promoted to float32 (``_group_lr``).
+    """
     first = params[0] if params else None
     if isinstance(first, dict):
         group_params = first.get("params")
         first = group_params if isinstance(group_params, Tensor) else next(iter(group_params or []), None)
     if isinstance(first, tuple):
         first = first[1]
-    if isinstance(first, Tensor) and first.dtype == torch.float64:
-        return torch.float64
-    return torch.float32
+    return first.dtype if isinstance(first, Tensor) else None

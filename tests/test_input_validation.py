@@ -1,0 +1,222 @@
+"""Bad input to the clips, regularizers and optimizers, and bad optimizer checkpoints: each is
+refused with ``TypeError``/``ValueError`` naming the argument (or the entry of the state dict),
+before anything changes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import paddle_compat.nn as pnn
+import paddle_compat.optimizer as popt
+from paddle_compat.optimizer import lr
+from paddle_compat.regularizer import L1Decay, L2Decay
+
+NAN, INF = float("nan"), float("inf")
+OPTIMIZERS = [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW]
+
+
+def _params(dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(shape, generator=gen).to(dtype)) for shape in [(4, 3), (3,)]]
+
+
+# --- clips ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("clip_norm", [0.0, -1.0, NAN])
+def test_clip_by_norm_needs_a_positive_norm(clip_norm: float) -> None:
+    with pytest.raises(ValueError) as info:
+        pnn.ClipGradByNorm(clip_norm)
+    assert str(info.value) == f"clip_norm should be greater than 0. Received clip_norm is {clip_norm:f}."
+
+
+def test_clip_by_norm_of_infinity_never_clips() -> None:
+    g = torch.tensor([3.0, 4.0])
+    ((_, out),) = pnn.ClipGradByNorm(INF)([(torch.nn.Parameter(torch.zeros(2)), g)])
+    assert torch.equal(out, g)
+
+
+@pytest.mark.parametrize(("max_", "min_"), [(-1.0, 1.0), (1.0, 2.0), (1.0, NAN), (NAN, -1.0)])
+def test_clip_by_value_needs_min_at_most_max(max_: float, min_: float) -> None:
+    with pytest.raises(ValueError) as info:
+        pnn.ClipGradByValue(max=max_, min=min_)
+    assert str(info.value) == (
+        f"max should be greater than or equal to min. But received min = {min_:f}, max = {max_:f}"
+    )
+    pnn.ClipGradByValue(max=1.0, min=1.0)  # an empty range is Paddle's too
+
+
+def test_clip_by_value_without_min_needs_a_positive_max() -> None:
+    with pytest.raises(ValueError, match="^max should be greater than 0 when min is not given, but received nan$"):
+        pnn.ClipGradByValue(NAN)
+
+
+@pytest.mark.parametrize("clip_norm", [NAN, INF, -INF, 0.0, -1.0])
+def test_clip_by_global_norm_needs_a_finite_positive_norm(clip_norm: float) -> None:
+    with pytest.raises(ValueError) as info:
+        pnn.ClipGradByGlobalNorm(clip_norm)
+    assert str(info.value) == f"clip_norm should be a finite number greater than 0, but received {clip_norm}"
+
+
+# --- weight decay ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [L1Decay, L2Decay])
+@pytest.mark.parametrize("coeff", [NAN, INF, -INF])
+def test_regularizer_coeff_must_be_finite(cls: type, coeff: float) -> None:
+    with pytest.raises(ValueError) as info:
+        cls(coeff)
+    assert str(info.value) == f"coeff should be a finite number, but received {coeff}"
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+@pytest.mark.parametrize("decay", [NAN, INF])
+def test_float_weight_decay_must_be_finite(cls: type, decay: float) -> None:
+    message = "weight_decay" if cls is popt.AdamW else "coeff"
+    with pytest.raises(ValueError, match=f"^{message} should be a finite number, but received {decay}$"):
+        cls(0.1, parameters=_params(), weight_decay=decay)
+    with pytest.raises(ValueError, match=f"^{message} should be a finite number"):
+        cls(0.1, parameters=[{"params": _params(), "weight_decay": decay}])
+
+
+def test_adamw_tensor_weight_decay_must_be_finite() -> None:
+    with pytest.raises(ValueError, match="^weight_decay should be a finite number, but received inf$"):
+        popt.AdamW(0.1, parameters=_params(), weight_decay=torch.tensor(INF))
+
+
+# --- momentum, betas, epsilon ---------------------------------------------------------------------
+@pytest.mark.parametrize("value", [NAN, INF, -INF])
+def test_momentum_and_rescale_grad_must_be_finite(value: float) -> None:
+    with pytest.raises(ValueError, match=f"^momentum should be a finite number, but received {value}$"):
+        popt.Momentum(0.1, momentum=value, parameters=_params())
+    with pytest.raises(ValueError, match="^momentum should be a finite number"):
+        popt.Momentum(0.1, parameters=[{"params": _params(), "momentum": value}])
+    with pytest.raises(ValueError, match=f"^rescale_grad should be a finite number, but received {value}$"):
+        popt.Momentum(0.1, parameters=_params(), rescale_grad=value)
+
+
+@pytest.mark.parametrize("cls", [popt.Adam, popt.AdamW])
+@pytest.mark.parametrize("value", [NAN, INF])
+def test_betas_and_epsilon_must_be_finite(cls: type, value: float) -> None:
+    for beta in ("beta1", "beta2"):
+        with pytest.raises(ValueError, match=rf"^Invalid value of {beta}, expect {beta} in \[0,1\)\.$"):
+            cls(0.1, parameters=_params(), **{beta: value})
+        with pytest.raises(ValueError, match=rf"^Invalid value of {beta}"):
+            cls(0.1, parameters=[{"params": _params(), beta: value}])
+    expected = "Invalid value of epsilon, expect epsilon >= 0." if value != value else (
+        "Invalid value of epsilon, expect a finite epsilon, but received inf."
+    )
+    with pytest.raises(ValueError) as info:
+        cls(0.1, parameters=_params(), epsilon=value)
+    assert str(info.value) == expected
+    with pytest.raises(ValueError, match="^Invalid value of epsilon"):
+        cls(0.1, parameters=[{"params": _params(), "epsilon": value}])
+
+
+# --- checkpoints ----------------------------------------------------------------------------------
+def _trained(cls: type, dtype: torch.dtype = torch.float32, **kwargs) -> tuple:
+    params = _params(dtype)
+    opt = cls(lr.StepDecay(0.1, 2), parameters=params, **kwargs)
+    gen = torch.Generator().manual_seed(1)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen).to(dtype)
+    opt.step()
+    return opt, params
+
+
+def _snapshot(opt) -> tuple:
+    state = {id(p): {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+             for p, s in opt.state.items()}
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    return state, copy.deepcopy(groups), opt._learning_rate.state_dict()
+
+
+def _assert_unchanged(opt, snapshot: tuple) -> None:
+    state, groups, sched = snapshot
+    now_state, now_groups, now_sched = _snapshot(opt)
+    assert now_groups == groups and now_sched == sched
+    assert state.keys() == now_state.keys()
+    for key, saved in state.items():
+        assert saved.keys() == now_state[key].keys()
+        for name, value in saved.items():
+            assert torch.equal(value, now_state[key][name]), name
+
+
+def _load_refused(opt, saved: dict, exc: type, message: str) -> None:
+    snapshot = _snapshot(opt)
+    with pytest.raises(exc) as info:
+        opt.set_state_dict(saved)
+    assert str(info.value) == message
+    _assert_unchanged(opt, snapshot)
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+@pytest.mark.parametrize(("key", "value"), [("lr", NAN), ("lr", INF), ("lr", -0.1), ("learning_rate", NAN),
+                                            ("learning_rate", INF), ("lr", "0.1")])
+def test_a_bad_learning_rate_in_a_checkpoint_is_refused(cls: type, key: str, value: object) -> None:
+    source, _ = _trained(cls)
+    saved = source.state_dict()
+    saved["param_groups"][0][key] = value
+    saved["LR_Scheduler"] = {"last_epoch": 7, "last_lr": 0.01}  # loadable: must not be loaded either
+    target, _ = _trained(cls)
+    _load_refused(target, saved, ValueError,
+                  f"state_dict['param_groups'][0][{key!r}] should be a finite learning rate >= 0, but it is {value!r}")
+
+
+@pytest.mark.parametrize(("cls", "key"), [(popt.Momentum, "velocity"), (popt.Adam, "moment1"), (popt.AdamW, "moment2")])
+def test_a_moment_of_the_wrong_shape_is_refused(cls: type, key: str) -> None:
+    source, _ = _trained(cls)
+    saved = source.state_dict()
+    saved["state"][1][key] = torch.zeros(4)
+    target, _ = _trained(cls)
+    _load_refused(target, saved, ValueError,
+                  f"state_dict['state'][1][{key!r}] has shape [4], but parameter 1 has shape [3]")
+    saved = source.state_dict()
+    saved["state"][0][key] = saved["state"][0][key].t()
+    _load_refused(target, saved, ValueError,
+                  f"state_dict['state'][0][{key!r}] has shape [3, 4], but parameter 0 has shape [4, 3]")
+
+
+def test_a_beta_power_of_the_wrong_shape_is_refused() -> None:
+    source, _ = _trained(popt.Adam)
+    saved = source.state_dict()
+    saved["state"][0]["beta2_pow_acc"] = torch.full([2], 0.9)
+    target, _ = _trained(popt.Adam)
+    _load_refused(target, saved, ValueError,
+                  "state_dict['state'][0]['beta2_pow_acc'] has shape [2], but it should have shape [1]")
+
+
+@pytest.mark.parametrize(("dtype", "message"), [
+    (torch.float16, "state_dict['state'][0]['moment1'] has dtype torch.float16, but parameter 0 (torch.float32) takes torch.float32"),
+    (torch.float64, "state_dict['state'][0]['moment1'] has dtype torch.float64, but parameter 0 (torch.float32) takes torch.float32"),
+    (torch.int32, "state_dict['state'][0]['moment1'] has dtype torch.int32; optimizer state should be floating point"),
+])
+def test_a_moment_of_the_wrong_dtype_is_refused(dtype: torch.dtype, message: str) -> None:
+    source, _ = _trained(popt.Adam)
+    saved = source.state_dict()
+    saved["state"][0]["moment1"] = saved["state"][0]["moment1"].to(dtype)
+    target, _ = _trained(popt.Adam)
+    _load_refused(target, saved, TypeError, message)
+
+
+@pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16")
+def test_low_precision_parameters_take_float32_state_and_master_weights() -> None:
+    source, _ = _trained(popt.Momentum, torch.float16, multi_precision=True)
+    saved = source.state_dict()
+    assert saved["state"][0]["velocity"].dtype == torch.float32
+    target, _ = _trained(popt.Momentum, torch.float16)  # fp16 velocity, no master weight
+    target.set_state_dict(saved)  # fp32 state for fp16 parameters: accepted
+    assert target.state[target.param_groups[0]["params"][0]]["velocity"].dtype == torch.float32
+    saved["state"][0]["master_weight"] = saved["state"][0]["master_weight"].half()
+    _load_refused(target, saved, TypeError,
+                  "state_dict['state'][0]['master_weight'] has dtype torch.float16, but parameter 0 "
+                  "(torch.float16) takes torch.float32")
+
+
+def test_mismatched_groups_are_refused_before_anything_changes() -> None:
+    source, _ = _trained(popt.Adam)
+    saved = source.state_dict()
+    saved["param_groups"][0]["params"] = saved["param_groups"][0]["params"][:1]
+    target, _ = _trained(popt.Adam)
+    _load_refused(target, saved, ValueError,
+                  "loaded state dict contains a parameter group that doesn't match the size of optimizer's group")
+    _load_refused(target, {"state": {}}, KeyError, "\"the optimizer state_dict lacks the keys ['param_groups']\"")
