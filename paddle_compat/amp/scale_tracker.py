@@ -41,7 +41,10 @@ class FoundInf:
     __slots__ = ("_value", "_host", "_event", "tensor")
 
     def __init__(self, value: bool | None = None, tensor: Tensor | None = None) -> None:
-        self._value, self._host, self._event, self.tensor = value, None, None, tensor
+        self._value: bool | None = value
+        self._host: Tensor | None = None  # pinned copy in flight
+        self._event: torch.cuda.Event | None = None  # marks the copy's end
+        self.tensor = tensor
 
     @classmethod
     def known(cls, value: bool) -> FoundInf:
@@ -52,10 +55,11 @@ class FoundInf:
         """Start copying a device flag to the host without waiting for it."""
         flag = cls(tensor=tensor)
         if tensor.device.type == "cuda":
-            flag._host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-            flag._host.copy_(tensor, non_blocking=True)
-            flag._event = torch.cuda.Event()
-            flag._event.record()
+            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            host.copy_(tensor, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            flag._host, flag._event = host, event
         else:  # the host is the device: reading it costs nothing
             flag._value = bool(tensor.item())
         return flag
@@ -71,6 +75,7 @@ class FoundInf:
     def value(self) -> bool:
         """The flag; waits for the copy if it is still in flight (the only sync it ever makes)."""
         if self._value is None:
+            assert self._event is not None and self._host is not None
             self._event.synchronize()
             self._value, self._host, self._event = bool(self._host.item()), None, None
         return self._value
@@ -179,6 +184,7 @@ class ScaleTracker:
                     self._write_scale()
                 self._device_counters = None  # the device did not see this update
                 return
+            assert flag.tensor is not None
             self._device_update(flag.tensor)
             self._pending_updates.append(flag)
 

@@ -75,6 +75,7 @@ def resolve(
         if device_given:
             raise TypeError(f"{cls_name}() got multiple values for argument 'device'")
         args_list.pop(0)
+    order: tuple[str, ...]
     if torch_dialect and (leading_device or (args_list and not isinstance(args_list[0], bool))):
         order = TORCH_ORDER
         if len(args_list) > len(order):
