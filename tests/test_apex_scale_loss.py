@@ -470,6 +470,8 @@ def test_scale_loss_before_initialize_raises():
     ({"optimizers": []}, ValueError, "optimizers must name at least one optimizer"),
     ({"loss": 1.0}, TypeError, "loss must be a torch.Tensor, got float"),
     ({"delay_unscale": 1}, TypeError, "delay_unscale must be a bool, got int"),
+    ({"optimizers": "shared"}, ValueError,
+     "optimizers 0 and 1 share a parameter; give scale_loss optimizers over distinct parameters"),
     ({"delay_overflow_check": True}, ValueError,
      "delay_overflow_check=True is not supported: the overflow check runs in every scale_loss"),
 ])
@@ -477,6 +479,8 @@ def test_scale_loss_refuses_bad_arguments(kwargs, error, message):
     model, opt = make()
     model, opt = init(model, opt, num_losses=2)
     args = {"loss": loss_fn()(model), "optimizers": opt} | kwargs
+    if args["optimizers"] == "shared":
+        args["optimizers"] = [opt, torch.optim.SGD(model[2].parameters(), lr=0.1)]
     with pytest.raises(error) as caught:
         amp.scale_loss(**args)
     assert str(caught.value) == message
@@ -547,3 +551,52 @@ def test_master_params_are_the_optimizers_parameters():
     model, opt = make()
     model, opt = init(model, opt)
     assert [id(p) for p in amp.master_params(opt)] == [id(p) for p in model.parameters()]
+
+
+# -- CUDA: the same skips and scales as on CPU (skipped without a GPU) ---------------------------
+
+
+def apex_run(device, fused):
+    """Two losses, micro-batches with delay_unscale and injected overflows; the record of scales and skips."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused) if fused else torch.optim.Adam(model.parameters(), lr=1e-3)
+    init(model, opt, num_losses=2)
+    amp._amp_state.loss_scalers[0]._scale_seq_len = 2
+    record = []
+    for step in range(8):
+        before = model[0].weight.detach().clone()
+        for micro in range(2):
+            x = torch.randn(4, 8).to(device)
+            factor = 1e30 if (step, micro) in {(1, 1), (4, 0)} else 1.0
+            with torch.autocast(device_type=device, dtype=torch.float16):
+                out = model(x)
+            with amp.scale_loss((out.float() * factor).pow(2).mean(), opt, loss_id=0, delay_unscale=micro == 0) as s:
+                s.backward()
+        loss1 = (model(torch.randn(4, 8).to(device)) * (1e30 if step == 6 else 1.0)).pow(2).mean()
+        with amp.scale_loss(loss1, opt, loss_id=1) as s:
+            s.backward()
+        opt.step()
+        opt.zero_grad()
+        record.append((amp.state_dict(), not torch.equal(before, model[0].weight)))
+    return record, [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("fused", [False, True])
+def test_cuda_skips_and_scales_as_on_cpu(fused):
+    cpu_record, cpu_params = apex_run("cpu", fused=False)
+    cuda_record, cuda_params = apex_run("cuda", fused=fused)
+    assert cuda_record == cpu_record
+    assert [stepped for _, stepped in cpu_record] == [True, False, True, True, False, True, False, True]
+    for a, b in zip(cuda_params, cpu_params):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)  # other kernels, same skips
+
+
+def test_apex_run_record_on_cpu():
+    """The CPU half of the CUDA comparison, so the scenario itself is checked on every machine."""
+    record, _ = apex_run("cpu", fused=False)
+    assert [stepped for _, stepped in record] == [True, False, True, True, False, True, False, True]
+    assert record[-1][0] == {"loss_scaler0": {"loss_scale": 65536.0, "unskipped": 1},
+                             "loss_scaler1": {"loss_scale": 32768.0, "unskipped": 1}}

@@ -225,6 +225,7 @@ def scale_loss(
         raise ValueError("delay_overflow_check=True is not supported: the overflow check runs in every scale_loss")
     if not _amp_state.enabled:
         return contextlib.nullcontext(loss)
+    _check_disjoint(optimizer_list)
     for optimizer in optimizer_list:
         held_by = step_guard.scaled_by(optimizer)
         if held_by is not None and held_by != loss_id:
@@ -385,6 +386,19 @@ def _check_models(models: Any) -> None:
     for model in items:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"models must be a torch.nn.Module or a list of them, got {type(model).__name__}")
+
+
+def _check_disjoint(optimizers: list[torch.optim.Optimizer]) -> None:
+    """Refuse optimizers that share a parameter: its grad would be unscaled once per optimizer."""
+    owner: dict[int, int] = {}
+    for i, optimizer in enumerate(optimizers):
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if owner.setdefault(id(p), i) != i:
+                    raise ValueError(
+                        f"optimizers {owner[id(p)]} and {i} share a parameter; give scale_loss "
+                        "optimizers over distinct parameters"
+                    )
 
 
 def _optimizer_list(name: str, optimizers: Any, allow_none: bool) -> list[torch.optim.Optimizer]:
