@@ -121,6 +121,7 @@ def test_overflow_skips_the_users_own_step_once_then_restores_it(opt_kind, caplo
     assert "Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to 32768.0" in caplog.messages
     assert amp.state_dict()["loss_scaler0"] == {"loss_scale": 32768.0, "unskipped": 0}
     assert amp._amp_state.loss_scalers[0].grad_scaler.last_step_skipped() is True
+    assert amp._amp_state.loss_scalers[0].grad_scaler.get_skipped_steps() == 1
     opt.zero_grad()
     backward(loss_fn(), model, opt)
     opt.step()  # runs again

@@ -379,6 +379,13 @@ class AmpScaler:
         self._tracker.record_step(flag)
         return None if flag.value() else call()
 
+    def _compat_record_step(self, found_inf: bool) -> None:
+        """Record a step decided outside ``step``/``minimize`` (apex's ``scale_loss`` shim): its
+        flag for ``update()`` and ``last_step_skipped()``, and the skip in the count."""
+        flag = FoundInf.known(bool(found_inf))
+        self._step_state.cache_found_inf = flag
+        self._tracker.record_step(flag)
+
     def _fused_step(self, optimizer: torch.optim.Optimizer, state: OptimizerState, call: Callable[[], Any]) -> Any:
         """The optimizer skips on the device; no host sync."""
         step = self._step_state

@@ -276,7 +276,7 @@ class _ScaledBackward:
         found = bool(torch.cat([f.to(home) for f in flags]).any().item())  # the one host sync
         for optimizer in self._optimizers:
             grad_stash.put_back(self._held[id(optimizer)])
-        grad_scaler._cache_found_inf = found  # what Paddle code reads (last_step_skipped() too)
+        grad_scaler._compat_record_step(found)  # last_step_skipped(), get_skipped_steps(), update()
         if grad_scaler.is_use_dynamic_loss_scaling():
             grad_scaler.update()
         for optimizer in self._optimizers:
