@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--exact", action="store_true", help="bitwise comparison")
         p.add_argument("--rtol", type=float, help="relative tolerance (with --atol; default: per dtype)")
         p.add_argument("--atol", type=float, help="absolute tolerance (with --rtol)")
+        p.add_argument("--steps", type=int, help="compare only the first STEPS steps")
         if name == "compare":
             p.add_argument("--json", metavar="FILE", help="also write the full comparison as JSON")
         else:
@@ -61,7 +62,9 @@ def _compare(args: argparse.Namespace):
     if (args.rtol is None) != (args.atol is None):
         raise _Usage("give --rtol and --atol together")
     try:
-        return compare(args.reference, args.candidate, exact=args.exact, rtol=args.rtol, atol=args.atol)
+        return compare(
+            args.reference, args.candidate, exact=args.exact, rtol=args.rtol, atol=args.atol, steps=args.steps
+        )
     except (OSError, ValueError, KeyError) as e:
         raise _Usage(str(e)) from e
 

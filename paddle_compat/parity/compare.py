@@ -298,6 +298,7 @@ def compare(
     exact: bool = False,
     rtol: float | None = None,
     atol: float | None = None,
+    steps: int | None = None,
 ) -> Comparison:
     """Compare a candidate run (the port) with a reference run (Paddle), step by step.
 
@@ -305,6 +306,8 @@ def compare(
         reference, candidate: traces, or paths of saved ones.
         exact: bitwise comparison (what ``paddle_compat`` promises for its exact paths).
         rtol, atol: override torch.testing's per-dtype defaults (give both); not with ``exact``.
+        steps: compare only the first ``steps`` steps (both runs must have them); by default every
+            step, and runs of different lengths diverge where the shorter one ends.
 
     Returns:
         A :class:`Comparison`; ``.ok`` tells whether the runs agree, ``.first_divergence`` where
@@ -326,9 +329,16 @@ def compare(
             "with TraceRecorder(..., port=torch_module) so that it uses the port's names and layouts"
         )
     notes: list[str] = []
-    n = min(len(ref), len(cand))
-    if len(ref) != len(cand):
-        notes.append(f"the reference has {len(ref)} steps, the candidate {len(cand)}: comparing the first {n}")
+    if steps is not None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"steps must be a non-negative int, got {steps!r}")
+        if steps > min(len(ref), len(cand)):
+            raise ValueError(f"steps={steps}, but the reference has {len(ref)} steps and the candidate {len(cand)}")
+        n = steps
+    else:
+        n = min(len(ref), len(cand))
+        if len(ref) != len(cand):
+            notes.append(f"the reference has {len(ref)} steps, the candidate {len(cand)}: comparing the first {n}")
     cats_r = {_category(k) for k in ref.series}
     cats_c = {_category(k) for k in cand.series}
     for cat in sorted(cats_r ^ cats_c):
@@ -370,6 +380,6 @@ def compare(
                 if d is not None and first is None:
                     first = d
         scalars.append(row)
-    if first is None and len(ref) != len(cand):
+    if first is None and steps is None and len(ref) != len(cand):
         first = Divergence(n, "steps", f"the reference has {len(ref)} steps, the candidate {len(cand)}")
     return Comparison(exact, rtol, atol, n, ref.meta, cand.meta, scalars, metrics, first, notes)

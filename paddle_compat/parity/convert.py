@@ -418,7 +418,7 @@ def _raise_if(what: str, missing: list[str], unexpected: list[str], problems: li
     if missing:
         lines.append(f"missing from the {what}: {', '.join(map(repr, missing))}")
     if unexpected:
-        lines.append(f"not in the module (unexpected in the {what}): {', '.join(map(repr, unexpected))}")
+        lines.append(f"unexpected in the {what} (not in the module): {', '.join(map(repr, unexpected))}")
     lines += problems
     if lines:
         raise ValueError("; ".join(lines))

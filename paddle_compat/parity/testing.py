@@ -19,6 +19,7 @@ def assert_same_trajectory(
     exact: bool = True,
     rtol: float | None = None,
     atol: float | None = None,
+    steps: int | None = None,
     report_dir: str | os.PathLike[str] | None = None,
 ) -> Comparison:
     """Fail unless two runs agree at every step (bitwise by default).
@@ -28,6 +29,7 @@ def assert_same_trajectory(
         candidate: the port's run.
         exact: bitwise (default); ``False`` for torch.testing's per-dtype tolerances.
         rtol, atol: explicit tolerances (with ``exact=False``).
+        steps: check only the first ``steps`` steps (e.g. a short run against a long golden trace).
         report_dir: on failure, also write the JSON/Markdown/PNG report there (the PNG only when
             matplotlib is installed).
 
@@ -38,7 +40,7 @@ def assert_same_trajectory(
 
         assert_same_trajectory("tests/golden/demo", recorder.trace)
     """
-    result = compare(reference, candidate, exact=exact, rtol=rtol, atol=atol)
+    result = compare(reference, candidate, exact=exact, rtol=rtol, atol=atol, steps=steps)
     if not result.ok:
         if report_dir is not None:
             _write(result, report_dir)
