@@ -409,3 +409,23 @@ def test_scaler_state_to_paddle():
     assert scaler_state_to_paddle(GradScaler(enable=False)) == {}
     with pytest.raises(ValueError, match="missing 'incr_ratio'"):
         scaler_state_to_paddle({"scale": 1.0})
+
+
+def test_results_never_share_memory_with_their_source():
+    """Paddle's set_value keeps a numpy array's buffer: a converted array aliasing a live torch tensor
+    (a bias needs no transpose) would tie the two frameworks' parameters together."""
+    model = _mlp()
+    opt = popt.Momentum(learning_rate=0.1, parameters=model.parameters())
+    _train(model, opt, 1)
+    opt_a = popt.Adam(learning_rate=0.1, parameters=model.parameters())
+    _train(model, opt_a, 1)
+    live = [t.numpy() for t in model.state_dict().values()]
+    live += [v.numpy() for st in list(opt.state.values()) + list(opt_a.state.values()) for v in st.values()]
+    names = _names(model)
+    outputs = list(torch_to_paddle(model).values())
+    outputs += list(optimizer_state_to_paddle(opt, model, names).values())
+    outputs += list(optimizer_state_to_paddle(opt_a, model, names).values())
+    assert not any(np.shares_memory(o, t) for o in outputs for t in live)
+    pd = torch_to_paddle(model)
+    back = paddle_to_torch(pd, model)
+    assert not any(np.shares_memory(b.numpy(), a) for b in back.values() for a in pd.values())

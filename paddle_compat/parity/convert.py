@@ -322,7 +322,7 @@ class Plan:
                 continue
             values = [np.asarray(g) for g in got]
             if scalar:
-                out.update(self._scalar_to_torch(e, values, problems))
+                out.update((k, _fresh(v)) for k, v in self._scalar_to_torch(e, values, problems).items())
                 continue
             expected = self.paddle_shapes(e)
             torch_shapes = ", ".join(f"{k!r} {list(self.torch_shapes[k])}" for k in e.torch_keys)
@@ -336,7 +336,7 @@ class Plan:
                 problems += bad
                 continue
             for tk, v in zip(e.torch_keys, e.to_torch(values)):
-                out[tk] = np.ascontiguousarray(v)
+                out[tk] = _fresh(v)
         unexpected = [k for k in arrays if k not in consumed and k != pdio.NAME_TABLE]
         _raise_if(what, missing, unexpected, problems)
         return out
@@ -375,7 +375,7 @@ class Plan:
                     continue
                 converted = e.to_paddle(values)
             for pk, v in zip(e.paddle_keys, converted):
-                out[pk] = np.ascontiguousarray(v)
+                out[pk] = _fresh(v)
             if aliases:
                 for alias, i in e.aliases:
                     extra[alias] = out[e.paddle_keys[i]]
@@ -406,6 +406,12 @@ class Plan:
             if e.torch_keys == (torch_key,) and len(e.paddle_keys) == 1:
                 return e.paddle_keys[0]
         return None
+
+
+def _fresh(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy that shares no memory with the input: a result must never alias a live
+    tensor's storage (Paddle's ``set_value`` keeps a numpy array's buffer without copying it)."""
+    return np.array(a, copy=True, order="C")
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
