@@ -429,3 +429,39 @@ def test_results_never_share_memory_with_their_source():
     pd = torch_to_paddle(model)
     back = paddle_to_torch(pd, model)
     assert not any(np.shares_memory(b.numpy(), a) for b in back.values() for a in pd.values())
+
+
+class StepDecayLike:
+    """A Paddle-style LR scheduler (what paddle_compat.optimizer.lr provides): called for the rate."""
+
+    def __init__(self, lr: float = 0.1) -> None:
+        self.last_epoch, self.last_lr = 0, lr
+
+    def __call__(self) -> float:
+        return self.last_lr
+
+    def step(self) -> None:
+        self.last_epoch += 1
+        self.last_lr *= 0.5
+
+    def state_dict(self):
+        return {"last_epoch": self.last_epoch, "last_lr": self.last_lr}
+
+    def set_state_dict(self, sd):
+        self.last_epoch, self.last_lr = sd["last_epoch"], sd["last_lr"]
+
+
+def test_lr_scheduler_state_travels_with_the_optimizer_state():
+    model = _mlp()
+    sched = StepDecayLike()
+    opt = popt.Adam(learning_rate=sched, parameters=model.parameters())
+    _train(model, opt, 2)
+    sched.step()
+    names = _names(model)
+    pd = optimizer_state_to_paddle(opt, model, names)
+    assert pd["LR_Scheduler"] == {"last_epoch": 1, "last_lr": 0.05}
+    sched2 = StepDecayLike()
+    opt2 = popt.Adam(learning_rate=sched2, parameters=model.parameters())
+    sd = optimizer_state_to_torch(pd, opt2, model, names)
+    opt2.load_state_dict(sd)
+    assert (sched2.last_epoch, sched2.last_lr) == (1, 0.05) and opt2.get_lr() == 0.05

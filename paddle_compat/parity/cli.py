@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m paddle_compat.parity",
         description="Prove a torch port trains like Paddle: record traces, compare them step by step.",
+        epilog="exit status: 0 the runs agree (or the recording succeeded), 1 they diverge (or the recorded "
+        "script failed), 2 usage error",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -254,12 +254,14 @@ class Plan:
         entries: list[Entry] = []
         covered: set[str] = set()
         paths: dict[str, str] = {}
+        by_module: dict[str, set[str]] = {}  # module path -> its own keys (local names)
+        for k in state:
+            path, _, local_name = k.rpartition(".")
+            by_module.setdefault(path, set()).add(local_name)
         for path, sub in module.named_modules(remove_duplicate=False):
             paddle_path = _rename(path, names)
             paths[path] = paddle_path
-            prefix = _join(path, "")
-            local = {k[len(prefix) :] for k in state if k.startswith(prefix) and "." not in k[len(prefix) :]}
-            local -= {k for k in local if _join(path, k) in covered}
+            local = {k for k in by_module.get(path, ()) if _join(path, k) not in covered}
             if not local:
                 continue
             rule = _rule_for(sub)

@@ -20,8 +20,8 @@ from unittest import mock
 import numpy as np
 import torch
 
+from ._arrays import copy_of, grad_of
 from .convert import NameMap, Plan, paddle_to_torch, torch_to_paddle
-from .trace import _grad_of, _raw
 
 __all__ = ["copy_grads", "copy_params", "copy_params_to_paddle", "gpu_unscale_semantics", "scaler", "set_amp_dtype"]
 
@@ -112,7 +112,7 @@ def copy_grads(port: torch.nn.Module, layer: Any, *, name_map: NameMap | None = 
     """Give each Paddle parameter exactly the gradient its twin in ``port`` holds (converted to
     Paddle's layout); parameters without a gradient keep none."""
     paddle = importlib.import_module("paddle")
-    grads = {k: _raw(g) for k, p in port.named_parameters() if (g := _grad_of(p)) is not None}
+    grads = {k: copy_of(g) for k, p in port.named_parameters() if (g := grad_of(p)) is not None}
     converted = Plan.of(port, name_map).to_paddle(grads, partial=True)
     for name, p in layer.named_parameters():
         if name in converted:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._arrays import array_of, as_float, digest, sample_indices
+from ._arrays import array_of, as_float, copy_of, digest, grad_of, sample_indices
 from .convert import NameMap, Plan
 from .hooks import LayerWatcher
 from .optimizer_state import ACCUMULATORS, SCALAR_ACCUMULATORS, canonical_state, initial_state, optimizer_kind
@@ -222,17 +222,6 @@ def _is_torch(obj: Any) -> bool:
     return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer))
 
 
-def _raw(value: Any) -> np.ndarray:
-    arr, _ = array_of(value)
-    return np.array(arr, copy=True)
-
-
-def _grad_of(param: Any) -> Any:
-    """The gradient an optimizer uses: ``main_grad`` (fp32 master grads) when set, else ``grad``."""
-    main = getattr(param, "main_grad", None)
-    return main if main is not None else getattr(param, "grad", None)
-
-
 class _TorchSide:
     framework = "torch"
 
@@ -242,10 +231,10 @@ class _TorchSide:
         self._seen: set[int] = set()  # parameters that have had a gradient at a recorded step
 
     def state(self) -> dict[str, np.ndarray]:
-        return {k: _raw(v) for k, v in self.model.state_dict().items() if not k.endswith("num_batches_tracked")}
+        return {k: copy_of(v) for k, v in self.model.state_dict().items() if not k.endswith("num_batches_tracked")}
 
     def grads(self) -> dict[str, np.ndarray]:
-        return {k: _raw(g) for k, p in self.model.named_parameters() if (g := _grad_of(p)) is not None}
+        return {k: copy_of(g) for k, p in self.model.named_parameters() if (g := grad_of(p)) is not None}
 
     def optimizer_state(self) -> dict[str, dict[str, np.ndarray]]:
         """The state a Paddle optimizer would hold (see ``canonical_state``). Paddle creates a
@@ -262,7 +251,7 @@ class _TorchSide:
             for p in group["params"]:
                 if id(p) not in names:
                     continue
-                if _grad_of(p) is not None:
+                if grad_of(p) is not None:
                     self._seen.add(id(p))
                 accs = {acc: a for acc, (a, _) in state.get(id(p), {}).items()}
                 if id(p) in self._seen and not any(acc in accs for acc in ACCUMULATORS):
@@ -291,10 +280,10 @@ class _PaddleSide:
         return arrays if self.plan is None else self.plan.to_torch(arrays, partial=partial, scalar=scalar)
 
     def state(self) -> dict[str, np.ndarray]:
-        return self._to_port({k: _raw(v) for k, v in self.layer.state_dict().items()}, partial=False)
+        return self._to_port({k: copy_of(v) for k, v in self.layer.state_dict().items()}, partial=False)
 
     def grads(self) -> dict[str, np.ndarray]:
-        grads = {k: _raw(g) for k, p in self.layer.named_parameters() if (g := _grad_of(p)) is not None}
+        grads = {k: copy_of(g) for k, p in self.layer.named_parameters() if (g := grad_of(p)) is not None}
         return self._to_port(grads, partial=True)
 
     def optimizer_state(self) -> dict[str, dict[str, np.ndarray]]:
@@ -305,10 +294,10 @@ class _PaddleSide:
         for acc, by_param in getattr(self.optimizer, "_accumulators", {}).items():
             for pname, var in by_param.items():
                 if pname in structured:
-                    per_acc.setdefault(acc, {})[structured[pname]] = _raw(var)
+                    per_acc.setdefault(acc, {})[structured[pname]] = copy_of(var)
         for pname, var in (getattr(self.optimizer, "_master_weights", None) or {}).items():
             if pname in structured:
-                per_acc.setdefault("master_weight", {})[structured[pname]] = _raw(var)
+                per_acc.setdefault("master_weight", {})[structured[pname]] = copy_of(var)
         out: dict[str, dict[str, np.ndarray]] = {}
         for acc, arrays in per_acc.items():
             for name, arr in self._to_port(arrays, partial=True, scalar=acc in SCALAR_ACCUMULATORS).items():

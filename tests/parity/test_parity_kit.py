@@ -339,9 +339,9 @@ def _demo_port():
 
 
 def test_demo_port_live_against_paddle(tmp_path):
-    """Paddle runs in a child process (the kit's own way), for the first 12 steps: the scale backs
-    off 4 times, then the two runs update; the port must match every bit."""
-    steps = 12
+    """Paddle runs in a child process (the kit's own way), for the first 8 steps: the scale backs
+    off 5 times and the two runs update 3 times; the port must match every bit."""
+    steps = 8
     paddle_trace = record_script(
         ROOT / "examples" / "parity" / "demo_paddle.py", tmp_path / "paddle", args=["--steps", str(steps)],
         env={"PYTHONPATH": str(ROOT)}, timeout=300,
