@@ -218,3 +218,10 @@ def test_steps_limit():
         compare(a, b, steps=4)
     with pytest.raises(ValueError, match="steps must be a non-negative int"):
         compare(a, b, steps=-1)
+
+
+def test_dtypes_differ():
+    a = trace([(scal(), {"param/w": W})])
+    b = trace([(scal(), {"param/w": W.astype(np.float64)})])
+    assert compare(a, b, exact=True).first_divergence.reason == "dtypes differ: reference float32, candidate float64"
+    assert compare(a, b).ok  # the same values, within tolerance

@@ -106,5 +106,5 @@ def test_dividing_by_the_scale_is_pinpointed(golden, tmp_path):
     with pytest.raises(AssertionError):
         assert_same_trajectory(golden, wrong, report_dir=tmp_path / "report")
     assert (tmp_path / "report" / "report.md").exists()
-    # with torch.testing's float32 tolerances this port passes: only the exact mode sees it
+    # with torch.testing's float32 tolerances these first steps pass: only the exact mode sees them
     assert compare(golden, wrong, steps=5).ok

@@ -170,6 +170,13 @@ def test_duck_typed_scalers():
     assert [s["found_inf"] for s in rec_b.trace.steps] == [False, True, True, False]
     assert rec_a.trace.steps[0]["scale"] == 8.0 and rec_a.trace.steps[0]["incr_count"] == 1
 
+    # torch's own GradScaler: the scale, nothing else
+    torch_scaler = torch.amp.GradScaler("cpu", init_scale=64.0)
+    rec_c = TraceRecorder(model, None, torch_scaler)
+    rec_c.record()
+    assert rec_c.trace.steps[0]["scale"] == 64.0
+    assert rec_c.trace.steps[0]["found_inf"] is None and rec_c.trace.steps[0]["incr_count"] is None
+
 
 def test_bad_arguments():
     with pytest.raises(TypeError, match="torch.nn.Module or a paddle.nn.Layer"):

@@ -216,6 +216,9 @@ def _tensor(
         m = TensorMetrics(step, name, False, None, None, None, None, 0, False, False)
         return m, Divergence(step, name, f"shapes differ: reference {list(r.shape)}, candidate {list(c.shape)}", metrics=m)
     same_dtype = r.dtype == c.dtype
+    if exact and not same_dtype:
+        m = TensorMetrics(step, name, False, None, None, None, None, 0, False, False)
+        return m, Divergence(step, name, f"dtypes differ: reference {r.dtype}, candidate {c.dtype}", metrics=m)
     equal = same_dtype and r.digests[pr] == c.digests[pc]
     va, vb, index, sampled = _values(r, pr, c, pc)
     if equal:

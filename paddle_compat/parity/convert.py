@@ -234,7 +234,7 @@ class Plan:
         self.entries = entries
         self.torch_shapes = torch_shapes
         self.module_paths = module_paths  # torch module path -> Paddle layer path
-        self._paddle_shapes = {}
+        self._paddle_shapes: dict[Entry, list[tuple[int, ...]]] = {}
         seen: dict[str, str] = {}
         for e in entries:
             for pk in e.paddle_keys + tuple(a for a, _ in e.aliases):
@@ -261,7 +261,7 @@ class Plan:
         for path, sub in module.named_modules(remove_duplicate=False):
             paddle_path = _rename(path, names)
             paths[path] = paddle_path
-            local = {k for k in by_module.get(path, ()) if _join(path, k) not in covered}
+            local = by_module.get(path, set())
             if not local:
                 continue
             rule = _rule_for(sub)
@@ -277,6 +277,9 @@ class Plan:
                 aliases = tuple((_join(paddle_path, a), i) for a, i in lo.aliases)
                 entries.append(Entry(tkeys, pkeys, lo.to_paddle, lo.to_torch, aliases, lo.torch_only))
                 covered.update(tkeys)
+        for k in state:  # keys no submodule owns (added by a state-dict hook): as they are
+            if k not in covered:
+                entries.append(Entry((k,), (names.get(k, _rename(k, names)),)))
         entries.sort(key=lambda e: order[e.torch_keys[0]])
         return cls(entries, shapes, paths)
 

@@ -317,7 +317,9 @@ def _learning_rate(optimizer: Any) -> float | None:
 
 
 class _ScalerReader:
-    """The scale, counters and this step's verdict of a paddle_compat, torch-like or Paddle scaler."""
+    """The scale, counters and this step's verdict of a paddle_compat or Paddle scaler, by duck
+    typing. Of ``torch.amp.GradScaler`` only the scale is known (no counters, no per-step verdict:
+    ``found_inf`` is ``None``)."""
 
     def __init__(self, scaler: Any) -> None:
         self.scaler = scaler
@@ -334,12 +336,13 @@ class _ScalerReader:
         out: dict[str, Any] = {}
         if state:
             out["scale"] = float(np.asarray(array_of(state["scale"])[0], np.float32).reshape(-1)[0])
-            out["incr_count"] = int(np.asarray(state["incr_count"]).reshape(-1)[0])
-            out["decr_count"] = int(np.asarray(state["decr_count"]).reshape(-1)[0])
+            for key in ("incr_count", "decr_count"):
+                if key in state:
+                    out[key] = int(np.asarray(state[key]).reshape(-1)[0])
         out["found_inf"] = self._found_inf()
         return out
 
-    def _found_inf(self) -> bool:
+    def _found_inf(self) -> bool | None:
         last = getattr(self.scaler, "last_step_skipped", None)
         if callable(last):  # paddle_compat
             return bool(last())
@@ -347,7 +350,9 @@ class _ScalerReader:
         if skipped is not None:
             found, self._skipped = skipped > (self._skipped or 0), skipped
             return found
-        cached = getattr(self.scaler, "_cache_found_inf", None)  # Paddle's own scaler
+        if not hasattr(self.scaler, "_cache_found_inf"):
+            return None  # not told (torch.amp.GradScaler)
+        cached = self.scaler._cache_found_inf  # Paddle's own scaler: None before its first step
         return False if cached is None else bool(np.asarray(array_of(cached)[0]).any())
 
 
