@@ -104,7 +104,9 @@ def test_record(tmp_path, capsys, monkeypatch):
 
 def test_module_entry_point(traces, monkeypatch, capsys):
     """``python -m paddle_compat.parity`` runs ``main`` and exits with its status (run in-process)."""
-    monkeypatch.setattr(sys, "argv", ["paddle_compat.parity", "compare", str(traces / "a"), str(traces / "b"), "--exact"])
+    monkeypatch.setattr(
+        sys, "argv", ["paddle_compat.parity", "compare", str(traces / "a"), str(traces / "b"), "--exact"]
+    )
     with pytest.raises(SystemExit) as e:
         runpy.run_module("paddle_compat.parity", run_name="__main__")
     assert e.value.code == 1 and "first divergence at step 1" in capsys.readouterr().out

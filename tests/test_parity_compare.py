@@ -22,7 +22,15 @@ def trace(steps: list[tuple[dict, dict]], layout: str = "torch", **policy) -> Tr
 
 
 def scal(**kw):
-    base = {"loss": 1.0, "scale": 1024.0, "found_inf": False, "incr_count": 1, "decr_count": 0, "lr": 0.1, "grad_norm": 2.0}
+    base = {
+        "loss": 1.0,
+        "scale": 1024.0,
+        "found_inf": False,
+        "incr_count": 1,
+        "decr_count": 0,
+        "lr": 0.1,
+        "grad_norm": 2.0,
+    }
     return {**base, **kw}
 
 
@@ -51,11 +59,17 @@ def test_ulp_distance(dtype):
     assert list(d[:4]) == [1, 1, 1, 1]
     assert d[4] == 0  # NaN and NaN
     tiny = torch.tensor([torch.finfo(getattr(torch, dtype)).tiny], dtype=getattr(torch, dtype))
-    pos, neg = array_of(torch.nextafter(torch.zeros(1, dtype=tiny.dtype), tiny))[0], array_of(-torch.nextafter(torch.zeros(1, dtype=tiny.dtype), tiny))[0]
+    pos, neg = (
+        array_of(torch.nextafter(torch.zeros(1, dtype=tiny.dtype), tiny))[0],
+        array_of(-torch.nextafter(torch.zeros(1, dtype=tiny.dtype), tiny))[0],
+    )
     assert ulp_distance(pos, neg, dtype)[0] == 2  # across zero: -min_subnormal, 0, +min_subnormal
     z = array_of(torch.tensor([0.0, -0.0], dtype=tiny.dtype))[0]
     assert ulp_distance(z[:1], z[1:], dtype)[0] == 0
-    one, nan = array_of(torch.tensor([1.0], dtype=tiny.dtype))[0], array_of(torch.tensor([float("nan")], dtype=tiny.dtype))[0]
+    one, nan = (
+        array_of(torch.tensor([1.0], dtype=tiny.dtype))[0],
+        array_of(torch.tensor([float("nan")], dtype=tiny.dtype))[0],
+    )
     assert ulp_distance(one, nan, dtype)[0] == math.inf
 
 
@@ -72,7 +86,10 @@ def test_default_tolerances_are_torch_testings(dtype):
     ref = torch.tensor(rng.standard_normal(400), dtype=torch.float64).to(tdt)
     rtol, atol = DEFAULT_TOLERANCES[dtype]
     for factor in (0.5, 0.9, 1.1, 2.0):  # inside, close inside, close outside, outside
-        cand = (ref.double() + factor * (atol + rtol * ref.double().abs()) * torch.sign(torch.randn(400, dtype=torch.float64))).to(tdt)
+        cand = (
+            ref.double()
+            + factor * (atol + rtol * ref.double().abs()) * torch.sign(torch.randn(400, dtype=torch.float64))
+        ).to(tdt)
         for i in range(0, 400, 40):
             r, c = ref[i : i + 1], cand[i : i + 1]
             try:
@@ -193,7 +210,13 @@ def test_argument_checks():
 
 def test_reports(tmp_path):
     a = trace([(scal(), {"param/w": W}), (scal(found_inf=True, scale=512.0), {"param/w": W}), (scal(), {"param/w": W})])
-    b = trace([(scal(), {"param/w": W}), (scal(found_inf=True, scale=512.0), {"param/w": W}), (scal(), {"param/w": nudge(W, 0, 3)})])
+    b = trace(
+        [
+            (scal(), {"param/w": W}),
+            (scal(found_inf=True, scale=512.0), {"param/w": W}),
+            (scal(), {"param/w": nudge(W, 0, 3)}),
+        ]
+    )
     result = compare(a, b, exact=True)
     doc = json.loads(to_json(result))
     assert doc["ok"] is False and doc["first_divergence"]["step"] == 2 and doc["first_divergence"]["index"] == [0, 0]

@@ -63,7 +63,9 @@ def test_paddle_names_and_layouts():
     w = sd["attn.in_proj_weight"].numpy()
     for i, name in enumerate("qkv"):
         np.testing.assert_array_equal(pd[f"attn.{name}_proj.weight"], w[6 * i : 6 * (i + 1)].T)
-        np.testing.assert_array_equal(pd[f"attn.{name}_proj.bias"], sd["attn.in_proj_bias"].numpy()[6 * i : 6 * (i + 1)])
+        np.testing.assert_array_equal(
+            pd[f"attn.{name}_proj.bias"], sd["attn.in_proj_bias"].numpy()[6 * i : 6 * (i + 1)]
+        )
     np.testing.assert_array_equal(pd["attn.out_proj.weight"], sd["attn.out_proj.weight"].numpy().T)
     # LSTM: flat names as they are, plus Paddle's cell names
     np.testing.assert_array_equal(pd["rnn.weight_ih_l1_reverse"], sd["rnn.weight_ih_l1_reverse"].numpy())
@@ -91,7 +93,7 @@ def test_round_trip_is_bitwise():
         for p in fresh.parameters():
             p.zero_()
     fresh.load_state_dict(back)
-    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), sd.values()))
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), sd.values(), strict=True))
 
 
 def test_num_batches_tracked_is_the_modules_own():
@@ -131,7 +133,10 @@ def test_multihead_attention_with_kdim_vdim():
     mha = nn.MultiheadAttention(8, 2, kdim=4, vdim=6)
     pd = torch_to_paddle(mha)
     assert {k: v.shape for k, v in pd.items() if k.endswith("weight")} == {
-        "q_proj.weight": (8, 8), "k_proj.weight": (4, 8), "v_proj.weight": (6, 8), "out_proj.weight": (8, 8)
+        "q_proj.weight": (8, 8),
+        "k_proj.weight": (4, 8),
+        "v_proj.weight": (6, 8),
+        "out_proj.weight": (8, 8),
     }
     back = paddle_to_torch(pd, mha)
     assert all(torch.equal(back[k], v) for k, v in mha.state_dict().items())
@@ -254,7 +259,9 @@ def test_paddle_compat_adam_to_paddle_and_back_resumes_bitwise():
     _train(model, opt, 3)
     names = _names(model)
     pd = optimizer_state_to_paddle(opt, model, names)
-    assert set(pd) == {f"{n}_{acc}_0" for n in names.values() for acc in ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc")}
+    assert set(pd) == {
+        f"{n}_{acc}_0" for n in names.values() for acc in ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc")
+    }
     np.testing.assert_array_equal(pd["p0.w_0_moment1_0"], opt.state[model[0].weight]["moment1"].numpy().T)
     assert pd["p0.w_0_beta1_pow_acc_0"].dtype == np.float32 and pd["p0.w_0_beta1_pow_acc_0"].shape == (1,)
     assert pd["p0.w_0_beta1_pow_acc_0"][0] == beta_pow(0.9, 3)
@@ -264,7 +271,7 @@ def test_paddle_compat_adam_to_paddle_and_back_resumes_bitwise():
     opt2.load_state_dict(optimizer_state_to_torch(pd, opt2, twin, names))
     _train(model, opt, 4, seed=2)
     _train(twin, opt2, 4, seed=2)
-    for a, b in zip(model.parameters(), twin.parameters()):
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
@@ -400,8 +407,16 @@ def test_paddle_style_scheduler_passes_through():
 def test_scaler_state_to_paddle():
     scaler = GradScaler(init_loss_scaling=1024.0, incr_every_n_steps=3)
     pd = scaler_state_to_paddle(scaler)
-    assert list(pd) == ["scale", "incr_ratio", "decr_ratio", "incr_every_n_steps", "decr_every_n_nan_or_inf",
-                        "incr_count", "decr_count", "use_dynamic_loss_scaling"]
+    assert list(pd) == [
+        "scale",
+        "incr_ratio",
+        "decr_ratio",
+        "incr_every_n_steps",
+        "decr_every_n_nan_or_inf",
+        "incr_count",
+        "decr_count",
+        "use_dynamic_loss_scaling",
+    ]
     assert isinstance(pd["scale"], np.ndarray) and pd["scale"].dtype == np.float32 and pd["scale"][0] == 1024.0
     other = GradScaler()
     other.load_state_dict(pd)  # Paddle's format loads as it is

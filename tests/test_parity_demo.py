@@ -51,10 +51,14 @@ def _skip_if_forward_differs(golden: Trace, result) -> None:
     """The golden trace pins the forward/backward of the recording host's torch kernels; elsewhere
     the gradients may differ before the scaler or the optimizer is involved (not the port's fault)."""
     env = golden.meta["environment"]
-    same_host = env["torch"] == torch.__version__ and env["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    same_host = (
+        env["torch"] == torch.__version__ and env["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    )
     d = result.first_divergence
     if d is not None and not same_host and d.name.split("/")[0] in ("loss", "grad", "grad_norm"):
-        pytest.skip(f"recorded with torch {env['torch']} on {env['torch_cpu_capability']}: the forward differs here ({d.describe()})")
+        pytest.skip(
+            f"recorded with torch {env['torch']} on {env['torch_cpu_capability']}: the forward differs here ({d.describe()})"
+        )
 
 
 def test_golden_trace_is_small(golden):
@@ -76,7 +80,10 @@ def test_port_is_bitwise_paddle(golden):
 
 
 def test_golden_trace_fixture(golden_trace):  # noqa: F811
-    assert golden_trace("demo_paddle_cpu").steps[3]["loss"] == Trace.load(ROOT / "tests" / "golden" / "demo_paddle_cpu").steps[3]["loss"]
+    assert (
+        golden_trace("demo_paddle_cpu").steps[3]["loss"]
+        == Trace.load(ROOT / "tests" / "golden" / "demo_paddle_cpu").steps[3]["loss"]
+    )
 
 
 def test_torch_adamw_in_place_of_paddles_is_pinpointed(golden):

@@ -44,8 +44,12 @@ def _bytes(obj, protocol=4) -> bytes:
 @pytest.mark.parametrize("protocol", [2, 3, 4])
 def test_layer_state_dict(protocol):
     w = np.arange(12, dtype=np.float32).reshape(3, 4)
-    saved = {"0.weight": w, "0.bias": np.ones(4, np.float32), "emb": np.arange(6, dtype=np.uint16),
-             pdio.NAME_TABLE: {"0.weight": "linear_0.w_0", "0.bias": "linear_0.b_0"}}
+    saved = {
+        "0.weight": w,
+        "0.bias": np.ones(4, np.float32),
+        "emb": np.arange(6, dtype=np.uint16),
+        pdio.NAME_TABLE: {"0.weight": "linear_0.w_0", "0.bias": "linear_0.b_0"},
+    }
     data = _bytes(saved, protocol)
     loaded = pdio.load(data)
     assert list(loaded) == ["0.weight", "0.bias", "emb"]
@@ -74,8 +78,12 @@ def test_optimizer_state_with_master_weights_and_scheduler(protocol):
 def test_big_parameters_are_joined():
     """protocol 2/3: paddle.save splits arrays over 1 GiB into slices listed under UnpackBigParamInfor@@."""
     w = np.arange(10, dtype=np.float32).reshape(2, 5)
-    saved = {"w@@.0": w.reshape(-1)[:6], "w@@.1": w.reshape(-1)[6:], "b": np.ones(2),
-             "UnpackBigParamInfor@@": {"w": {"OriginShape": (2, 5), "slices": ["w@@.0", "w@@.1"]}}}
+    saved = {
+        "w@@.0": w.reshape(-1)[:6],
+        "w@@.1": w.reshape(-1)[6:],
+        "b": np.ones(2),
+        "UnpackBigParamInfor@@": {"w": {"OriginShape": (2, 5), "slices": ["w@@.0", "w@@.1"]}},
+    }
     loaded = pdio.load(_bytes(saved, 2))
     assert sorted(loaded) == ["b", "w"]
     np.testing.assert_array_equal(loaded["w"], w)
@@ -90,7 +98,11 @@ def test_files_and_file_objects(tmp_path):
 
 def test_save_round_trip(tmp_path):
     path = tmp_path / "x.pdopt"
-    obj = {"a": np.arange(3, dtype=np.float32), "master_weights": {"p": np.ones(2)}, "LR_Scheduler": {"last_epoch": 1, "last_lr": 0.5}}
+    obj = {
+        "a": np.arange(3, dtype=np.float32),
+        "master_weights": {"p": np.ones(2)},
+        "LR_Scheduler": {"last_epoch": 1, "last_lr": 0.5},
+    }
     pdio.save(obj, path, parameter_names={"a": "p"})
     loaded = pdio.load(path)
     assert sorted(loaded) == ["LR_Scheduler", "a", "master_weights"]

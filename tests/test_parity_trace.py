@@ -22,7 +22,11 @@ INJECT = {2: float("inf"), 5: float("nan")}
 def run(steps: int = 7, *, opt_cls=popt.Adam, scaler: bool = True, gelu: str = "none", **rec) -> Trace:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(approximate=gelu), torch.nn.Linear(8, 2))
-    opt = opt_cls(learning_rate=0.01, parameters=model.parameters()) if opt_cls is popt.Adam else opt_cls(model.parameters(), lr=0.01)
+    opt = (
+        opt_cls(learning_rate=0.01, parameters=model.parameters())
+        if opt_cls is popt.Adam
+        else opt_cls(model.parameters(), lr=0.01)
+    )
     sc = GradScaler(init_loss_scaling=1024.0, incr_every_n_steps=2) if scaler else None
     recorder = TraceRecorder(model, opt, sc, **rec)
     gen = torch.Generator().manual_seed(1)
@@ -61,8 +65,18 @@ def test_tensors_per_step():
     trace = run()
     names = list(trace.series)
     assert names[:4] == ["grad/0.weight", "grad/0.bias", "grad/2.weight", "grad/2.bias"]
-    assert {n for n in names if n.startswith("param/")} == {"param/0.weight", "param/0.bias", "param/2.weight", "param/2.bias"}
-    assert {n.rsplit("/", 1)[1] for n in names if n.startswith("opt/")} == {"moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc"}
+    assert {n for n in names if n.startswith("param/")} == {
+        "param/0.weight",
+        "param/0.bias",
+        "param/2.weight",
+        "param/2.bias",
+    }
+    assert {n.rsplit("/", 1)[1] for n in names if n.startswith("opt/")} == {
+        "moment1",
+        "moment2",
+        "beta1_pow_acc",
+        "beta2_pow_acc",
+    }
     s = trace.series["opt/0.weight/beta1_pow_acc"]
     # skipped steps leave Paddle's beta powers alone: 5 updates in 7 steps
     assert s.data[-1][0] == beta_pow(0.9, 5)
@@ -104,7 +118,7 @@ def test_save_and_load(tmp_path):
     for name, s in trace.series.items():
         b = back.series[name]
         assert (b.dtype, b.shape, b.steps, b.digests) == (s.dtype, s.shape, s.steps, s.digests)
-        assert all(x.dtype == y.dtype and x.tobytes() == y.tobytes() for x, y in zip(b.data, s.data))
+        assert all(x.dtype == y.dtype and x.tobytes() == y.tobytes() for x, y in zip(b.data, s.data, strict=True))
     assert compare(trace, back, exact=True).ok
     np.testing.assert_array_equal(back.final("param/0.bias"), trace.series["param/0.bias"].data[-1])
 
@@ -193,7 +207,12 @@ def test_layer_taps_name_the_first_diverging_layer():
     exact, tanh = run(3, layers=True), run(3, layers=True, gelu="tanh")
     assert [n for n in exact.series if n.startswith("act/")] == ["act/0", "act/1", "act/2", "act/(model)"]
     # backward order; the model's output is layer 2's very tensor, whose hooks run in the order set
-    assert [n for n in exact.series if n.startswith("actgrad/")] == ["actgrad/2", "actgrad/(model)", "actgrad/1", "actgrad/0"]
+    assert [n for n in exact.series if n.startswith("actgrad/")] == [
+        "actgrad/2",
+        "actgrad/(model)",
+        "actgrad/1",
+        "actgrad/0",
+    ]
     result = compare(exact, tanh, exact=True)
     d = result.first_divergence
     assert (d.step, d.name) == (0, "act/1") and d.ulps >= 1

@@ -17,17 +17,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 
+import demo_port  # the torch port, beside this file
 import numpy as np
 import paddle
 import torch
 
-import demo_port  # the torch port, beside this file
 from paddle_compat.parity import TraceRecorder, paddle_side
 
 
 def paddle_model() -> paddle.nn.Sequential:
     return paddle.nn.Sequential(
-        paddle.nn.Linear(32, 128), paddle.nn.GELU(), paddle.nn.Linear(128, 128), paddle.nn.GELU(), paddle.nn.Linear(128, 1)
+        paddle.nn.Linear(32, 128),
+        paddle.nn.GELU(),
+        paddle.nn.Linear(128, 128),
+        paddle.nn.GELU(),
+        paddle.nn.Linear(128, 1),
     )
 
 
@@ -51,7 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     kwargs = dict(init_loss_scaling=demo_port.INIT_SCALE, incr_every_n_steps=demo_port.INCR_EVERY)
     scaler = paddle.amp.GradScaler(**kwargs) if on_gpu else paddle_side.scaler(**kwargs)
-    meta = {"variant": "paddle", "forward": args.forward, "steps": args.steps, "init_loss_scaling": demo_port.INIT_SCALE}
+    meta = {
+        "variant": "paddle",
+        "forward": args.forward,
+        "steps": args.steps,
+        "init_loss_scaling": demo_port.INIT_SCALE,
+    }
     rec = TraceRecorder(
         model, opt, scaler, port=port, full_max_elements=args.full_max_elements, sample=args.sample, meta=meta
     )

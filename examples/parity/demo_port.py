@@ -23,7 +23,6 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 import paddle_compat.optimizer as popt

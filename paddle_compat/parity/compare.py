@@ -30,7 +30,20 @@ from .trace import SCALARS, Series, Trace, load_trace
 
 __all__ = ["Comparison", "Divergence", "TensorMetrics", "compare"]
 
-ORDER = ("act", "loss", "actgrad", "grad", "grad_norm", "found_inf", "scale", "incr_count", "decr_count", "lr", "param", "opt")
+ORDER = (
+    "act",
+    "loss",
+    "actgrad",
+    "grad",
+    "grad_norm",
+    "found_inf",
+    "scale",
+    "incr_count",
+    "decr_count",
+    "lr",
+    "param",
+    "opt",
+)
 _EXACT_SCALARS = frozenset({"found_inf", "incr_count", "decr_count"})
 
 
@@ -129,8 +142,12 @@ class Comparison:
         return out
 
     def summary(self) -> str:
-        mode = "exact (bitwise)" if self.exact else (
-            "per-dtype torch.testing tolerances" if self.rtol is None else f"rtol={self.rtol:g}, atol={self.atol:g}"
+        mode = (
+            "exact (bitwise)"
+            if self.exact
+            else (
+                "per-dtype torch.testing tolerances" if self.rtol is None else f"rtol={self.rtol:g}, atol={self.atol:g}"
+            )
         )
         differing = sorted({m.name for m in self.tensors if not m.bitwise_equal})
         lines = [
@@ -155,7 +172,10 @@ class Comparison:
             "reference": self.reference_meta,
             "candidate": self.candidate_meta,
             "scalars": [
-                {k: {"reference": _json_value(a), "candidate": _json_value(b), "ok": ok} for k, (a, b, ok) in st.items()}
+                {
+                    k: {"reference": _json_value(a), "candidate": _json_value(b), "ok": ok}
+                    for k, (a, b, ok) in st.items()
+                }
                 for st in self.scalars
             ],
             "tensors": [m.to_dict() for m in self.tensors],
@@ -198,7 +218,9 @@ def _scalar_ok(name: str, a: Any, b: Any, exact: bool, rtol: float | None, atol:
 # ------------------------------------------------------------------------------------- tensors
 
 
-def _values(r: Series, pr: int, c: Series, pc: int) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, bool]:
+def _values(
+    r: Series, pr: int, c: Series, pc: int
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, bool]:
     """Comparable flat values of both sides: ``(reference, candidate, flat indices or None, sampled)``."""
     if r.full and c.full:
         return r.data[pr], c.data[pc], None, False
@@ -214,7 +236,9 @@ def _tensor(
 ) -> tuple[TensorMetrics, Divergence | None]:
     if r.shape != c.shape:
         m = TensorMetrics(step, name, False, None, None, None, None, 0, False, False)
-        return m, Divergence(step, name, f"shapes differ: reference {list(r.shape)}, candidate {list(c.shape)}", metrics=m)
+        return m, Divergence(
+            step, name, f"shapes differ: reference {list(r.shape)}, candidate {list(c.shape)}", metrics=m
+        )
     same_dtype = r.dtype == c.dtype
     if exact and not same_dtype:
         m = TensorMetrics(step, name, False, None, None, None, None, 0, False, False)
@@ -226,7 +250,9 @@ def _tensor(
         return TensorMetrics(step, name, True, 0.0, 0.0, 0.0, 0, n, sampled, True), None
     if va is None:
         m = TensorMetrics(step, name, False, None, None, None, None, 0, True, exact is False)
-        return m, (Divergence(step, name, "digests differ (no common sampled elements to show)", metrics=m) if exact else None)
+        return m, (
+            Divergence(step, name, "digests differ (no common sampled elements to show)", metrics=m) if exact else None
+        )
     dtype = r.dtype if same_dtype else "float64"
     fa, fb = as_float(va, r.dtype).astype(np.float64), as_float(vb, c.dtype).astype(np.float64)
     both_nan = np.isnan(fa) & np.isnan(fb)
@@ -365,7 +391,9 @@ def compare(
                 ok = _scalar_ok(item, a, b, exact, rtol, atol)
                 row[item] = (a, b, ok)
                 if not ok and first is None:
-                    first = Divergence(step, item, "differs" if exact or item in _EXACT_SCALARS else "out of tolerance", None, a, b)
+                    first = Divergence(
+                        step, item, "differs" if exact or item in _EXACT_SCALARS else "out of tolerance", None, a, b
+                    )
                 continue
             for name in by_cat.get(item, []):
                 r, c = ref.series.get(name), cand.series.get(name)

@@ -292,7 +292,12 @@ class Plan:
 
     # --- conversions -----------------------------------------------------------------------------
     def to_torch(
-        self, arrays: Mapping[str, np.ndarray], *, partial: bool = False, scalar: bool = False, what: str = "Paddle state"
+        self,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        partial: bool = False,
+        scalar: bool = False,
+        what: str = "Paddle state",
     ) -> dict[str, np.ndarray]:
         """Paddle-keyed arrays -> torch-keyed arrays.
 
@@ -323,7 +328,7 @@ class Plan:
             if all(g is None for g in got) and partial:
                 continue
             if any(g is None for g in got):
-                missing += [pk for pk, g in zip(e.paddle_keys, got) if g is None]
+                missing += [pk for pk, g in zip(e.paddle_keys, got, strict=True) if g is None]
                 continue
             values = [np.asarray(g) for g in got]
             if scalar:
@@ -334,13 +339,13 @@ class Plan:
             bad = [
                 f"shape mismatch for {pk!r}: the Paddle tensor has shape {list(v.shape)}, the module needs "
                 f"{list(s)} (Paddle's layout of torch's {torch_shapes})"
-                for pk, v, s in zip(e.paddle_keys, values, expected)
+                for pk, v, s in zip(e.paddle_keys, values, expected, strict=True)
                 if tuple(v.shape) != s
             ]
             if bad:
                 problems += bad
                 continue
-            for tk, v in zip(e.torch_keys, e.to_torch(values)):
+            for tk, v in zip(e.torch_keys, e.to_torch(values), strict=True):
                 out[tk] = _fresh(v)
         unexpected = [k for k in arrays if k not in consumed and k != pdio.NAME_TABLE]
         _raise_if(what, missing, unexpected, problems)
@@ -364,7 +369,7 @@ class Plan:
             if all(g is None for g in got) and partial:
                 continue
             if any(g is None for g in got):
-                missing += [k for k, g in zip(e.torch_keys, got) if g is None]
+                missing += [k for k, g in zip(e.torch_keys, got, strict=True) if g is None]
                 continue
             values = [np.asarray(g) for g in got]
             if scalar:
@@ -372,14 +377,14 @@ class Plan:
             else:
                 bad = [
                     f"shape mismatch for {k!r}: the tensor has shape {list(v.shape)}, the module's is {list(self.torch_shapes[k])}"
-                    for k, v in zip(e.torch_keys, values)
+                    for k, v in zip(e.torch_keys, values, strict=True)
                     if tuple(v.shape) != self.torch_shapes[k]
                 ]
                 if bad:
                     problems += bad
                     continue
                 converted = e.to_paddle(values)
-            for pk, v in zip(e.paddle_keys, converted):
+            for pk, v in zip(e.paddle_keys, converted, strict=True):
                 out[pk] = _fresh(v)
             if aliases:
                 for alias, i in e.aliases:
@@ -391,7 +396,7 @@ class Plan:
     @staticmethod
     def _scalar_to_torch(e: Entry, values: list[np.ndarray], problems: list[str]) -> dict[str, np.ndarray]:
         if len(values) == len(e.torch_keys):
-            return dict(zip(e.torch_keys, values))
+            return dict(zip(e.torch_keys, values, strict=True))
         if len(e.torch_keys) == 1:  # merged parameter (MultiheadAttention's in_proj): all must agree
             if not all(_same_bits(values[0], v) for v in values[1:]):
                 problems.append(f"{e.torch_keys[0]!r}: {', '.join(map(repr, e.paddle_keys))} disagree")
@@ -503,7 +508,9 @@ def paddle_to_torch(
     return out
 
 
-def torch_to_paddle(module: nn.Module, *, name_map: NameMap | None = None, aliases: bool = True) -> dict[str, np.ndarray]:
+def torch_to_paddle(
+    module: nn.Module, *, name_map: NameMap | None = None, aliases: bool = True
+) -> dict[str, np.ndarray]:
     """A torch module's state under Paddle's names and layouts, for ``paddle.nn.Layer.set_state_dict``.
 
     Args:

@@ -38,7 +38,12 @@ __all__ = [
 
 ACCUMULATORS = ("moment1", "moment2", "moment2_max", "beta1_pow_acc", "beta2_pow_acc", "velocity")
 SCALAR_ACCUMULATORS = frozenset({"beta1_pow_acc", "beta2_pow_acc"})  # shape [1], one per parameter
-_TORCH_NAMES = {"exp_avg": "moment1", "exp_avg_sq": "moment2", "max_exp_avg_sq": "moment2_max", "momentum_buffer": "velocity"}
+_TORCH_NAMES = {
+    "exp_avg": "moment1",
+    "exp_avg_sq": "moment2",
+    "max_exp_avg_sq": "moment2_max",
+    "momentum_buffer": "velocity",
+}
 _ACC_KEY = re.compile(r"^(" + "|".join(sorted(ACCUMULATORS, key=len, reverse=True)) + r")_(\d+)$")
 
 
@@ -239,7 +244,9 @@ def optimizer_state_to_paddle(
                     per_acc.setdefault(acc, {})[names[id(p)]] = value
     out: dict[str, Any] = {}
     for acc, arrays in per_acc.items():
-        for key, value in plan.to_paddle(arrays, partial=True, scalar=acc in SCALAR_ACCUMULATORS, aliases=False).items():
+        for key, value in plan.to_paddle(
+            arrays, partial=True, scalar=acc in SCALAR_ACCUMULATORS, aliases=False
+        ).items():
             out[f"{_lookup(table, key)}_{acc}_0"] = value
     if masters:
         out["master_weights"] = {
@@ -454,8 +461,16 @@ def scaler_state_to_paddle(scaler_or_state: Any) -> dict[str, Any]:
         raise TypeError(f"expected a GradScaler or its state_dict(), got {type(scaler_or_state).__name__}")
     if not state:
         return {}
-    keys = ("scale", "incr_ratio", "decr_ratio", "incr_every_n_steps", "decr_every_n_nan_or_inf",
-            "incr_count", "decr_count", "use_dynamic_loss_scaling")
+    keys = (
+        "scale",
+        "incr_ratio",
+        "decr_ratio",
+        "incr_every_n_steps",
+        "decr_every_n_nan_or_inf",
+        "incr_count",
+        "decr_count",
+        "use_dynamic_loss_scaling",
+    )
     missing = [k for k in keys if k not in state]
     if missing:
         raise ValueError(f"not a GradScaler state: missing {', '.join(map(repr, missing))}")

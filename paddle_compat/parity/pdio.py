@@ -210,7 +210,9 @@ def parameter_names(source: str | os.PathLike[str] | bytes | BinaryIO | Mapping[
     return dict(table)
 
 
-def save(obj: Mapping[str, Any], path: str | os.PathLike[str], parameter_names: Mapping[str, str] | None = None) -> None:
+def save(
+    obj: Mapping[str, Any], path: str | os.PathLike[str], parameter_names: Mapping[str, str] | None = None
+) -> None:
     """Write a state dict of numpy arrays as ``paddle.save`` would, so that ``paddle.load`` reads it.
 
     Args:

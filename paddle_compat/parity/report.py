@@ -47,10 +47,17 @@ def _ulps(x: float | None) -> str:
 def to_markdown(comparison: Comparison) -> str:
     """A human summary: verdict, first divergence, the runs, per-step scalars, the differing tensors."""
     c = comparison
-    mode = "exact (bitwise)" if c.exact else (
-        "torch.testing's per-dtype tolerances" if c.rtol is None else f"rtol={c.rtol:g}, atol={c.atol:g}"
+    mode = (
+        "exact (bitwise)"
+        if c.exact
+        else ("torch.testing's per-dtype tolerances" if c.rtol is None else f"rtol={c.rtol:g}, atol={c.atol:g}")
     )
-    lines = ["# Parity report", "", f"**{'Within tolerance' if c.ok else 'Diverged'}** over {c.steps} steps ({mode}).", ""]
+    lines = [
+        "# Parity report",
+        "",
+        f"**{'Within tolerance' if c.ok else 'Diverged'}** over {c.steps} steps ({mode}).",
+        "",
+    ]
     if c.first_divergence is not None:
         lines += ["## First divergence", "", c.first_divergence.describe(), ""]
     lines += ["## Runs", "", "| | reference | candidate |", "|---|---|---|"]
@@ -75,7 +82,11 @@ def to_markdown(comparison: Comparison) -> str:
         "|---:|---:|---:|---:|---:|:---:|---:|---:|",
     ]
     for step, row in enumerate(c.scalars[:_MAX_ROWS]):
-        loss, scale, inf = row.get("loss", (None, None, True)), row.get("scale", (None, None, True)), row.get("found_inf")
+        loss, scale, inf = (
+            row.get("loss", (None, None, True)),
+            row.get("scale", (None, None, True)),
+            row.get("found_inf"),
+        )
         mark = "" if step not in failing and all(ok for _, _, ok in row.values()) else " ⚠"
         found = "–" if inf is None else (_num(inf[0]) if inf[0] == inf[1] else f"{_num(inf[0])} / {_num(inf[1])}")
         lines.append(
@@ -90,7 +101,9 @@ def to_markdown(comparison: Comparison) -> str:
     for m in c.tensors:
         if m.bitwise_equal:
             continue
-        w = worst.setdefault(m.name, {"first": m.step, "steps": 0, "ulps": None, "abs": 0.0, "rel": 0.0, "sampled": False})
+        w = worst.setdefault(
+            m.name, {"first": m.step, "steps": 0, "ulps": None, "abs": 0.0, "rel": 0.0, "sampled": False}
+        )
         w["steps"] += 1
         if m.max_ulps is not None:
             w["ulps"] = max(w["ulps"] or 0.0, m.max_ulps)
@@ -132,23 +145,31 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
     top, bottom = fig.subplots(2, 1, sharex=True)
     for side, (label, style, marker) in enumerate((("reference", "-", "x"), ("candidate", "--", "o"))):
         scales = [row.get("scale", (None, None, True))[side] for row in c.scalars]
-        xs = [s for s, v in zip(steps, scales) if v is not None]
+        xs = [s for s, v in zip(steps, scales, strict=True) if v is not None]
         if xs:
             top.step(xs, [scales[s] for s in xs], style, where="post", label=f"{label} scale")
-        skipped = [s for s, row in zip(steps, c.scalars) if (row.get("found_inf") or (None, None))[side]]
+        skipped = [s for s, row in zip(steps, c.scalars, strict=True) if (row.get("found_inf") or (None, None))[side]]
         if skipped:
             ys = [scales[s] if scales[s] is not None else 1.0 for s in skipped]
             if marker == "x":
                 top.scatter(skipped, ys, marker="x", s=40, color="C3", label=f"{label}: step skipped", zorder=3)
             else:
-                top.scatter(skipped, ys, marker="o", s=70, facecolors="none", edgecolors="C3",
-                            label=f"{label}: step skipped", zorder=3)
+                top.scatter(
+                    skipped,
+                    ys,
+                    marker="o",
+                    s=70,
+                    facecolors="none",
+                    edgecolors="C3",
+                    label=f"{label}: step skipped",
+                    zorder=3,
+                )
     top.set_yscale("log", base=2)
     top.set_ylabel("loss scale")
     top.set_title("Loss scale (skipped steps marked)")
     for prefix, label in (("param/", "parameters"), ("opt/", "optimizer state"), ("grad/", "gradients")):
         ulps = c.max_ulps_per_step(prefix)
-        xs = [s for s, u in zip(steps, ulps) if u is not None]
+        xs = [s for s, u in zip(steps, ulps, strict=True) if u is not None]
         if xs:
             finite = [min(ulps[s], 2.0**64) for s in xs]
             bottom.plot(xs, finite, marker=".", label=label)

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -373,8 +374,6 @@ def _environment() -> dict[str, Any]:
         env["paddle_compat"] = version("paddle_compat")
     except Exception:  # not installed as a distribution (a source checkout)
         pass
-    import sys
-
     paddle = sys.modules.get("paddle")  # only if the recorded script imported it itself
     if paddle is not None:
         env["paddle"] = getattr(paddle, "__version__", "?")
@@ -429,7 +428,9 @@ class TraceRecorder:
         sample: int = 16,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
-        if full_max_elements is not None and (isinstance(full_max_elements, bool) or not isinstance(full_max_elements, int) or full_max_elements < 0):
+        if full_max_elements is not None and (
+            isinstance(full_max_elements, bool) or not isinstance(full_max_elements, int) or full_max_elements < 0
+        ):
             raise ValueError(f"full_max_elements must be None or a non-negative int, got {full_max_elements!r}")
         if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
             raise ValueError(f"sample must be a positive int, got {sample!r}")

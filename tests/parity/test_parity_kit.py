@@ -70,27 +70,72 @@ V6 = np.random.default_rng(5).standard_normal((2, 5, 6)).astype(np.float32)
 
 # name -> (torch module, Paddle layer, torch call, Paddle call)
 CASES = {
-    "Linear": (lambda: nn.Linear(4, 5), lambda: paddle.nn.Linear(4, 5), lambda m: m(torch.from_numpy(X2)), lambda m: m(paddle.to_tensor(X2))),
-    "Conv2D": (lambda: nn.Conv2d(3, 4, 3, padding=1), lambda: paddle.nn.Conv2D(3, 4, 3, padding=1),
-               lambda m: m(torch.from_numpy(X4)), lambda m: m(paddle.to_tensor(X4))),
-    "BatchNorm2D": (_bn, lambda: paddle.nn.BatchNorm2D(3), lambda m: m(torch.from_numpy(X4)), lambda m: m(paddle.to_tensor(X4))),
-    "Embedding": (lambda: nn.Embedding(10, 4), lambda: paddle.nn.Embedding(10, 4),
-                  lambda m: m(torch.tensor([[1, 2], [9, 0]])), lambda m: m(paddle.to_tensor([[1, 2], [9, 0]]))),
-    "LayerNorm": (_ln, lambda: paddle.nn.LayerNorm(4), lambda m: m(torch.from_numpy(X2)), lambda m: m(paddle.to_tensor(X2))),
-    "MultiHeadAttention": (_mha, lambda: paddle.nn.MultiHeadAttention(8, 2),
-                           lambda m: m(*[torch.from_numpy(XS)] * 3, need_weights=False), lambda m: m(*[paddle.to_tensor(XS)] * 3)),
-    "MultiHeadAttention-kv": (lambda: _mha(kdim=4, vdim=6), lambda: paddle.nn.MultiHeadAttention(8, 2, kdim=4, vdim=6),
-                              lambda m: m(torch.from_numpy(XS), torch.from_numpy(K4), torch.from_numpy(V6), need_weights=False),
-                              lambda m: m(paddle.to_tensor(XS), paddle.to_tensor(K4), paddle.to_tensor(V6))),
-    "LSTM": (lambda: nn.LSTM(3, 5, num_layers=2, bidirectional=True, batch_first=True),
-             lambda: paddle.nn.LSTM(3, 5, num_layers=2, direction="bidirect"),
-             lambda m: m(torch.from_numpy(XR)), lambda m: m(paddle.to_tensor(XR))),
-    "LSTM-proj": (lambda: nn.LSTM(3, 5, proj_size=2, batch_first=True), lambda: paddle.nn.LSTM(3, 5, proj_size=2),
-                  lambda m: m(torch.from_numpy(XR)), lambda m: m(paddle.to_tensor(XR))),
-    "GRU": (lambda: nn.GRU(3, 5, batch_first=True), lambda: paddle.nn.GRU(3, 5),
-            lambda m: m(torch.from_numpy(XR)), lambda m: m(paddle.to_tensor(XR))),
-    "SimpleRNN": (lambda: nn.RNN(3, 5, batch_first=True), lambda: paddle.nn.SimpleRNN(3, 5),
-                  lambda m: m(torch.from_numpy(XR)), lambda m: m(paddle.to_tensor(XR))),
+    "Linear": (
+        lambda: nn.Linear(4, 5),
+        lambda: paddle.nn.Linear(4, 5),
+        lambda m: m(torch.from_numpy(X2)),
+        lambda m: m(paddle.to_tensor(X2)),
+    ),
+    "Conv2D": (
+        lambda: nn.Conv2d(3, 4, 3, padding=1),
+        lambda: paddle.nn.Conv2D(3, 4, 3, padding=1),
+        lambda m: m(torch.from_numpy(X4)),
+        lambda m: m(paddle.to_tensor(X4)),
+    ),
+    "BatchNorm2D": (
+        _bn,
+        lambda: paddle.nn.BatchNorm2D(3),
+        lambda m: m(torch.from_numpy(X4)),
+        lambda m: m(paddle.to_tensor(X4)),
+    ),
+    "Embedding": (
+        lambda: nn.Embedding(10, 4),
+        lambda: paddle.nn.Embedding(10, 4),
+        lambda m: m(torch.tensor([[1, 2], [9, 0]])),
+        lambda m: m(paddle.to_tensor([[1, 2], [9, 0]])),
+    ),
+    "LayerNorm": (
+        _ln,
+        lambda: paddle.nn.LayerNorm(4),
+        lambda m: m(torch.from_numpy(X2)),
+        lambda m: m(paddle.to_tensor(X2)),
+    ),
+    "MultiHeadAttention": (
+        _mha,
+        lambda: paddle.nn.MultiHeadAttention(8, 2),
+        lambda m: m(*[torch.from_numpy(XS)] * 3, need_weights=False),
+        lambda m: m(*[paddle.to_tensor(XS)] * 3),
+    ),
+    "MultiHeadAttention-kv": (
+        lambda: _mha(kdim=4, vdim=6),
+        lambda: paddle.nn.MultiHeadAttention(8, 2, kdim=4, vdim=6),
+        lambda m: m(torch.from_numpy(XS), torch.from_numpy(K4), torch.from_numpy(V6), need_weights=False),
+        lambda m: m(paddle.to_tensor(XS), paddle.to_tensor(K4), paddle.to_tensor(V6)),
+    ),
+    "LSTM": (
+        lambda: nn.LSTM(3, 5, num_layers=2, bidirectional=True, batch_first=True),
+        lambda: paddle.nn.LSTM(3, 5, num_layers=2, direction="bidirect"),
+        lambda m: m(torch.from_numpy(XR)),
+        lambda m: m(paddle.to_tensor(XR)),
+    ),
+    "LSTM-proj": (
+        lambda: nn.LSTM(3, 5, proj_size=2, batch_first=True),
+        lambda: paddle.nn.LSTM(3, 5, proj_size=2),
+        lambda m: m(torch.from_numpy(XR)),
+        lambda m: m(paddle.to_tensor(XR)),
+    ),
+    "GRU": (
+        lambda: nn.GRU(3, 5, batch_first=True),
+        lambda: paddle.nn.GRU(3, 5),
+        lambda m: m(torch.from_numpy(XR)),
+        lambda m: m(paddle.to_tensor(XR)),
+    ),
+    "SimpleRNN": (
+        lambda: nn.RNN(3, 5, batch_first=True),
+        lambda: paddle.nn.SimpleRNN(3, 5),
+        lambda m: m(torch.from_numpy(XR)),
+        lambda m: m(paddle.to_tensor(XR)),
+    ),
 }
 
 
@@ -163,8 +208,11 @@ def test_reads_what_paddle_save_writes(tmp_path, protocol):
     # an object (not a plain state dict): tensors pickled as (name, array), master weights nested
     bf16 = paddle.to_tensor(X2).astype("bfloat16")
     path = str(tmp_path / "obj.pdopt")
-    paddle.save({"w_moment1_0": paddle.to_tensor(X2), "master_weights": {"w": paddle.to_tensor(X2)}, "b": bf16}, path,
-                protocol=protocol)
+    paddle.save(
+        {"w_moment1_0": paddle.to_tensor(X2), "master_weights": {"w": paddle.to_tensor(X2)}, "b": bf16},
+        path,
+        protocol=protocol,
+    )
     ours = pdio.load(path)
     np.testing.assert_array_equal(ours["master_weights"]["w"], X2)
     assert ours["b"].dtype == np.uint16 and np.array_equal(ours["b"], bf16.numpy())
@@ -222,10 +270,14 @@ def _params_equal(port, layer) -> None:
 
 
 OPTIMIZERS = {
-    "AdamW": (lambda ps: popt.AdamW(0.01, parameters=ps, weight_decay=0.1),
-              lambda ps: paddle.optimizer.AdamW(0.01, parameters=ps, weight_decay=0.1)),
-    "Momentum": (lambda ps: popt.Momentum(0.05, momentum=0.9, parameters=ps),
-                 lambda ps: paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=ps)),
+    "AdamW": (
+        lambda ps: popt.AdamW(0.01, parameters=ps, weight_decay=0.1),
+        lambda ps: paddle.optimizer.AdamW(0.01, parameters=ps, weight_decay=0.1),
+    ),
+    "Momentum": (
+        lambda ps: popt.Momentum(0.05, momentum=0.9, parameters=ps),
+        lambda ps: paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=ps),
+    ),
 }
 
 
@@ -343,8 +395,11 @@ def test_demo_port_live_against_paddle(tmp_path):
     off 5 times and the two runs update 3 times; the port must match every bit."""
     steps = 8
     paddle_trace = record_script(
-        ROOT / "examples" / "parity" / "demo_paddle.py", tmp_path / "paddle", args=["--steps", str(steps)],
-        env={"PYTHONPATH": str(ROOT)}, timeout=300,
+        ROOT / "examples" / "parity" / "demo_paddle.py",
+        tmp_path / "paddle",
+        args=["--steps", str(steps)],
+        env={"PYTHONPATH": str(ROOT)},
+        timeout=300,
     )
     saved = torch.get_num_threads()
     torch.set_num_threads(1)
