@@ -376,7 +376,8 @@ class Plan:
                 converted = self._scalar_to_paddle(e, values)
             else:
                 bad = [
-                    f"shape mismatch for {k!r}: the tensor has shape {list(v.shape)}, the module's is {list(self.torch_shapes[k])}"
+                    f"shape mismatch for {k!r}: the tensor has shape {list(v.shape)}, "
+                    f"the module's is {list(self.torch_shapes[k])}"
                     for k, v in zip(e.torch_keys, values, strict=True)
                     if tuple(v.shape) != self.torch_shapes[k]
                 ]

@@ -119,9 +119,8 @@ def to_markdown(comparison: Comparison) -> str:
         ]
         for name, w in sorted(worst.items(), key=lambda kv: (kv[1]["first"], kv[0]))[:_MAX_ROWS]:
             star = " (sampled)" if w["sampled"] else ""
-            lines.append(
-                f"| `{name}`{star} | {w['first']} | {w['steps']} | {_ulps(w['ulps'])} | {w['abs']:.3g} | {w['rel']:.3g} |"
-            )
+            cells = [f"`{name}`{star}", w["first"], w["steps"], _ulps(w["ulps"]), f"{w['abs']:.3g}", f"{w['rel']:.3g}"]
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
         lines.append("")
     if c.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in c.notes] + [""]
