@@ -1,0 +1,132 @@
+"""Helpers for the Paddle side of a parity test: call them inside the script that runs Paddle.
+
+Paddle is imported when a helper is called, never when this module is imported.
+
+On CPU Paddle 3.3.1 switches its ``GradScaler`` off and has no float16 kernels for matmul, add,
+mean or conv (a forced O1 forward computes float32; O2 cannot run at all). What still checks a port
+bit for bit there: run the port's forward and backward in torch, hand those gradients to Paddle's
+own scaler and optimizer (:func:`scaler`, :func:`copy_grads`), and let each side close its own
+loop (:func:`copy_params` gives the port Paddle's current parameters before each forward).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import torch
+
+from ._arrays import copy_of, grad_of
+from .convert import NameMap, Plan, paddle_to_torch, torch_to_paddle
+
+__all__ = ["copy_grads", "copy_params", "copy_params_to_paddle", "gpu_unscale_semantics", "scaler", "set_amp_dtype"]
+
+
+class _GpuPlace:
+    def is_gpu_place(self) -> bool:
+        return True
+
+    def is_xpu_place(self) -> bool:
+        return False
+
+    def is_custom_place(self) -> bool:
+        return False
+
+
+class _Tracer:
+    _expected_place = _GpuPlace()
+
+
+def set_amp_dtype(dtype: str = "float16") -> None:
+    """Record ``dtype`` as entering ``paddle.amp.auto_cast(dtype=...)`` would (and never undoes).
+
+    Paddle's ``GradScaler.scale`` turns dynamic scaling off unless the recorded dtype is float16;
+    a CPU script that never enters ``auto_cast`` needs this to keep it on.
+    """
+    importlib.import_module("paddle.amp.auto_cast").amp_global_state().amp_dtype = dtype
+
+
+def scaler(cls: str = "GradScaler", **kwargs: Any) -> Any:
+    """A real, enabled ``paddle.amp.GradScaler`` (or ``AmpScaler``) on CPU.
+
+    Paddle enables its scaler only when the tracer's place is a GPU, XPU or custom device; its
+    logic is plain Python and its kernels run on CPU, so only the constructor is shown a GPU place.
+    Also records float16 as the AMP dtype (see :func:`set_amp_dtype`).
+
+    Example::
+
+        pscaler = paddle_side.scaler(init_loss_scaling=2.0**24, incr_every_n_steps=20)
+    """
+    grad_scaler = importlib.import_module("paddle.amp.grad_scaler")
+    if cls not in ("GradScaler", "AmpScaler"):
+        raise ValueError(f"cls must be 'GradScaler' or 'AmpScaler', got {cls!r}")
+    set_amp_dtype("float16")
+    with mock.patch.object(grad_scaler, "_dygraph_tracer", lambda: _Tracer()):
+        return getattr(grad_scaler, cls)(**kwargs)
+
+
+class _GpuKernelSemantics:
+    """``check_finite_and_unscale`` as Paddle's GPU kernel computes it, in Paddle ops:
+    ``out = cast(cast(x, float32) * reciprocal(scale), x.dtype)`` for every tensor, and found_inf
+    set when an output is inf/NaN. (The CPU kernel looks at the inputs, turns every tensor from the
+    first bad one on into zeros, and flushes subnormals.) Every other op is the real one."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    @staticmethod
+    def check_finite_and_unscale(xs: Any, scale: Any, outs: Any, found_inf: Any) -> Any:
+        paddle = importlib.import_module("paddle")
+        inv = paddle.reciprocal(scale)
+        bad = False
+        for x, out in zip(xs, outs, strict=True):
+            y = paddle.cast(paddle.cast(x, "float32") * inv, x.dtype)
+            bad = bad or not bool(paddle.isfinite(y).all())
+            paddle.assign(y, out)
+        paddle.assign(paddle.to_tensor(np.array([bad])), found_inf)
+        return outs, found_inf
+
+
+@contextlib.contextmanager
+def gpu_unscale_semantics() -> Iterator[None]:
+    """Within this block Paddle's scalers unscale as its GPU kernel does (which is what
+    ``paddle_compat`` does on every device), also on CPU.
+
+    Without it, a CPU run differs on two counts that are Paddle's CPU kernel's, not the scaler's:
+    a subnormal unscaled gradient becomes 0, and on a skipped step the gradients after the first bad
+    tensor are zeroed (the parameters agree either way).
+    """
+    grad_scaler = importlib.import_module("paddle.amp.grad_scaler")
+    with mock.patch.object(grad_scaler, "_legacy_C_ops", _GpuKernelSemantics(grad_scaler._legacy_C_ops)):
+        yield
+
+
+def copy_grads(port: torch.nn.Module, layer: Any, *, name_map: NameMap | None = None) -> None:
+    """Give each Paddle parameter exactly the gradient its twin in ``port`` holds (converted to
+    Paddle's layout); parameters without a gradient keep none."""
+    paddle = importlib.import_module("paddle")
+    grads = {k: copy_of(g) for k, p in port.named_parameters() if (g := grad_of(p)) is not None}
+    converted = Plan.of(port, name_map).to_paddle(grads, partial=True)
+    for name, p in layer.named_parameters():
+        if name in converted:
+            p.grad = paddle.to_tensor(converted[name])
+        else:
+            p.clear_gradient(False)
+
+
+def copy_params(layer: Any, port: torch.nn.Module, *, name_map: NameMap | None = None) -> None:
+    """Load the Paddle layer's current parameters and buffers into the torch port, bit for bit."""
+    with torch.no_grad():
+        port.load_state_dict(paddle_to_torch(layer.state_dict(), port, name_map=name_map))
+
+
+def copy_params_to_paddle(port: torch.nn.Module, layer: Any, *, name_map: NameMap | None = None) -> None:
+    """Load the torch port's parameters and buffers into the Paddle layer, bit for bit."""
+    layer.set_state_dict(torch_to_paddle(port, name_map=name_map))

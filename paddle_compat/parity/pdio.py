@@ -1,0 +1,250 @@
+"""Read and write the files ``paddle.save`` makes (``.pdparams``, ``.pdopt``) without Paddle.
+
+``paddle.save`` (3.3.1, pickle protocol 2-4) writes plain pickles of:
+
+- a layer's or optimizer's state dict whose values are all tensors: a dict of numpy arrays, plus
+  the key ``"StructuredToParameterName@@"`` (structured name -> Paddle's parameter name); with
+  protocol 2/3, arrays over 1 GiB are split into ``name@@.0``, ``name@@.1``... and listed under
+  ``"UnpackBigParamInfor@@"``;
+- anything else (an optimizer state dict holding ``master_weights``, nested dicts, lists): the
+  object itself, each Paddle tensor reduced to ``tuple((name, numpy_array))``, each raw
+  ``DenseTensor`` to ``eval("data", {"data": numpy_array})``.
+
+bfloat16 tensors are stored as ``uint16`` arrays (their bits). The unpickler here only lets
+through what those files need: numpy arrays, dtypes and scalars without Python objects inside,
+``tuple``, ``OrderedDict``, ``_codecs.encode`` (protocol 2's bytes) and that one ``eval`` form,
+replaced by a function that accepts nothing else. Any other global, or a persistent id, raises
+``UnsafePickleError`` before it is imported or called.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import pickle
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+import numpy as np
+
+__all__ = ["UnsafePickleError", "load", "parameter_names", "save"]
+
+NAME_TABLE = "StructuredToParameterName@@"
+_BIG_PARAM_INFO = "UnpackBigParamInfor@@"  # Paddle's spelling
+
+
+class UnsafePickleError(pickle.UnpicklingError):
+    """The file asks for something a Paddle checkpoint never contains; nothing of it was run."""
+
+
+def _numpy_reconstruct():
+    try:
+        from numpy._core.multiarray import _reconstruct  # numpy >= 2
+    except ImportError:  # pragma: no cover - numpy 1.x
+        from numpy.core.multiarray import _reconstruct
+    return _reconstruct
+
+
+def _numpy_scalar():
+    try:
+        from numpy._core.multiarray import scalar
+    except ImportError:  # pragma: no cover - numpy 1.x
+        from numpy.core.multiarray import scalar
+    return scalar
+
+
+def _refuse_objects(dtype: np.dtype, what: str) -> np.dtype:
+    if dtype.hasobject:
+        raise UnsafePickleError(f"{what} with Python objects inside (dtype {dtype}) is not allowed")
+    return dtype
+
+
+def _safe_dtype(*args: Any) -> np.dtype:
+    return _refuse_objects(np.dtype(*args), "a numpy dtype")
+
+
+def _safe_reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
+    if subtype is not np.ndarray:
+        raise UnsafePickleError(f"only plain numpy arrays are allowed, not {subtype!r}")
+    return _numpy_reconstruct()(subtype, shape, dtype)
+
+
+def _safe_scalar(dtype: Any, *data: Any) -> Any:
+    if not isinstance(dtype, np.dtype):
+        raise UnsafePickleError("a numpy scalar needs a numpy dtype")
+    _refuse_objects(dtype, "a numpy scalar")
+    return _numpy_scalar()(dtype, *data)
+
+
+def _codecs_encode(text: Any, encoding: Any = "utf-8") -> bytes:
+    # What protocol 2 writes for a bytes object: _codecs.encode(str, "latin1").
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise UnsafePickleError("_codecs.encode is only allowed as protocol 2's bytes form")
+    return text.encode("latin1")
+
+
+def _dense_tensor_eval(source: Any, namespace: Any = None) -> np.ndarray:
+    # paddle.save reduces a raw DenseTensor to eval("data", {"data": array}): nothing else is run.
+    if source == "data" and isinstance(namespace, dict) and set(namespace) == {"data"}:
+        if isinstance(namespace["data"], np.ndarray):
+            return namespace["data"]
+    raise UnsafePickleError("eval is only allowed as paddle.save's DenseTensor form eval('data', {'data': array})")
+
+
+_ALLOWED: dict[tuple[str, str], Any] = {
+    ("numpy._core.multiarray", "_reconstruct"): _safe_reconstruct,
+    ("numpy.core.multiarray", "_reconstruct"): _safe_reconstruct,
+    ("numpy._core.multiarray", "scalar"): _safe_scalar,
+    ("numpy.core.multiarray", "scalar"): _safe_scalar,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): _safe_dtype,
+    ("builtins", "tuple"): tuple,
+    ("__builtin__", "tuple"): tuple,  # protocol 2 writes Python 2's module names
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("_codecs", "encode"): _codecs_encode,
+    ("builtins", "eval"): _dense_tensor_eval,
+    ("__builtin__", "eval"): _dense_tensor_eval,
+}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _ALLOWED[(module, name)]
+        except KeyError:
+            raise UnsafePickleError(
+                f"refusing to load {module}.{name}: a file written by paddle.save never needs it"
+            ) from None
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UnsafePickleError("refusing a persistent id: paddle.save never writes one")
+
+
+def _read(source: str | os.PathLike[str] | bytes | BinaryIO) -> Any:
+    if isinstance(source, bytes):
+        source = io.BytesIO(source)
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:
+            obj = _RestrictedUnpickler(f, encoding="latin1").load()
+    else:
+        obj = _RestrictedUnpickler(source, encoding="latin1").load()
+    _check_no_objects(obj)
+    return obj
+
+
+def _check_no_objects(obj: Any) -> None:
+    """Refuse arrays of Python objects anywhere (a dtype's pickled state could still ask for one)."""
+    if isinstance(obj, (np.ndarray, np.generic)):
+        _refuse_objects(obj.dtype, "an array")
+    elif isinstance(obj, Mapping):
+        for value in obj.values():
+            _check_no_objects(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _check_no_objects(value)
+
+
+def _tensors_as_arrays(obj: Any) -> Any:
+    """paddle.load's view: a saved tensor ``(name, array)`` becomes the array."""
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], np.ndarray):
+        return obj[1]
+    if isinstance(obj, Mapping):
+        return type(obj)((k, _tensors_as_arrays(v)) for k, v in obj.items())
+    if isinstance(obj, list):
+        return [_tensors_as_arrays(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_tensors_as_arrays(v) for v in obj)
+    return obj
+
+
+def _join_big_params(obj: dict) -> dict:
+    info = obj.pop(_BIG_PARAM_INFO)
+    for key, entry in info.items():
+        parts = [obj.pop(part) for part in entry["slices"]]
+        obj[key] = np.concatenate(parts).reshape(entry["OriginShape"])
+    return obj
+
+
+def load(source: str | os.PathLike[str] | bytes | BinaryIO) -> Any:
+    """What ``paddle.load(path, return_numpy=True)`` returns, read without Paddle and without
+    running pickled code.
+
+    Args:
+        source: a path, the file's bytes, or a binary file object.
+
+    Returns:
+        The saved object with every tensor as a numpy array (bfloat16 as ``uint16`` bits, as Paddle
+        does). The ``"StructuredToParameterName@@"`` table is removed, as ``paddle.load`` removes
+        it; :func:`parameter_names` reads it.
+
+    Raises:
+        UnsafePickleError: the file holds anything beyond what ``paddle.save`` writes.
+
+    Example::
+
+        state = pdio.load("model.pdparams")      # {"0.weight": array(...), ...}
+
+    Differs from Paddle: safetensors files (``paddle.save(..., safetensors=True)``) and static-graph
+    programs are not read.
+    """
+    obj = _read(source)
+    if isinstance(obj, dict):
+        obj.pop(NAME_TABLE, None)
+        if _BIG_PARAM_INFO in obj:
+            obj = _join_big_params(obj)
+    return _tensors_as_arrays(obj)
+
+
+def parameter_names(source: str | os.PathLike[str] | bytes | BinaryIO | Mapping[str, Any]) -> dict[str, str]:
+    """The structured name -> Paddle parameter name table of a ``.pdparams`` file.
+
+    ``{"0.weight": "linear_0.w_0", ...}``: the names a ``.pdopt`` file's accumulators are keyed by
+    (``linear_0.w_0_moment1_0``). ``source`` is a file as for :func:`load`, or a dict read from one
+    with its table still in it.
+    """
+    obj = source if isinstance(source, Mapping) else _read(source)
+    table = obj.get(NAME_TABLE) if isinstance(obj, Mapping) else None
+    if not isinstance(table, Mapping):
+        raise ValueError(f"no {NAME_TABLE!r} table: not a layer state dict saved by paddle.save")
+    return dict(table)
+
+
+def save(
+    obj: Mapping[str, Any], path: str | os.PathLike[str], parameter_names: Mapping[str, str] | None = None
+) -> None:
+    """Write a state dict of numpy arrays as ``paddle.save`` would, so that ``paddle.load`` reads it.
+
+    Args:
+        obj: ``{name: numpy array}`` (nested dicts, numbers and strings allowed, as in an optimizer
+            state dict's ``"master_weights"`` and ``"LR_Scheduler"``); bfloat16 as ``uint16`` bits.
+        path: the file to write.
+        parameter_names: the ``"StructuredToParameterName@@"`` table to store (optional).
+
+    Example::
+
+        pdio.save(torch_to_paddle(model), "model.pdparams")   # then paddle.load + set_state_dict
+    """
+    if not isinstance(obj, Mapping):
+        raise TypeError(f"obj must be a dict, got {type(obj).__name__}")
+    _check_saveable(obj, "obj")
+    out = dict(obj)
+    if parameter_names is not None:
+        out[NAME_TABLE] = dict(parameter_names)
+    with open(path, "wb") as f:
+        pickle.dump(out, f, protocol=4)
+
+
+def _check_saveable(obj: Any, where: str) -> None:
+    if isinstance(obj, np.ndarray):
+        _refuse_objects(obj.dtype, f"{where}: an array")
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{where}: keys must be strings, got {k!r}")
+            _check_saveable(v, f"{where}[{k!r}]")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _check_saveable(v, f"{where}[{i}]")
+    elif not isinstance(obj, (bool, int, float, str, type(None), np.generic)):
+        raise TypeError(f"{where}: {type(obj).__name__} is not a numpy array, number or string")

@@ -1,0 +1,217 @@
+"""A comparison as JSON, as a Markdown summary, and as a PNG figure (matplotlib, optional).
+
+The figure has two panels: both runs' loss-scale trajectories (skipped steps marked), and the
+largest ulp distance of the parameters (and of the optimizer state) at each step.
+Plotting needs the ``plot`` extra (``pip install paddle_compat[plot]``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .compare import Comparison
+
+__all__ = ["plot", "to_json", "to_markdown", "write_report"]
+
+_MAX_ROWS = 200
+
+
+def to_json(comparison: Comparison) -> str:
+    """Everything :func:`compare` found, as a JSON document (non-finite floats as strings)."""
+    return json.dumps(comparison.to_dict(), indent=1, allow_nan=False) + "\n"
+
+
+def _num(x: Any) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        if math.isnan(x) or math.isinf(x):
+            return str(x)
+        return f"{x:.9g}"
+    return str(x)
+
+
+def _ulps(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return "inf" if math.isinf(x) else str(int(x))
+
+
+def to_markdown(comparison: Comparison) -> str:
+    """A human summary: verdict, first divergence, the runs, per-step scalars, the differing tensors."""
+    c = comparison
+    mode = (
+        "exact (bitwise)"
+        if c.exact
+        else ("torch.testing's per-dtype tolerances" if c.rtol is None else f"rtol={c.rtol:g}, atol={c.atol:g}")
+    )
+    lines = [
+        "# Parity report",
+        "",
+        f"**{'Within tolerance' if c.ok else 'Diverged'}** over {c.steps} steps ({mode}).",
+        "",
+    ]
+    if c.first_divergence is not None:
+        lines += ["## First divergence", "", c.first_divergence.describe(), ""]
+    lines += ["## Runs", "", "| | reference | candidate |", "|---|---|---|"]
+    for key in ("framework", "layout"):
+        lines.append(f"| {key} | {c.reference_meta.get(key, '–')} | {c.candidate_meta.get(key, '–')} |")
+    env_r, env_c = c.reference_meta.get("environment", {}), c.candidate_meta.get("environment", {})
+    for key in sorted(set(env_r) | set(env_c)):
+        lines.append(f"| {key} | {env_r.get(key, '–')} | {env_c.get(key, '–')} |")
+    lines.append("")
+
+    ulps = c.max_ulps_per_step("param/")
+    differing: dict[int, int] = {}
+    failing = {m.step for m in c.tensors if not m.ok}
+    for m in c.tensors:
+        if not m.bitwise_equal:
+            differing[m.step] = differing.get(m.step, 0) + 1
+    lines += [
+        "## Steps",
+        "",
+        "| step | loss (reference) | loss (candidate) | scale (reference) | scale (candidate) | found_inf | "
+        "max param ulps | tensors not bitwise equal |",
+        "|---:|---:|---:|---:|---:|:---:|---:|---:|",
+    ]
+    for step, row in enumerate(c.scalars[:_MAX_ROWS]):
+        loss, scale, inf = (
+            row.get("loss", (None, None, True)),
+            row.get("scale", (None, None, True)),
+            row.get("found_inf"),
+        )
+        mark = "" if step not in failing and all(ok for _, _, ok in row.values()) else " ⚠"
+        found = "–" if inf is None else (_num(inf[0]) if inf[0] == inf[1] else f"{_num(inf[0])} / {_num(inf[1])}")
+        lines.append(
+            f"| {step}{mark} | {_num(loss[0])} | {_num(loss[1])} | {_num(scale[0])} | {_num(scale[1])} | {found} | "
+            f"{_ulps(ulps[step])} | {differing.get(step, 0)} |"
+        )
+    if c.steps > _MAX_ROWS:
+        lines.append(f"| … | {c.steps - _MAX_ROWS} more steps in the JSON report | | | | | | |")
+    lines.append("")
+
+    worst: dict[str, dict[str, Any]] = {}
+    for m in c.tensors:
+        if m.bitwise_equal:
+            continue
+        w = worst.setdefault(
+            m.name, {"first": m.step, "steps": 0, "ulps": None, "abs": 0.0, "rel": 0.0, "sampled": False}
+        )
+        w["steps"] += 1
+        if m.max_ulps is not None:
+            w["ulps"] = max(w["ulps"] or 0.0, m.max_ulps)
+        w["abs"] = max(w["abs"], m.max_abs or 0.0)
+        w["rel"] = max(w["rel"], m.max_rel or 0.0)
+        w["sampled"] |= m.sampled
+    if worst:
+        lines += [
+            "## Tensors that differ",
+            "",
+            "| tensor | first step | steps differing | max ulps | max abs | max rel |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for name, w in sorted(worst.items(), key=lambda kv: (kv[1]["first"], kv[0]))[:_MAX_ROWS]:
+            star = " (sampled)" if w["sampled"] else ""
+            cells = [f"`{name}`{star}", w["first"], w["steps"], _ulps(w["ulps"]), f"{w['abs']:.3g}", f"{w['rel']:.3g}"]
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
+        lines.append("")
+    if c.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in c.notes] + [""]
+    return "\n".join(lines)
+
+
+def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
+    """Write the PNG figure: scale trajectories with skipped steps marked, and per-step max ulps.
+
+    Uses matplotlib's object API (no pyplot, no global backend change).
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("plotting needs matplotlib: pip install 'paddle_compat[plot]'") from e
+    c = comparison
+    steps = list(range(c.steps))
+    fig = Figure(figsize=(9, 6.5), dpi=100)
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    for side, (label, style, marker) in enumerate((("reference", "-", "x"), ("candidate", "--", "o"))):
+        scales = [row.get("scale", (None, None, True))[side] for row in c.scalars]
+        xs = [s for s, v in zip(steps, scales, strict=True) if v is not None]
+        if xs:
+            top.step(xs, [scales[s] for s in xs], style, where="post", label=f"{label} scale")
+        skipped = [s for s, row in zip(steps, c.scalars, strict=True) if (row.get("found_inf") or (None, None))[side]]
+        if skipped:
+            ys = [scales[s] if scales[s] is not None else 1.0 for s in skipped]
+            if marker == "x":
+                top.scatter(skipped, ys, marker="x", s=40, color="C3", label=f"{label}: step skipped", zorder=3)
+            else:
+                top.scatter(
+                    skipped,
+                    ys,
+                    marker="o",
+                    s=70,
+                    facecolors="none",
+                    edgecolors="C3",
+                    label=f"{label}: step skipped",
+                    zorder=3,
+                )
+    top.set_yscale("log", base=2)
+    top.set_ylabel("loss scale")
+    top.set_title("Loss scale (skipped steps marked)")
+    for prefix, label in (("param/", "parameters"), ("opt/", "optimizer state"), ("grad/", "gradients")):
+        ulps = c.max_ulps_per_step(prefix)
+        xs = [s for s, u in zip(steps, ulps, strict=True) if u is not None]
+        if xs:
+            finite = [min(ulps[s], 2.0**64) for s in xs]
+            bottom.plot(xs, finite, marker=".", label=label)
+    bottom.set_yscale("symlog", linthresh=1)
+    bottom.set_xlabel("step")
+    bottom.set_ylabel("max ulp distance")
+    bottom.set_title("Largest ulp distance per step (0 = bitwise equal)")
+    d = c.first_divergence
+    if d is not None and d.step < c.steps:
+        for ax in (top, bottom):
+            ax.axvline(d.step, color="C3", alpha=0.4, linestyle=":", label="first divergence")
+    for ax in (top, bottom):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, format="png")
+    return out
+
+
+def write_report(
+    comparison: Comparison, directory: str | os.PathLike[str], formats: Iterable[str] = ("json", "md", "png")
+) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and ``report.png`` (those in ``formats``) into ``directory``.
+
+    Example::
+
+        write_report(compare(paddle_trace, port_trace, exact=True), "parity-report")
+    """
+    formats = list(formats)
+    unknown = [f for f in formats if f not in ("json", "md", "png")]
+    if unknown:
+        raise ValueError(f"formats: unknown {unknown}; choose from 'json', 'md', 'png'")
+    out_dir = Path(directory)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    if "json" in formats:
+        written["json"] = out_dir / "report.json"
+        written["json"].write_text(to_json(comparison))
+    if "md" in formats:
+        written["md"] = out_dir / "report.md"
+        written["md"].write_text(to_markdown(comparison))
+    if "png" in formats:
+        written["png"] = plot(comparison, out_dir / "report.png")
+    return written

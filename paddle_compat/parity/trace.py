@@ -1,0 +1,504 @@
+"""Training traces: what a run did at every step, recorded from torch or from Paddle, saved to files.
+
+A :class:`Trace` holds, per step, the scalars ``loss``, ``scale``, ``found_inf`` (inf/NaN found,
+so the update was skipped), ``incr_count``, ``decr_count``, ``lr`` and ``grad_norm``, and the
+tensors ``param/<name>`` (parameters and buffers), ``grad/<name>``, ``opt/<name>/<accumulator>``
+(Paddle's accumulator names) and, when layers are watched, ``act/<layer>`` (a layer's output) and
+``actgrad/<layer>`` (the gradient flowing into it). It is saved as two files: ``NAME.json``
+(metadata, scalars, the list of tensors) and ``NAME.npz`` (the tensors).
+
+Each tensor is stored either in full, or, above ``full_max_elements`` elements, as a 64-bit digest
+of its bytes plus a few sampled elements: enough to tell bitwise equality at every step and to show
+where and by how many ulps it differs, in a golden trace of a few tens of KB.
+
+:class:`TraceRecorder` records a run. It works on ``paddle_compat``/torch objects and, by duck
+typing, on Paddle's own (``paddle.nn.Layer``, ``paddle.optimizer``, ``paddle.amp.GradScaler``)
+inside a Paddle script: this module never imports Paddle. Given the torch port (``port=``), a
+Paddle run is recorded under the port's names and layouts, so the two traces compare directly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._arrays import array_of, as_float, copy_of, digest, grad_of, sample_indices
+from .convert import NameMap, Plan
+from .hooks import LayerWatcher
+from .optimizer_state import ACCUMULATORS, SCALAR_ACCUMULATORS, canonical_state, initial_state, optimizer_kind
+
+__all__ = ["ENV_OUT", "SCALARS", "Series", "Trace", "TraceRecorder", "load_trace"]
+
+FORMAT = "paddle_compat.parity.trace"
+VERSION = 1
+SCALARS = ("loss", "scale", "found_inf", "incr_count", "decr_count", "lr", "grad_norm")
+# Where `python -m paddle_compat.parity record` asks the recorded script to save its trace.
+ENV_OUT = "PADDLE_COMPAT_PARITY_TRACE"
+
+
+def dtype_name(arr: np.ndarray) -> str:
+    """The dtype of a recorded array: ``uint16`` is bfloat16's bits (Paddle's convention)."""
+    return "bfloat16" if arr.dtype == np.uint16 else arr.dtype.name
+
+
+class Series:
+    """One tensor over the steps where it was recorded: digests always, values in full or sampled."""
+
+    def __init__(self, dtype: str, shape: tuple[int, ...], index: np.ndarray | None) -> None:
+        self.dtype = dtype
+        self.shape = tuple(shape)
+        self.index = index  # flat indices of the sampled elements; None: stored in full
+        self.steps: list[int] = []
+        self.digests: list[int] = []
+        self.data: list[np.ndarray] = []  # full values, or the sampled ones
+
+    @property
+    def full(self) -> bool:
+        return self.index is None
+
+    def add(self, step: int, arr: np.ndarray) -> None:
+        if tuple(arr.shape) != self.shape:
+            raise ValueError(f"shape changed from {list(self.shape)} to {list(arr.shape)} at step {step}")
+        self.steps.append(step)
+        self.digests.append(digest(arr, self.dtype))
+        flat = np.ascontiguousarray(arr).reshape(-1)
+        self.data.append(flat.copy() if self.full else flat[self.index].copy())
+
+    def position(self, step: int) -> int | None:
+        """Where ``step`` is in this series (``None``: not recorded then)."""
+        try:
+            return self.steps.index(step)
+        except ValueError:
+            return None
+
+    def values(self, pos: int) -> np.ndarray | None:
+        """The full values at position ``pos`` (flat), or ``None`` when only a sample was kept."""
+        return self.data[pos] if self.full else None
+
+    def elements(self, pos: int, index: np.ndarray) -> np.ndarray | None:
+        """The values of the flat elements ``index`` at position ``pos``, when they were kept."""
+        if self.full:
+            return self.data[pos][index]
+        if self.index is not None and np.array_equal(self.index, index):
+            return self.data[pos]
+        return None
+
+
+def _encode_float(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def _decode_float(x: Any) -> Any:
+    return float(x) if x in ("nan", "inf", "-inf") else x
+
+
+class Trace:
+    """A recorded run: ``meta`` (dict), ``steps`` (one dict of scalars per step), ``series`` (name ->
+    :class:`Series`, in recording order).
+
+    Example::
+
+        trace = Trace.load("golden/demo")         # golden/demo.json + golden/demo.npz
+        trace.steps[3]["scale"], trace.final("param/0.weight")
+    """
+
+    def __init__(self, meta: Mapping[str, Any] | None = None) -> None:
+        self.meta: dict[str, Any] = dict(meta or {})
+        self.steps: list[dict[str, Any]] = []
+        self.series: dict[str, Series] = {}
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self)} steps, {len(self.series)} tensors, layout={self.meta.get('layout')!r})"
+
+    def add_step(
+        self,
+        scalars: Mapping[str, Any],
+        tensors: Mapping[str, np.ndarray],
+        *,
+        full_max_elements: int | None = None,
+        sample: int = 16,
+    ) -> None:
+        """Append one step: its scalars and ``{name: array}`` (bfloat16 as ``uint16`` bits)."""
+        step = len(self.steps)
+        self.steps.append({k: scalars.get(k) for k in SCALARS})
+        for name, arr in tensors.items():
+            s = self.series.get(name)
+            if s is None:
+                arr = np.asarray(arr)
+                sampled = full_max_elements is not None and arr.size > full_max_elements
+                s = Series(dtype_name(arr), arr.shape, sample_indices(arr.size, sample) if sampled else None)
+                self.series[name] = s
+            s.add(step, np.asarray(arr))
+
+    def final(self, name: str) -> np.ndarray | None:
+        """The last recorded full value of ``name`` (reshaped), or ``None`` when sampled or absent."""
+        s = self.series.get(name)
+        if s is None or not s.steps or not s.full:
+            return None
+        return s.data[-1].reshape(s.shape)
+
+    # --- files -----------------------------------------------------------------------------------
+    @staticmethod
+    def _paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
+        p = Path(path)
+        if p.suffix in (".json", ".npz"):
+            p = p.with_suffix("")
+        return p.with_name(p.name + ".json"), p.with_name(p.name + ".npz")
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``PATH.json`` and ``PATH.npz`` (a ``.json``/``.npz`` suffix on ``path`` is dropped);
+        returns the JSON file's path."""
+        jpath, npath = self._paths(path)
+        jpath.parent.mkdir(parents=True, exist_ok=True)
+        arrays: dict[str, np.ndarray] = {}
+        listing = []
+        for i, (name, s) in enumerate(self.series.items()):
+            listing.append(
+                {"name": name, "dtype": s.dtype, "shape": list(s.shape), "storage": "full" if s.full else "sampled"}
+            )
+            arrays[f"{i}.steps"] = np.asarray(s.steps, np.int64)
+            arrays[f"{i}.digests"] = np.asarray(s.digests, np.uint64)
+            width = s.shape if s.full else (len(s.index),)
+            arrays[f"{i}.data"] = np.stack(s.data) if s.data else np.zeros((0, *width))
+            if not s.full:
+                arrays[f"{i}.index"] = s.index
+        doc = {
+            "format": FORMAT,
+            "version": VERSION,
+            "meta": self.meta,
+            "steps": [{k: _encode_float(v) for k, v in st.items()} for st in self.steps],
+            "tensors": listing,
+        }
+        jpath.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        np.savez_compressed(npath, **arrays)
+        return jpath
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Trace:
+        """Read a trace written by :meth:`save` (``path`` with or without its suffix)."""
+        jpath, npath = cls._paths(path)
+        if not jpath.is_file():
+            raise FileNotFoundError(f"no trace at {jpath}")
+        doc = json.loads(jpath.read_text())
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"{jpath} is not a paddle_compat parity trace")
+        if doc.get("version") != VERSION:
+            raise ValueError(f"{jpath}: trace format version {doc.get('version')}, this reader knows {VERSION}")
+        trace = cls(doc["meta"])
+        trace.steps = [{k: _decode_float(v) for k, v in st.items()} for st in doc["steps"]]
+        with np.load(npath, allow_pickle=False) as z:
+            for i, entry in enumerate(doc["tensors"]):
+                index = z[f"{i}.index"] if entry["storage"] == "sampled" else None
+                s = Series(entry["dtype"], tuple(entry["shape"]), index)
+                s.steps = [int(x) for x in z[f"{i}.steps"]]
+                s.digests = [int(x) for x in z[f"{i}.digests"]]
+                s.data = list(z[f"{i}.data"].reshape(len(s.steps), -1))
+                trace.series[entry["name"]] = s
+        return trace
+
+
+def load_trace(path: str | os.PathLike[str] | Trace) -> Trace:
+    """``Trace.load(path)``, or the trace itself."""
+    return path if isinstance(path, Trace) else Trace.load(path)
+
+
+# ---------------------------------------------------------------------------------- the recorder
+
+
+def _is_torch(obj: Any) -> bool:
+    return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer))
+
+
+class _TorchSide:
+    framework = "torch"
+
+    def __init__(self, model: torch.nn.Module, optimizer: Any) -> None:
+        self.model, self.optimizer = model, optimizer
+        self.layout = "torch"
+        self._seen: set[int] = set()  # parameters that have had a gradient at a recorded step
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {k: copy_of(v) for k, v in self.model.state_dict().items() if not k.endswith("num_batches_tracked")}
+
+    def grads(self) -> dict[str, np.ndarray]:
+        return {k: copy_of(g) for k, p in self.model.named_parameters() if (g := grad_of(p)) is not None}
+
+    def optimizer_state(self) -> dict[str, dict[str, np.ndarray]]:
+        """The state a Paddle optimizer would hold (see ``canonical_state``). Paddle creates a
+        parameter's accumulators at the first ``minimize`` that sees its gradient, even a step the
+        scaler skips, where torch (and paddle_compat) create them at the first update: until then a
+        parameter that has had a gradient shows Paddle's initial values."""
+        if self.optimizer is None:
+            return {}
+        names = {id(p): k for k, p in self.model.named_parameters()}
+        state = canonical_state(self.optimizer)
+        kind = optimizer_kind(self.optimizer)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in names:
+                    continue
+                if grad_of(p) is not None:
+                    self._seen.add(id(p))
+                accs = {acc: a for acc, (a, _) in state.get(id(p), {}).items()}
+                if id(p) in self._seen and not any(acc in accs for acc in ACCUMULATORS):
+                    accs = {**initial_state(kind, p, group, self.optimizer), **accs}
+                if accs:
+                    out[names[id(p)]] = accs
+        return out
+
+    def layer_name(self, name: str) -> str:
+        return name
+
+
+class _PaddleSide:
+    """A Paddle layer and optimizer, read by duck typing; converted to the port's names and
+    layouts when a port is given."""
+
+    framework = "paddle"
+
+    def __init__(self, layer: Any, optimizer: Any, port: torch.nn.Module | None, name_map: NameMap | None) -> None:
+        self.layer, self.optimizer = layer, optimizer
+        self.plan = Plan.of(port, name_map) if port is not None else None
+        self.layout = "torch" if port is not None else "paddle"
+        self._layer_names = {v: k for k, v in self.plan.module_paths.items()} if self.plan else {}
+
+    def _to_port(self, arrays: dict[str, np.ndarray], *, partial: bool, scalar: bool = False) -> dict[str, np.ndarray]:
+        return arrays if self.plan is None else self.plan.to_torch(arrays, partial=partial, scalar=scalar)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return self._to_port({k: copy_of(v) for k, v in self.layer.state_dict().items()}, partial=False)
+
+    def grads(self) -> dict[str, np.ndarray]:
+        grads = {k: copy_of(g) for k, p in self.layer.named_parameters() if (g := grad_of(p)) is not None}
+        return self._to_port(grads, partial=True)
+
+    def optimizer_state(self) -> dict[str, dict[str, np.ndarray]]:
+        if self.optimizer is None:
+            return {}
+        structured = {p.name: k for k, p in self.layer.named_parameters()}
+        per_acc: dict[str, dict[str, np.ndarray]] = {}
+        for acc, by_param in getattr(self.optimizer, "_accumulators", {}).items():
+            for pname, var in by_param.items():
+                if pname in structured:
+                    per_acc.setdefault(acc, {})[structured[pname]] = copy_of(var)
+        for pname, var in (getattr(self.optimizer, "_master_weights", None) or {}).items():
+            if pname in structured:
+                per_acc.setdefault("master_weight", {})[structured[pname]] = copy_of(var)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for acc, arrays in per_acc.items():
+            for name, arr in self._to_port(arrays, partial=True, scalar=acc in SCALAR_ACCUMULATORS).items():
+                out.setdefault(name, {})[acc] = arr
+        return out
+
+    def layer_name(self, name: str) -> str:
+        return self._layer_names.get(name, name)
+
+
+def _learning_rate(optimizer: Any) -> float | None:
+    if optimizer is None:
+        return None
+    if callable(getattr(optimizer, "get_lr", None)):
+        return float(optimizer.get_lr())
+    return float(optimizer.param_groups[0]["lr"])
+
+
+class _ScalerReader:
+    """The scale, counters and this step's verdict of a paddle_compat or Paddle scaler, by duck
+    typing. Of ``torch.amp.GradScaler`` only the scale is known (no counters, no per-step verdict:
+    ``found_inf`` is ``None``)."""
+
+    def __init__(self, scaler: Any) -> None:
+        self.scaler = scaler
+        self._skipped = self._skipped_steps()
+
+    def _skipped_steps(self) -> int | None:
+        get = getattr(self.scaler, "get_skipped_steps", None)
+        return int(get()) if callable(get) else None
+
+    def read(self) -> dict[str, Any]:
+        if self.scaler is None:
+            return {}
+        state = self.scaler.state_dict()
+        out: dict[str, Any] = {}
+        if state:
+            out["scale"] = float(np.asarray(array_of(state["scale"])[0], np.float32).reshape(-1)[0])
+            for key in ("incr_count", "decr_count"):
+                if key in state:
+                    out[key] = int(np.asarray(state[key]).reshape(-1)[0])
+        out["found_inf"] = self._found_inf()
+        return out
+
+    def _found_inf(self) -> bool | None:
+        last = getattr(self.scaler, "last_step_skipped", None)
+        if callable(last):  # paddle_compat
+            return bool(last())
+        skipped = self._skipped_steps()
+        if skipped is not None:
+            found, self._skipped = skipped > (self._skipped or 0), skipped
+            return found
+        if not hasattr(self.scaler, "_cache_found_inf"):
+            return None  # not told (torch.amp.GradScaler)
+        cached = self.scaler._cache_found_inf  # Paddle's own scaler: None before its first step
+        return False if cached is None else bool(np.asarray(array_of(cached)[0]).any())
+
+
+def _environment() -> dict[str, Any]:
+    from ..optimizer import _numerics
+
+    env = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_fma": _numerics.cpu_kernels_use_fma(),
+    }
+    try:
+        from importlib.metadata import version
+
+        env["paddle_compat"] = version("paddle_compat")
+    except Exception:  # not installed as a distribution (a source checkout)
+        pass
+    paddle = sys.modules.get("paddle")  # only if the recorded script imported it itself
+    if paddle is not None:
+        env["paddle"] = getattr(paddle, "__version__", "?")
+    return env
+
+
+class TraceRecorder:
+    """Records a training run step by step; call :meth:`record` once per step, after the optimizer
+    step and before the gradients are cleared, then :meth:`save`.
+
+    Args:
+        model: the ``torch.nn.Module``, or a ``paddle.nn.Layer`` (duck-typed).
+        optimizer: its optimizer (``paddle_compat.optimizer``, ``torch.optim``, or Paddle's), or ``None``.
+        scaler: its loss scaler (``paddle_compat.amp.GradScaler``, or Paddle's), or ``None``.
+        port: for a Paddle model, the torch port: the trace is then recorded under the port's names
+            and layouts (Linear weights transposed, ...) so that it compares with the port's trace.
+        name_map: torch names -> Paddle names where they differ (see :mod:`.convert`).
+        grads, optimizer_state: record gradients / optimizer accumulators (default: yes).
+        layers: watch every layer's output and output gradient (forward/backward hooks), to name the
+            first diverging layer; costs a copy of every activation.
+        full_max_elements: tensors with more elements are kept as a digest plus ``sample`` elements
+            (``None``: everything in full).
+        meta: anything JSON-serialisable to keep with the trace (the run's configuration).
+
+    Scalars per step: ``loss`` (as given to :meth:`record`), and from the scaler ``scale``,
+    ``incr_count``, ``decr_count`` (after the step) and ``found_inf`` (this step was skipped); ``lr``
+    (``optimizer.get_lr()``, else the first group's ``lr``); ``grad_norm`` (the global L2 norm of
+    the gradients present, in float64: after ``minimize`` they are unscaled, as in Paddle).
+
+    Example::
+
+        rec = TraceRecorder(model, opt, scaler)
+        for x, y in data:
+            ...; scaler.minimize(opt, scaled)
+            rec.record(loss)
+            opt.clear_grad()
+        rec.save("traces/port")
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any = None,
+        scaler: Any = None,
+        *,
+        port: torch.nn.Module | None = None,
+        name_map: NameMap | None = None,
+        grads: bool = True,
+        optimizer_state: bool = True,
+        layers: bool = False,
+        full_max_elements: int | None = None,
+        sample: int = 16,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        if full_max_elements is not None and (
+            isinstance(full_max_elements, bool) or not isinstance(full_max_elements, int) or full_max_elements < 0
+        ):
+            raise ValueError(f"full_max_elements must be None or a non-negative int, got {full_max_elements!r}")
+        if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
+            raise ValueError(f"sample must be a positive int, got {sample!r}")
+        if _is_torch(model):
+            if port is not None:
+                raise ValueError("port= is for recording a Paddle model; this model is already a torch module")
+            self._side: Any = _TorchSide(model, optimizer)
+        elif callable(getattr(model, "named_parameters", None)) and callable(getattr(model, "state_dict", None)):
+            self._side = _PaddleSide(model, optimizer, port, name_map)
+        else:
+            raise TypeError(f"model must be a torch.nn.Module or a paddle.nn.Layer, got {type(model).__name__}")
+        self._optimizer = optimizer
+        self._scaler = _ScalerReader(scaler)
+        self._grads, self._opt_state = grads, optimizer_state
+        self._watcher = LayerWatcher(model, self._side.layer_name) if layers else None
+        self._policy = {"full_max_elements": full_max_elements, "sample": sample}
+        self.trace = Trace(
+            {
+                "framework": self._side.framework,
+                "layout": self._side.layout,
+                "full_max_elements": full_max_elements,
+                "sample": sample,
+                "environment": _environment(),
+                "run": dict(meta or {}),
+            }
+        )
+
+    def record(self, loss: Any = None) -> None:
+        """Record the step just taken (``loss``: the unscaled loss, any tensor or float)."""
+        tensors: dict[str, np.ndarray] = {}
+        if self._watcher is not None:
+            outputs, grads_in = self._watcher.drain()
+            tensors.update((f"act/{k}", v) for k, v in outputs)
+            tensors.update((f"actgrad/{k}", v) for k, v in grads_in)
+        scalars: dict[str, Any] = {}
+        if loss is not None:
+            scalars["loss"] = float(np.asarray(array_of(loss)[0], np.float64).reshape(-1)[0])
+        grads = self._side.grads() if self._grads else {}
+        if self._grads:
+            tensors.update((f"grad/{k}", v) for k, v in grads.items())
+            scalars["grad_norm"] = _global_norm(grads) if grads else None
+        scalars.update(self._scaler.read())
+        scalars["lr"] = _learning_rate(self._optimizer)
+        tensors.update((f"param/{k}", v) for k, v in self._side.state().items())
+        if self._opt_state:
+            for name, accs in self._side.optimizer_state().items():
+                tensors.update((f"opt/{name}/{acc}", v) for acc, v in accs.items())
+        self.trace.add_step(scalars, tensors, **self._policy)
+
+    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write the trace (``PATH.json`` + ``PATH.npz``). Without ``path``, where
+        ``python -m paddle_compat.parity record`` asked (the ``PADDLE_COMPAT_PARITY_TRACE`` variable)."""
+        if path is None:
+            path = os.environ.get(ENV_OUT)
+            if not path:
+                raise ValueError(f"save() needs a path (or the {ENV_OUT} environment variable)")
+        return self.trace.save(path)
+
+    def close(self) -> None:
+        """Remove the layer hooks (if any)."""
+        if self._watcher is not None:
+            self._watcher.remove()
+            self._watcher = None
+
+
+def _global_norm(grads: Mapping[str, np.ndarray]) -> float:
+    total = 0.0
+    for g in grads.values():
+        v = as_float(g, dtype_name(g)).astype(np.float64)
+        total += float(np.sum(v * v))
+    return math.sqrt(total)

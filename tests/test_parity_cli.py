@@ -1,0 +1,112 @@
+"""``python -m paddle_compat.parity``: exit status 0 (agree / recorded), 1 (diverged / script failed),
+2 (usage errors)."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from paddle_compat.parity import Trace
+from paddle_compat.parity.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def traces(tmp_path):
+    w = np.linspace(-1, 1, 6, dtype=np.float32)
+    same, other = Trace({"layout": "torch"}), Trace({"layout": "torch"})
+    for t, last in ((same, w), (other, np.nextafter(w, np.float32(2)))):
+        t.add_step({"loss": 1.0, "scale": 8.0, "found_inf": False}, {"param/w": w})
+        t.add_step({"loss": 0.5, "scale": 8.0, "found_inf": False}, {"param/w": last})
+    same.save(tmp_path / "a")
+    other.save(tmp_path / "b")
+    return tmp_path
+
+
+def test_compare_exit_status(traces, capsys):
+    assert main(["compare", str(traces / "a"), str(traces / "a"), "--exact"]) == 0
+    assert "bitwise equal" in capsys.readouterr().out
+    assert main(["compare", str(traces / "a"), str(traces / "b")]) == 0  # 1 ulp: within float32's tolerance
+    assert main(["compare", str(traces / "a"), str(traces / "b"), "--exact", "--json", str(traces / "c.json")]) == 1
+    out = capsys.readouterr().out
+    assert "first divergence at step 1, param/w[0]: bits differ" in out and "1 ulps apart" in out
+    assert (traces / "c.json").read_text().startswith("{")
+    assert main(["compare", str(traces / "a"), str(traces / "b"), "--rtol", "0", "--atol", "0"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["compare", "a", "missing"], "no trace at"),
+        (["compare", "a", "a", "--rtol", "1e-3"], "give --rtol and --atol together"),
+        (["compare", "a", "a", "--exact", "--rtol", "0", "--atol", "0"], "--exact compares bits"),
+        (["report", "a", "b", "--format", "pdf"], "--format: choose among"),
+    ],
+)
+def test_usage_errors(traces, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(traces)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_argparse_errors_exit_2():
+    with pytest.raises(SystemExit) as e:
+        main(["compare", "only-one"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+
+
+def test_report(traces, capsys):
+    assert main(["report", str(traces / "a"), str(traces / "b"), "--exact", "-o", str(traces / "rep")]) == 1
+    assert sorted(p.name for p in (traces / "rep").iterdir()) == ["report.json", "report.md", "report.png"]
+    assert main(["report", str(traces / "a"), str(traces / "a"), "-o", str(traces / "md"), "--format", "md"]) == 0
+    assert [p.name for p in (traces / "md").iterdir()] == ["report.md"]
+
+
+SCRIPT = """
+import sys
+if "--fail" in sys.argv:
+    raise SystemExit("the script failed on purpose")
+if "--no-save" in sys.argv:
+    raise SystemExit(0)
+import torch
+from paddle_compat.parity import TraceRecorder
+rec = TraceRecorder(torch.nn.Linear(2, 1))
+for _ in range(3):
+    rec.record(torch.tensor(0.25))
+rec.save()
+"""
+
+
+def test_record(tmp_path, capsys, monkeypatch):
+    script = tmp_path / "side.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    assert main(["record", "-o", str(tmp_path / "t"), str(script)]) == 0
+    assert "recorded 3 steps" in capsys.readouterr().out
+    assert len(Trace.load(tmp_path / "t")) == 3
+    assert main(["record", "-o", str(tmp_path / "t"), str(script), "--fail"]) == 1
+    assert "the script failed on purpose" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()  # the stale trace is gone
+    assert main(["record", "-o", str(tmp_path / "u"), str(script), "--no-save"]) == 1
+    assert "without saving a trace" in capsys.readouterr().err
+    assert main(["record", "-o", str(tmp_path / "u"), str(tmp_path / "nope.py")]) == 2
+
+
+def test_module_entry_point(traces, monkeypatch, capsys):
+    """``python -m paddle_compat.parity`` runs ``main`` and exits with its status (run in-process)."""
+    monkeypatch.setattr(
+        sys, "argv", ["paddle_compat.parity", "compare", str(traces / "a"), str(traces / "b"), "--exact"]
+    )
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("paddle_compat.parity", run_name="__main__")
+    assert e.value.code == 1 and "first divergence at step 1" in capsys.readouterr().out

@@ -1,0 +1,250 @@
+"""paddle_compat.parity comparison: ulps, tolerances, the first divergence, reports."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from paddle_compat.parity import Trace, compare, write_report
+from paddle_compat.parity._arrays import DEFAULT_TOLERANCES, array_of, ulp_distance
+from paddle_compat.parity.report import to_json, to_markdown
+
+
+def trace(steps: list[tuple[dict, dict]], layout: str = "torch", **policy) -> Trace:
+    t = Trace({"layout": layout, "framework": "test"})
+    for scalars, tensors in steps:
+        t.add_step(scalars, tensors, **policy)
+    return t
+
+
+def scal(**kw):
+    base = {
+        "loss": 1.0,
+        "scale": 1024.0,
+        "found_inf": False,
+        "incr_count": 1,
+        "decr_count": 0,
+        "lr": 0.1,
+        "grad_norm": 2.0,
+    }
+    return {**base, **kw}
+
+
+W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+
+
+def nudge(a: np.ndarray, flat: int, ulps: int = 1) -> np.ndarray:
+    b = a.copy()
+    v = b.reshape(-1)
+    for _ in range(ulps):
+        v[flat] = np.nextafter(v[flat], np.float32(np.inf))
+    return b
+
+
+# ----------------------------------------------------------------------------------------- ulps
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_ulp_distance(dtype):
+    t = torch.tensor([1.0, -1.0, 0.0, 3.0, float("nan"), float("nan"), 2.0], dtype=getattr(torch, dtype))
+    up = torch.nextafter(t, torch.full_like(t, float("inf")))
+    a, name = array_of(t)
+    b, _ = array_of(up)
+    assert name == dtype
+    d = ulp_distance(a, b, dtype)
+    assert list(d[:4]) == [1, 1, 1, 1]
+    assert d[4] == 0  # NaN and NaN
+    tiny = torch.tensor([torch.finfo(getattr(torch, dtype)).tiny], dtype=getattr(torch, dtype))
+    pos, neg = (
+        array_of(torch.nextafter(torch.zeros(1, dtype=tiny.dtype), tiny))[0],
+        array_of(-torch.nextafter(torch.zeros(1, dtype=tiny.dtype), tiny))[0],
+    )
+    assert ulp_distance(pos, neg, dtype)[0] == 2  # across zero: -min_subnormal, 0, +min_subnormal
+    z = array_of(torch.tensor([0.0, -0.0], dtype=tiny.dtype))[0]
+    assert ulp_distance(z[:1], z[1:], dtype)[0] == 0
+    one, nan = (
+        array_of(torch.tensor([1.0], dtype=tiny.dtype))[0],
+        array_of(torch.tensor([float("nan")], dtype=tiny.dtype))[0],
+    )
+    assert ulp_distance(one, nan, dtype)[0] == math.inf
+
+
+def test_ulp_distance_far_apart_in_float64():
+    a, b = np.array([-np.finfo(np.float64).max]), np.array([np.finfo(np.float64).max])
+    assert ulp_distance(a, b, "float64")[0] == pytest.approx(2.0 * (0x7FEFFFFFFFFFFFFF), rel=1e-15)
+
+
+@pytest.mark.parametrize("dtype", sorted(DEFAULT_TOLERANCES))
+def test_default_tolerances_are_torch_testings(dtype):
+    """Our verdict agrees with torch.testing.assert_close's defaults on the same pairs."""
+    tdt = getattr(torch, dtype)
+    rng = np.random.default_rng(0)
+    ref = torch.tensor(rng.standard_normal(400), dtype=torch.float64).to(tdt)
+    rtol, atol = DEFAULT_TOLERANCES[dtype]
+    for factor in (0.5, 0.9, 1.1, 2.0):  # inside, close inside, close outside, outside
+        cand = (
+            ref.double()
+            + factor * (atol + rtol * ref.double().abs()) * torch.sign(torch.randn(400, dtype=torch.float64))
+        ).to(tdt)
+        for i in range(0, 400, 40):
+            r, c = ref[i : i + 1], cand[i : i + 1]
+            try:
+                torch.testing.assert_close(c, r)
+                theirs = True
+            except AssertionError:
+                theirs = False
+            a = trace([(scal(), {"param/x": array_of(r)[0]})])
+            b = trace([(scal(), {"param/x": array_of(c)[0]})])
+            assert compare(a, b).ok == theirs, (dtype, factor, r, c)
+
+
+# ---------------------------------------------------------------------------------- the verdict
+
+
+def test_identical_traces_agree_exactly():
+    a = trace([(scal(), {"param/w": W}), (scal(loss=0.5), {"param/w": W * 2})])
+    result = compare(a, a, exact=True)
+    assert result.ok and result.first_divergence is None and result.steps == 2
+    assert all(m.bitwise_equal and m.max_ulps == 0 for m in result.tensors)
+
+
+def test_first_divergence_names_step_tensor_element_and_ulps():
+    a = trace([(scal(), {"param/w": W}), (scal(), {"param/w": W}), (scal(), {"param/w": W})])
+    b = trace([(scal(), {"param/w": W}), (scal(), {"param/w": nudge(W, 6)}), (scal(), {"param/w": nudge(W, 2, 5)})])
+    result = compare(a, b, exact=True)
+    d = result.first_divergence
+    assert (d.step, d.name, d.index, d.ulps) == (1, "param/w", (1, 2), 1.0)
+    assert d.reference == float(W[1, 2]) and d.candidate == float(np.nextafter(W[1, 2], np.float32(1)))
+    assert "step 1, param/w[1, 2]: bits differ" in result.summary() and "1 ulps apart" in result.summary()
+    m = [m for m in result.tensors if m.step == 1][0]
+    assert (m.bitwise_equal, m.max_ulps, m.mismatched, m.compared) == (False, 1.0, 1, 12)
+    # within float32's tolerance, the same runs agree
+    assert compare(a, b).ok
+    assert result.max_ulps_per_step() == [0.0, 1.0, 5.0]
+
+
+def test_causal_order_within_a_step():
+    """found_inf is checked before the parameters it made differ; gradients before found_inf."""
+    a = trace([(scal(), {"grad/w": W, "param/w": W})])
+    b = trace([(scal(found_inf=True), {"grad/w": W, "param/w": W + 1})])
+    assert compare(a, b).first_divergence.name == "found_inf"
+    c = trace([(scal(found_inf=True), {"grad/w": W + 1, "param/w": W + 1})])
+    assert compare(a, c).first_divergence.name == "grad/w"
+    d = trace([(scal(incr_count=2), {"grad/w": W, "param/w": W})])
+    assert compare(a, d).first_divergence.name == "incr_count"  # counters: exact even with tolerances
+
+
+def test_scalars_exact_and_tolerant():
+    a = trace([(scal(loss=1.0), {})])
+    b = trace([(scal(loss=float(np.nextafter(np.float32(1), np.float32(2)))), {})])
+    assert not compare(a, b, exact=True).ok and compare(a, b).ok
+    nan_a, nan_b = trace([(scal(loss=math.nan), {})]), trace([(scal(loss=math.nan), {})])
+    assert compare(nan_a, nan_b, exact=True).ok
+    assert not compare(nan_a, a).ok
+    assert not compare(trace([(scal(loss=0.0), {})]), trace([(scal(loss=-0.0), {})]), exact=True).ok
+    assert not compare(trace([(scal(scale=None), {})]), a).ok
+
+
+def test_nan_in_the_same_place_is_equal():
+    x = W.copy()
+    x[0, 0] = np.nan
+    assert compare(trace([(scal(), {"param/w": x})]), trace([(scal(), {"param/w": x.copy()})]), exact=True).ok
+    y = x.copy()
+    y[0, 1] = np.nan
+    d = compare(trace([(scal(), {"param/w": x})]), trace([(scal(), {"param/w": y})])).first_divergence
+    assert d.index == (0, 1) and d.ulps == math.inf
+
+
+def test_structure_differences():
+    a = trace([(scal(), {"param/w": W, "opt/w/moment1": W})])
+    b = trace([(scal(), {"param/w": W, "opt/v/moment1": W})])
+    d = compare(a, b).first_divergence
+    assert d.name == "opt/w/moment1" and "recorded only by the reference" in d.reason
+    shaped = trace([(scal(), {"param/w": W.reshape(4, 3), "opt/w/moment1": W})])
+    assert "shapes differ" in compare(a, shaped).first_divergence.reason
+    # a whole category recorded on one side only: a note, not a divergence
+    c = trace([(scal(), {"param/w": W, "opt/w/moment1": W, "act/0": W})])
+    result = compare(a, c)
+    assert result.ok and result.notes == ["only the candidate recorded act/ tensors: not compared"]
+    # different lengths: the common steps are compared, then the shorter run is the divergence
+    longer = trace([(scal(), {"param/w": W, "opt/w/moment1": W})] * 3)
+    result = compare(longer, a)
+    assert result.steps == 1 and (result.first_divergence.step, result.first_divergence.name) == (1, "steps")
+
+
+def test_sampled_tensors():
+    big = np.random.default_rng(0).standard_normal(100).astype(np.float32)
+    a = trace([(scal(), {"param/w": big})], full_max_elements=10, sample=8)
+    index = a.series["param/w"].index
+    outside = next(i for i in range(100) if i not in set(index))
+    # a difference outside the sample: the digest still sees it
+    b = trace([(scal(), {"param/w": nudge(big, outside)})])
+    result = compare(a, b, exact=True)
+    assert not result.ok and result.first_divergence.reason == "bits differ (not at the sampled elements)"
+    assert result.tensors[0].sampled and result.tensors[0].compared == len(index)
+    assert compare(a, b).ok  # with tolerances only the sample can be judged
+    # a difference inside the sample: found, with its index in the full tensor
+    c = trace([(scal(), {"param/w": nudge(big, int(index[3]))})])
+    d = compare(a, c, exact=True).first_divergence
+    assert d.index == (int(index[3]),) and d.ulps == 1.0
+
+
+def test_argument_checks():
+    a = trace([(scal(), {})])
+    with pytest.raises(ValueError, match="rtol and atol must be given together"):
+        compare(a, a, rtol=1e-3)
+    with pytest.raises(ValueError, match="exact=True compares bits"):
+        compare(a, a, exact=True, rtol=1e-3, atol=0.0)
+    with pytest.raises(ValueError, match="different layouts"):
+        compare(a, trace([(scal(), {})], layout="paddle"))
+    loose = trace([(scal(loss=1.01), {})])
+    assert not compare(a, loose).ok and compare(a, loose, rtol=0.1, atol=0.0).ok
+
+
+# ---------------------------------------------------------------------------------------- report
+
+
+def test_reports(tmp_path):
+    a = trace([(scal(), {"param/w": W}), (scal(found_inf=True, scale=512.0), {"param/w": W}), (scal(), {"param/w": W})])
+    b = trace(
+        [
+            (scal(), {"param/w": W}),
+            (scal(found_inf=True, scale=512.0), {"param/w": W}),
+            (scal(), {"param/w": nudge(W, 0, 3)}),
+        ]
+    )
+    result = compare(a, b, exact=True)
+    doc = json.loads(to_json(result))
+    assert doc["ok"] is False and doc["first_divergence"]["step"] == 2 and doc["first_divergence"]["index"] == [0, 0]
+    assert doc["scalars"][1]["found_inf"] == {"reference": True, "candidate": True, "ok": True}
+    md = to_markdown(result)
+    assert "**Diverged** over 3 steps (exact (bitwise))" in md and "step 2, param/w[0, 0]" in md
+    assert "| `param/w` | 2 | 1 | 3 |" in md
+    written = write_report(result, tmp_path / "rep")
+    assert sorted(written) == ["json", "md", "png"]
+    png = written["png"].read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    with pytest.raises(ValueError, match="unknown"):
+        write_report(result, tmp_path, ["pdf"])
+
+
+def test_steps_limit():
+    a = trace([(scal(), {"param/w": W})] * 3)
+    b = trace([(scal(), {"param/w": W})] * 2 + [(scal(), {"param/w": W + 1})])
+    assert compare(a, b, steps=2).ok and not compare(a, b).ok
+    assert compare(a, trace([(scal(), {"param/w": W})]), steps=1).ok
+    with pytest.raises(ValueError, match="steps=4, but the reference has 3 steps"):
+        compare(a, b, steps=4)
+    with pytest.raises(ValueError, match="steps must be a non-negative int"):
+        compare(a, b, steps=-1)
+
+
+def test_dtypes_differ():
+    a = trace([(scal(), {"param/w": W})])
+    b = trace([(scal(), {"param/w": W.astype(np.float64)})])
+    assert compare(a, b, exact=True).first_divergence.reason == "dtypes differ: reference float32, candidate float64"
+    assert compare(a, b).ok  # the same values, within tolerance
