@@ -363,7 +363,8 @@ def optimizer_state_to_torch(
         new_state[index[pid]] = target(accs, groups[pid], steps)
     sd = optimizer.state_dict()
     sd["state"] = new_state
-    if lr_state is not None and getattr(optimizer, "_lr_scheduler", None) is not None:
+    # Paddle's ``_learning_rate`` holds the scheduler when one drives the rate, else a float.
+    if lr_state is not None and not isinstance(getattr(optimizer, "_learning_rate", 0.0), (int, float)):
         sd["LR_Scheduler"] = lr_state
     return sd
 
