@@ -832,6 +832,30 @@ class GradScaler(AmpScaler):
         """torch's name for ``set_incr_every_n_steps()``."""
         self._set_policy_as("new_interval", incr_every_n_steps=new_interval)
 
+    # torch's private names that frameworks call (Accelerate, when resuming under FSDP2:
+    # ``scaler._lazy_init_scale_growth_tracker(scaler._device)``)
+
+    @property
+    def _device(self) -> str:
+        """Where the scale lives now, e.g. ``"cpu"`` or ``"cuda:0"`` (torch keeps the device
+        string given to its constructor; ours follows the gradients)."""
+        return str(self._tracker.tensor().device)
+
+    def _lazy_init_scale_growth_tracker(self, dev: str | torch.device) -> None:
+        """torch creates its scale tensors here, at the first ``scale()``. Ours exist from
+        construction and settle on the gradients' device at the first step, so there is
+        nothing to create: the device is checked and the scale stays where it is.
+
+        Args:
+            dev: a device (string or ``torch.device``), as torch takes it.
+        """
+        try:
+            torch.device(dev)
+        except TypeError:
+            raise TypeError(f"dev must be a device string or torch.device, got {type(dev).__name__}") from None
+        except RuntimeError:
+            raise ValueError(f"dev must name a device, got {dev!r}") from None
+
     def _set_policy_as(self, alias: str, **change: Any) -> None:
         try:
             self._set_policy(**change)
