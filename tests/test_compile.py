@@ -13,6 +13,9 @@ from torch._dynamo.utils import counters
 
 from paddle_compat.amp import GradScaler
 
+# Dynamo's own imports touch a deprecated torch.jit API; not ours.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.1),
     "adam": lambda params: torch.optim.Adam(params, lr=0.01),
