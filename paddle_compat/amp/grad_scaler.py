@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
@@ -24,6 +24,7 @@ from torch import Tensor
 
 from . import scaler_args, unscale
 from .amp_state import amp_global_state
+from .compile_boundary import caller_stacklevel, calls_user_code, never_traced
 from .loss_scale import LossScalePolicy, check_scale, round_f32
 from .scale_tracker import FoundInf, ScaleTracker
 
@@ -45,6 +46,15 @@ class OptimizerState(Enum):
     INIT = 0
     UNSCALED = 1
     STEPPED = 2
+
+
+class _Run(Enum):
+    """How ``step``/``minimize`` call the optimizer, as decided before it runs."""
+
+    PASS = 0  # a disabled scaler: just call it
+    SKIP = 1  # inf/NaN found: do not call it
+    CALL = 2  # call it on the unscaled grads
+    FUSED = 3  # call it with ``grad_scale``/``found_inf`` set: it unscales and skips on the device
 
 
 class _StepState(threading.local):
@@ -156,6 +166,7 @@ class AmpScaler:
 
     # -- scaling ---------------------------------------------------------------------------
 
+    @never_traced
     def scale(self, var: Tensor) -> Tensor:
         """``var * scale``: float32 with shape ``[1]`` for a 0-d loss, as in Paddle.
 
@@ -181,16 +192,17 @@ class AmpScaler:
             self._enable = False
             self._use_dynamic_loss_scaling = False
             self._init_loss_scaling = 1.0
+            stacklevel = caller_stacklevel()
             warnings.warn(
                 f"It is not recommended to use dynamic loss scaling for {amp_dtype}, so GradScaler is disable by default.",
-                stacklevel=2,
+                stacklevel=stacklevel,
             )
             if amp_dtype == "float32":  # Paddle's text hides how much this switches off
                 warnings.warn(
                     "GradScaler.scale() ran while the AMP dtype was float32, e.g. before any "
                     "auto_cast(dtype='float16') was entered in this thread: as in Paddle, the scaler is now "
                     "disabled for good: no loss is scaled, no step is ever skipped and state_dict() is {}.",
-                    stacklevel=2,
+                    stacklevel=stacklevel,
                 )
         if not self._enable:
             return var
@@ -202,6 +214,7 @@ class AmpScaler:
 
     # -- unscale, step, update -------------------------------------------------------------
 
+    @never_traced
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Unscale the optimizer's grads in place and record whether any is inf/NaN.
 
@@ -229,6 +242,7 @@ class AmpScaler:
         self._unscale(optimizer)
         states[id(optimizer)] = OptimizerState.UNSCALED
 
+    @calls_user_code
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         """Unscale (unless ``unscale_`` ran), then ``optimizer.step(*args, **kwargs)`` unless a
         grad is inf/NaN. Returns the step's result, ``None`` when skipped.
@@ -244,21 +258,40 @@ class AmpScaler:
             scaler.step(optimizer)
             scaler.update()
         """
+        # torch.compile traces none of this frame but compiles optimizer.step as it does under
+        # torch's scaler; our own work runs in never-traced calls (see compile_boundary).
+        run = self._before_step(optimizer, args, kwargs)
+        try:
+            result = None if run is _Run.SKIP else optimizer.step(*args, **kwargs)
+        except BaseException:
+            self._abandon_call(optimizer, run)
+            raise
+        self._after_step(optimizer, run)
+        return result
+
+    @never_traced
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> _Run:
         _check_optimizer(optimizer)
         if not self._enable:
-            return optimizer.step(*args, **kwargs)
+            return _Run.PASS
         if "closure" in kwargs or (args and callable(args[0])):
             raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
-        states = self._step_state.optimizer_states
-        state = states.get(id(optimizer), OptimizerState.INIT)
+        state = self._step_state.optimizer_states.get(id(optimizer), OptimizerState.INIT)
         if state is OptimizerState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
-        result = self._step_unless_inf(optimizer, state, lambda: optimizer.step(*args, **kwargs))
+        return self._decide_step(optimizer, state)
+
+    @never_traced
+    def _after_step(self, optimizer: torch.optim.Optimizer, run: _Run) -> None:
+        if run is _Run.PASS:
+            return
+        self._end_call(optimizer, run)
+        states = self._step_state.optimizer_states
         states[id(optimizer)] = OptimizerState.STEPPED
         if not self._use_dynamic_loss_scaling:
             states.clear()
-        return result
 
+    @never_traced
     def update(self, new_scale: float | Tensor | None = None) -> None:
         """Move the scale by the flag of the last ``step``; no host sync.
 
@@ -285,6 +318,7 @@ class AmpScaler:
         step.optimizer_states.clear()
         step.scaled_with = None
 
+    @calls_user_code
     def minimize(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         """``step`` then ``update`` in one call, as Paddle's ``minimize``.
 
@@ -304,25 +338,41 @@ class AmpScaler:
             scaler.minimize(optimizer, scaled)
             optimizer.clear_grad()
         """
-        _check_optimizer(optimizer)
+        # Traced like step(): the optimizer's code is compiled as usual, ours never is.
+        run = self._before_minimize(optimizer)
         minimize = getattr(optimizer, "minimize", None)
+        try:
+            if run is _Run.SKIP:
+                result = None
+            else:
+                result = minimize(*args, **kwargs) if callable(minimize) else optimizer.step()
+        except BaseException:
+            self._abandon_call(optimizer, run)
+            raise
+        self._after_minimize(optimizer, run)
+        return result if callable(minimize) and result is not None else (None, None)
 
-        def call() -> Any:
-            result = minimize(*args, **kwargs) if callable(minimize) else optimizer.step()
+    @never_traced
+    def _before_minimize(self, optimizer: torch.optim.Optimizer) -> _Run:
+        _check_optimizer(optimizer)
+        if not self._enable:
+            return _Run.PASS
+        # Like Paddle, minimize() neither refuses a STEPPED optimizer nor unscales it again.
+        return self._decide_step(optimizer, self._step_state.optimizer_states.get(id(optimizer), OptimizerState.INIT))
+
+    @never_traced
+    def _after_minimize(self, optimizer: torch.optim.Optimizer, run: _Run) -> None:
+        if run is not _Run.SKIP:
             # minimize() bypasses the optimizer.step wrapper torch's LR schedulers watch.
             optimizer._opt_called = True  # type: ignore[attr-defined]
-            return result
-
-        if not self._enable:
-            return call()
+        if run is _Run.PASS:
+            return
+        self._end_call(optimizer, run)
         step = self._step_state
-        # Like Paddle, minimize() neither refuses a STEPPED optimizer nor unscales it again.
-        result = self._step_unless_inf(optimizer, step.optimizer_states.get(id(optimizer), OptimizerState.INIT), call)
         if self._use_dynamic_loss_scaling:
             self._tracker.update(step.cache_found_inf)
             step.scaled_with = None
         step.optimizer_states.clear()
-        return result if callable(minimize) and result is not None else (None, None)
 
     def _unscale(self, optimizer: torch.optim.Optimizer) -> None:
         """Paddle's hook: unscale the grads in place and record ``_found_inf``.
@@ -367,17 +417,25 @@ class AmpScaler:
             return True
         return self._tracker.only_powers_of_two() and all(g.dtype == torch.float32 for g in grads)
 
-    def _step_unless_inf(self, optimizer: torch.optim.Optimizer, state: OptimizerState, call: Callable[[], Any]) -> Any:
+    def _decide_step(self, optimizer: torch.optim.Optimizer, state: OptimizerState) -> _Run:
+        """Before the optimizer runs: unscale (unless ``unscale_`` did) and decide how to call it.
+
+        A fused optimizer (``_step_supports_amp_scaling``) is always called and skips on the
+        device, with no host sync; otherwise the flag is read here, the one sync of a step."""
         step = self._step_state
         if getattr(optimizer, "_step_supports_amp_scaling", False):
-            return self._fused_step(optimizer, state, call)
+            if state is OptimizerState.INIT:
+                self._unscale_grads(optimizer, fused=True)
+            assert step.found_inf is not None
+            optimizer.found_inf = step.found_inf.view(())  # type: ignore[attr-defined]
+            return _Run.FUSED
         if state is OptimizerState.INIT:
             self.unscale_(optimizer)
         assert step.found_inf is not None
         flag = FoundInf.known(bool(step.found_inf.item()))  # the one host sync of a step
         step.cache_found_inf = flag
         self._tracker.record_step(flag)
-        return None if flag.value() else call()
+        return _Run.SKIP if flag.value() else _Run.CALL
 
     def _compat_record_step(self, found_inf: bool) -> None:
         """Record a step decided outside ``step``/``minimize`` (apex's ``scale_loss`` shim): its
@@ -386,23 +444,22 @@ class AmpScaler:
         self._step_state.cache_found_inf = flag
         self._tracker.record_step(flag)
 
-    def _fused_step(self, optimizer: torch.optim.Optimizer, state: OptimizerState, call: Callable[[], Any]) -> Any:
-        """The optimizer skips on the device; no host sync."""
+    def _end_call(self, optimizer: torch.optim.Optimizer, run: _Run) -> None:
+        """After the optimizer ran: a fused one gives its inputs back, and its flag, which
+        reaches the host without a sync, is recorded."""
+        if run is not _Run.FUSED:
+            return
+        _drop_fused_inputs(optimizer)
         step = self._step_state
-        if state is OptimizerState.INIT:
-            self._unscale_grads(optimizer, fused=True)
-        assert step.found_inf is not None
-        optimizer.found_inf = step.found_inf.view(())  # type: ignore[attr-defined]
-        try:
-            result = call()
-        finally:
-            for name in ("grad_scale", "found_inf"):
-                if hasattr(optimizer, name):
-                    delattr(optimizer, name)
         flag = FoundInf.in_flight(step.found_inf)
         step.cache_found_inf = flag
         self._tracker.record_step(flag)
-        return result
+
+    @never_traced
+    def _abandon_call(self, optimizer: torch.optim.Optimizer, run: _Run) -> None:
+        """The optimizer raised: nothing is recorded, a fused one gives its inputs back."""
+        if run is _Run.FUSED:
+            _drop_fused_inputs(optimizer)
 
     # -- queries and settings --------------------------------------------------------------
 
@@ -414,6 +471,7 @@ class AmpScaler:
         """Whether the scale moves (Paddle's name)."""
         return self._use_dynamic_loss_scaling
 
+    @never_traced
     def get_scale(self) -> float:
         """The current scale; 0.0 when disabled, as in newer Paddle (torch returns 1.0).
 
@@ -423,10 +481,12 @@ class AmpScaler:
             return 0.0
         return self._tracker.state().scale
 
+    @never_traced
     def get_skipped_steps(self) -> int:
         """How many optimizer steps were skipped for inf/NaN so far (kept by ``state_dict``)."""
         return self._tracker.skipped_steps()
 
+    @never_traced
     def last_step_skipped(self) -> bool | None:
         """Whether this thread's last ``step``/``minimize`` was skipped; ``None`` before any.
 
@@ -448,6 +508,7 @@ class AmpScaler:
         """The initial scale (the last one set by ``set_init_loss_scaling`` or a checkpoint)."""
         return self._init_loss_scaling
 
+    @never_traced
     def set_init_loss_scaling(self, new_init_loss_scaling: float) -> None:
         """Set the initial scale and restart the current scale from it (counters kept).
 
@@ -488,6 +549,7 @@ class AmpScaler:
         """Args: new_decr_every_n_nan_or_inf: a positive int."""
         self._set_policy(decr_every_n_nan_or_inf=new_decr_every_n_nan_or_inf)
 
+    @never_traced
     def _set_policy(self, **change: Any) -> None:
         policy = dataclasses.replace(self._tracker.policy, **change)  # validates before anything changes
         self._tracker.reset(policy=policy)
@@ -568,6 +630,7 @@ class AmpScaler:
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    @never_traced
     def state_dict(self) -> dict[str, Any]:
         """Paddle's 8 keys (``{}`` when disabled), plus ``skipped_steps``.
 
@@ -595,6 +658,7 @@ class AmpScaler:
             "skipped_steps": self._tracker.skipped_steps(),
         }
 
+    @never_traced
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()``, ours or Paddle's (``scale`` as a numpy array).
 
@@ -663,6 +727,12 @@ class AmpScaler:
         if self.process_group == _WORLD:
             self.process_group = _world_group()
         self._step_state = _StepState()
+
+
+def _drop_fused_inputs(optimizer: torch.optim.Optimizer) -> None:
+    for name in ("grad_scale", "found_inf"):
+        if hasattr(optimizer, name):
+            delattr(optimizer, name)
 
 
 _WORLD = "paddle_compat: the default process group"
@@ -768,6 +838,30 @@ class GradScaler(AmpScaler):
     def set_growth_interval(self, new_interval: int) -> None:
         """torch's name for ``set_incr_every_n_steps()``."""
         self._set_policy_as("new_interval", incr_every_n_steps=new_interval)
+
+    # torch's private names that frameworks call (Accelerate, when resuming under FSDP2:
+    # ``scaler._lazy_init_scale_growth_tracker(scaler._device)``)
+
+    @property
+    def _device(self) -> str:
+        """Where the scale lives now, e.g. ``"cpu"`` or ``"cuda:0"`` (torch keeps the device
+        string given to its constructor; ours follows the gradients)."""
+        return str(self._tracker.tensor().device)
+
+    def _lazy_init_scale_growth_tracker(self, dev: str | torch.device) -> None:
+        """torch creates its scale tensors here, at the first ``scale()``. Ours exist from
+        construction and settle on the gradients' device at the first step, so there is
+        nothing to create: the device is checked and the scale stays where it is.
+
+        Args:
+            dev: a device (string or ``torch.device``), as torch takes it.
+        """
+        try:
+            torch.device(dev)
+        except TypeError:
+            raise TypeError(f"dev must be a device string or torch.device, got {type(dev).__name__}") from None
+        except RuntimeError:
+            raise ValueError(f"dev must name a device, got {dev!r}") from None
 
     def _set_policy_as(self, alias: str, **change: Any) -> None:
         try:

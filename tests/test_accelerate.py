@@ -1,0 +1,137 @@
+"""Our GradScaler in real Hugging Face Accelerate (1.15): set as ``accelerator.scaler`` before
+``prepare``. Trains, skips on overflow (the LR scheduler holds), save_state/load_state resume it,
+and the calls of Accelerate's FSDP2 resume work. CPU, a tiny model, a few steps."""
+
+import math
+
+import pytest
+import torch
+
+accelerate = pytest.importorskip("accelerate")
+from accelerate import Accelerator  # noqa: E402
+from accelerate.state import AcceleratorState, GradientState  # noqa: E402
+
+from paddle_compat.amp import GradScaler, auto_cast  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    yield  # Accelerate keeps process-wide singletons; leave none behind
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def setup():
+    """The recipe: mixed_precision="no" (Paddle's auto_cast does the casting), our scaler set
+    before prepare()."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    accelerator = Accelerator(cpu=True, mixed_precision="no")
+    accelerator.scaler = GradScaler(init_loss_scaling=1024, incr_every_n_steps=2)
+    return (accelerator, *accelerator.prepare(model, optimizer, scheduler))
+
+
+def batches(n):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)) for _ in range(n)]
+
+
+def train(accelerator, model, optimizer, scheduler, data, bad=()):
+    history = []
+    for i, (x, y) in enumerate(data):
+        with auto_cast(dtype="float16"):
+            out = model(x)
+        loss = torch.nn.functional.mse_loss(out.float(), y) * (math.inf if i in bad else 1.0)
+        accelerator.backward(loss)  # scaler.scale(loss).backward()
+        # Accelerate unscales only a scaler it made itself (fp16 on a GPU): unscale before clipping.
+        accelerator.scaler.unscale_(optimizer.optimizer)
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()  # scaler.step(optimizer, None), then scaler.update()
+        scheduler.step()  # held when the step was skipped
+        optimizer.zero_grad()
+        history.append(
+            (
+                accelerator.optimizer_step_was_skipped,
+                accelerator.scaler.get_scale(),
+                scheduler.get_last_lr()[0],
+                [p.detach().clone() for p in model.parameters()],
+            )
+        )
+    return history
+
+
+def same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_trains_and_skips_the_overflowing_step_holding_the_lr():
+    accelerator, model, optimizer, scheduler = setup()
+    start = [p.detach().clone() for p in model.parameters()]
+    history = train(accelerator, model, optimizer, scheduler, batches(4), bad={1})
+    assert [h[0] for h in history] == [False, True, False, False]
+    assert [h[1] for h in history] == [1024.0, 512.0, 512.0, 1024.0]
+    assert [h[2] for h in history] == [0.05, 0.05, 0.025, 0.0125]
+    assert not same(history[0][3], start)
+    assert same(history[1][3], history[0][3])  # the skipped step left the weights
+    assert not same(history[2][3], history[1][3])
+    assert accelerator.scaler.get_skipped_steps() == 1
+
+
+def test_clip_grad_norm_does_not_unscale_a_scaler_it_did_not_make():
+    """Why the recipe unscales by hand: Accelerate's clip_grad_norm_ unscales only when it made
+    the scaler (mixed_precision="fp16" on a GPU); otherwise it clips the scaled grads."""
+    accelerator, model, optimizer, _ = setup()
+    x, y = batches(1)[0]
+    with auto_cast(dtype="float16"):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    accelerator.backward(loss)
+    scaled_norm = accelerator.clip_grad_norm_(model.parameters(), math.inf)
+    accelerator.scaler.unscale_(optimizer.optimizer)
+    norm = accelerator.clip_grad_norm_(model.parameters(), math.inf)
+    assert scaled_norm.item() == pytest.approx(1024 * norm.item(), rel=1e-6)
+
+
+def test_save_state_and_load_state_resume_the_scaler(tmp_path):
+    data = batches(6)
+    full = train(*setup(), data, bad={1, 4})
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+    accelerator, model, optimizer, scheduler = setup()
+    train(accelerator, model, optimizer, scheduler, data[:3], bad={1})
+    accelerator.save_state(tmp_path / "state")
+    saved = torch.load(tmp_path / "state" / "scaler.pt", weights_only=True)
+    assert saved["scale"].tolist() == [512.0] and (saved["incr_count"], saved["skipped_steps"]) == (1, 1)
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+    accelerator, model, optimizer, scheduler = setup()
+    accelerator.load_state(tmp_path / "state")
+    assert accelerator.scaler.state_dict() == {**saved, "scale": accelerator.scaler.state_dict()["scale"]}
+    resumed = train(accelerator, model, optimizer, scheduler, data[3:], bad={1})
+    assert [h[:3] for h in resumed] == [h[:3] for h in full[3:]]  # growth at step 3 needs the restored count
+    assert same(resumed[-1][3], full[-1][3])
+    assert accelerator.scaler.get_skipped_steps() == 2
+
+
+def test_the_fsdp2_resume_path_calls_our_torch_private_shims(tmp_path, monkeypatch):
+    """Under FSDP2, load_state loads the scaler itself, then calls
+    scaler._lazy_init_scale_growth_tracker(scaler._device). Run exactly that branch of
+    load_state by reporting FSDP2 (the only place load_state asks)."""
+    accelerator, model, optimizer, scheduler = setup()
+    train(accelerator, model, optimizer, scheduler, batches(3), bad={1})
+    accelerator.save_state(tmp_path / "state")
+    expected = accelerator.scaler.state_dict()
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+    accelerator, model, optimizer, scheduler = setup()
+    calls = []
+    scaler = accelerator.scaler
+    lazy_init = scaler._lazy_init_scale_growth_tracker
+    monkeypatch.setattr(scaler, "_lazy_init_scale_growth_tracker", lambda dev: calls.append(dev) or lazy_init(dev))
+    monkeypatch.setattr(type(accelerator), "is_fsdp2", property(lambda self: True))
+    accelerator.load_state(tmp_path / "state")
+    assert calls == ["cpu"]
+    state = scaler.state_dict()
+    assert state["scale"].tolist() == expected["scale"].tolist() == [512.0]
+    assert {k: v for k, v in state.items() if k != "scale"} == {k: v for k, v in expected.items() if k != "scale"}

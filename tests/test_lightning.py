@@ -1,0 +1,278 @@
+"""Our GradScaler in real Lightning (2.6): the stock MixedPrecision plugin, our plugins for the
+Trainer and Fabric, checkpoint and resume through the trainer. CPU, tiny models, few steps."""
+
+import math
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+L = pytest.importorskip("lightning.pytorch")
+from lightning.fabric import Fabric  # noqa: E402
+from lightning.pytorch.plugins.precision import MixedPrecision  # noqa: E402
+
+from paddle_compat.amp import GradScaler, auto_cast  # noqa: E402
+from paddle_compat.amp.amp_state import amp_global_state  # noqa: E402
+from paddle_compat.integrations.lightning import PaddleFabricMixedPrecision, PaddleMixedPrecision  # noqa: E402
+
+# Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated")
+
+
+class Net(L.LightningModule):
+    """Linear regression on 3 batches an epoch; the loss of the calls in ``bad`` is made inf."""
+
+    def __init__(self, bad=()):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = torch.nn.Linear(4, 2)
+        self.bad = set(bad)
+        self.calls = 0
+        self.dtypes = []  # per call: (linear's output, exp of it, the recorded AMP dtype)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        out = self.layer(x)
+        self.dtypes.append((out.dtype, torch.exp(out).dtype, amp_global_state().amp_dtype))
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        if self.calls in self.bad:
+            loss = loss * math.inf
+        self.calls += 1
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+    def train_dataloader(self):
+        g = torch.Generator().manual_seed(0)
+        return DataLoader(TensorDataset(torch.randn(12, 4, generator=g), torch.randn(12, 2, generator=g)), batch_size=4)
+
+
+class Record(L.Callback):
+    """After each batch: the parameters, the scale and whether the step was skipped."""
+
+    def __init__(self, scaler):
+        self.scaler, self.params, self.scales, self.skipped = scaler, [], [], []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.params.append([p.detach().clone() for p in module.parameters()])
+        self.scales.append(self.scaler.get_scale())
+        self.skipped.append(self.scaler.last_step_skipped())
+
+
+def fit(model, plugin, scaler, max_epochs=1, ckpt_path=None, **trainer_kwargs):
+    record = Record(scaler)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, max_epochs=max_epochs, plugins=[plugin], callbacks=[record], logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, **trainer_kwargs,
+    )
+    trainer.fit(model, ckpt_path=ckpt_path)
+    return trainer, record
+
+
+def same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def assert_skipped_exactly(record, skipped_index, before_params):
+    """Step ``skipped_index`` left every parameter as it was; every other step moved them."""
+    previous = before_params
+    for i, params in enumerate(record.params):
+        assert same(params, previous) == (i == skipped_index), i
+        previous = params
+
+
+# -- (a) Lightning's own MixedPrecision plugin with our scaler ----------------------------------
+
+
+def test_stock_plugin_the_dtype_policy_trap():
+    """Lightning computes under torch.autocast, which records nothing in Paddle's AMP state: a
+    dynamic scaler sees float32 at its first scale() and switches itself off, as Paddle's
+    would. The overflow then goes into the weights."""
+    amp_global_state().amp_dtype = "float32"  # a fresh process: no auto_cast entered yet
+    scaler = GradScaler(init_loss_scaling=1024)
+    model = Net(bad={1})
+    with pytest.warns(UserWarning) as caught:
+        _, record = fit(model, MixedPrecision("16-mixed", "cpu", scaler=scaler), scaler)
+    ours = [w for w in caught if "GradScaler" in str(w.message)]
+    assert [str(w.message)[:66] for w in ours] == [
+        "It is not recommended to use dynamic loss scaling for float32, so ",
+        "GradScaler.scale() ran while the AMP dtype was float32, e.g. befor",
+    ]
+    # Both point at the line that called scale(): Lightning's plugin.
+    assert {w.filename.replace("\\", "/").rsplit("/", 4)[-4:] == ["pytorch", "plugins", "precision", "amp.py"]
+            for w in ours} == {True}
+    assert not scaler.is_enable() and scaler.state_dict() == {}
+    assert not all(torch.isfinite(p).all() for p in record.params[1])
+
+
+def test_stock_plugin_recipe_records_float16_before_fit():
+    """The recipe for the stock plugin: enter auto_cast(dtype='float16') once in the training
+    thread before fit (Paddle records the dtype of the last auto_cast entered, for good)."""
+    amp_global_state().amp_dtype = "float32"
+    with auto_cast(dtype="float16"):
+        pass
+    scaler = GradScaler(init_loss_scaling=1024)
+    model = Net(bad={1})
+    start = [p.detach().clone() for p in model.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the scaler must not switch itself off
+        _, record = fit(model, MixedPrecision("16-mixed", "cpu", scaler=scaler), scaler, gradient_clip_val=1.0)
+    assert record.scales == [1024.0, 512.0, 512.0]
+    assert record.skipped == [False, True, False]
+    assert_skipped_exactly(record, 1, start)
+    assert scaler.get_skipped_steps() == 1
+    # torch.autocast's rules, not Paddle's: exp of a float16 tensor stays float16 on CPU.
+    assert model.dtypes[0][:2] == (torch.float16, torch.float16)
+
+
+# -- (b) PaddleMixedPrecision ---------------------------------------------------------------------
+
+
+def test_plugin_computes_with_paddles_rules_and_skips_on_overflow():
+    amp_global_state().amp_dtype = "float32"  # the plugin itself records float16
+    scaler = GradScaler(init_loss_scaling=1024, incr_every_n_steps=1)
+    model = Net(bad={1})
+    start = [p.detach().clone() for p in model.parameters()]
+    _, record = fit(model, PaddleMixedPrecision("float16", scaler=scaler), scaler, gradient_clip_val=1.0)
+    # linear is on Paddle's white list, exp on its black list
+    assert model.dtypes == [(torch.float16, torch.float32, "float16")] * 3
+    assert record.scales == [2048.0, 1024.0, 2048.0]
+    assert record.skipped == [False, True, False]
+    assert_skipped_exactly(record, 1, start)
+
+
+def test_plugin_default_scaler_and_custom_lists():
+    plugin = PaddleMixedPrecision(custom_black_list=["linear"])
+    assert isinstance(plugin.scaler, GradScaler) and plugin.scaler.get_init_loss_scaling() == 2.0**16
+    assert plugin.precision == "16-mixed"
+    model = Net()
+    fit(model, plugin, plugin.scaler, max_steps=1)
+    assert model.dtypes[0][0] == torch.float32  # linear black-listed by the user
+
+
+def test_plugin_bfloat16_without_scaler_and_with_a_static_one():
+    model = Net()
+    plugin = PaddleMixedPrecision("bfloat16")
+    assert plugin.scaler is None and plugin.precision == "bf16-mixed"
+    fit(model, plugin, GradScaler(), max_steps=1)
+    assert model.dtypes[0] == (torch.bfloat16, torch.float32, "bfloat16")
+
+    # Lightning's own plugin refuses a scaler with bf16; ours takes one, with Paddle's rules:
+    # a static scaler keeps its scale and still skips the overflowing step.
+    scaler = GradScaler(init_loss_scaling=8, use_dynamic_loss_scaling=False)
+    model = Net(bad={1})
+    start = [p.detach().clone() for p in model.parameters()]
+    _, record = fit(model, PaddleMixedPrecision("bfloat16", scaler=scaler), scaler)
+    assert record.scales == [8.0, 8.0, 8.0] and record.skipped == [False, True, False]
+    assert_skipped_exactly(record, 1, start)
+
+
+def test_plugin_bfloat16_with_a_dynamic_scaler_switches_it_off_as_paddle_does():
+    scaler = GradScaler()
+    with pytest.warns(UserWarning, match="dynamic loss scaling for bfloat16"):
+        fit(Net(), PaddleMixedPrecision("bfloat16", scaler=scaler), scaler, max_steps=1)
+    assert not scaler.is_enable()
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        ({"dtype": "float32"}, ValueError, "dtype must be 'float16' or 'bfloat16'"),
+        ({"level": "O3"}, ValueError, "level must be one of O0, OD, O1, O2"),
+        ({"scaler": object()}, TypeError, "scaler must be a paddle_compat.amp.GradScaler"),
+    ],
+)
+def test_plugin_rejects_bad_arguments(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        PaddleMixedPrecision(**kwargs)
+
+
+def test_plugin_checkpoint_resumes_the_scaler_and_the_trajectory(tmp_path):
+    def make():
+        scaler = GradScaler(init_loss_scaling=1024, incr_every_n_steps=2)
+        return scaler, PaddleMixedPrecision(scaler=scaler)
+
+    # Uninterrupted: two epochs of 3 steps, overflows at steps 1 and 4.
+    scaler, plugin = make()
+    full = Net(bad={1, 4})
+    _, full_record = fit(full, plugin, scaler, max_epochs=2)
+    assert full_record.scales == [1024.0, 512.0, 512.0, 1024.0, 512.0, 512.0]
+
+    # One epoch, a checkpoint, then a fresh trainer, plugin and scaler resume from it.
+    scaler, plugin = make()
+    first = Net(bad={1})
+    trainer, _ = fit(first, plugin, scaler, max_epochs=1)
+    path = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(path)
+    saved = torch.load(path, weights_only=False)["PaddleMixedPrecision"]
+    assert saved == {**scaler.state_dict(), "scale": saved["scale"]} and saved["scale"].tolist() == [512.0]
+    assert (saved["incr_count"], saved["skipped_steps"]) == (1, 1)
+
+    scaler, plugin = make()
+    resumed = Net(bad={1})  # its second call is step 4 of the run
+    _, record = fit(resumed, plugin, scaler, max_epochs=2, ckpt_path=path)
+    assert record.scales == full_record.scales[3:]  # needs the restored incr_count to grow at step 3
+    assert scaler.get_skipped_steps() == 2
+    assert same(record.params[-1], full_record.params[-1])
+
+
+# -- Fabric ---------------------------------------------------------------------------------------
+
+
+def test_fabric_plugin_trains_clips_and_skips():
+    amp_global_state().amp_dtype = "float32"
+    scaler = GradScaler(init_loss_scaling=1024, incr_every_n_steps=1)
+    fabric = Fabric(accelerator="cpu", devices=1, plugins=[PaddleFabricMixedPrecision(scaler=scaler)])
+    torch.manual_seed(0)
+    dtypes = []
+    module = torch.nn.Linear(4, 2)
+    module.register_forward_hook(lambda m, inputs, out: dtypes.append((inputs[0].dtype, out.dtype)))
+    model, optimizer = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=0.1))
+    x, y = torch.randn(8, 4), torch.randn(8, 2)
+    history = []
+    for step in range(3):
+        out = model(x)  # Fabric hands the output back in float32
+        loss = torch.nn.functional.mse_loss(out.float(), y) * (math.inf if step == 1 else 1.0)
+        fabric.backward(loss)
+        # unscales first; Fabric raises on a non-finite norm unless told not to (as with torch's scaler)
+        fabric.clip_gradients(model, optimizer, max_norm=1.0, error_if_nonfinite=False)
+        optimizer.step()
+        optimizer.zero_grad()
+        history.append(([p.detach().clone() for p in model.parameters()], scaler.get_scale()))
+    assert dtypes == [(torch.float32, torch.float16)] * 3  # inputs left alone; linear is white-listed
+    assert [s for _, s in history] == [2048.0, 1024.0, 2048.0]
+    assert same(history[1][0], history[0][0]) and not same(history[2][0], history[1][0])
+
+
+# -- the standalone pytorch_lightning package ------------------------------------------------------
+
+
+def test_standalone_pytorch_lightning_plugin():
+    pl = pytest.importorskip("pytorch_lightning")
+    from paddle_compat.integrations.pytorch_lightning import PaddleMixedPrecision as StandalonePlugin
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+            self.dtypes = []
+
+        def training_step(self, batch, batch_idx):
+            out = self.layer(batch[0])
+            self.dtypes.append(out.dtype)
+            return out.float().pow(2).mean() * (math.inf if batch_idx == 1 else 1.0)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    scaler = GradScaler(init_loss_scaling=1024)
+    model = Tiny()
+    trainer = pl.Trainer(
+        accelerator="cpu", max_steps=2, plugins=[StandalonePlugin(scaler=scaler)], logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
+    assert model.dtypes == [torch.float16] * 2
+    assert scaler.get_scale() == 512.0 and scaler.get_skipped_steps() == 1
