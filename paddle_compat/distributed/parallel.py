@@ -38,7 +38,7 @@ def get_rank(group: Any = None) -> int:
         return dist.get_rank(group)
     if group is not None:
         raise RuntimeError("get_rank(group): the default process group is not initialized")
-    return _env_int("RANK", 0)
+    return env_int("RANK", 0)
 
 
 def get_world_size(group: Any = None) -> int:
@@ -51,7 +51,7 @@ def get_world_size(group: Any = None) -> int:
         return dist.get_world_size(group)
     if group is not None:
         raise RuntimeError("get_world_size(group): the default process group is not initialized")
-    return _env_int("WORLD_SIZE", 1)
+    return env_int("WORLD_SIZE", 1)
 
 
 def init_parallel_env(*, backend: str | None = None, timeout: datetime.timedelta | None = None) -> Any:
@@ -76,10 +76,10 @@ def init_parallel_env(*, backend: str | None = None, timeout: datetime.timedelta
         dist.init_parallel_env()
         model = torch.nn.parallel.DistributedDataParallel(model)
     """
-    _check_options(backend, timeout)
+    check_options(backend, timeout)
     if is_initialized():
         return dist.group.WORLD
-    if _env_int("WORLD_SIZE", 1) < 2:
+    if env_int("WORLD_SIZE", 1) < 2:
         warnings.warn(
             "Currently not a parallel execution environment, `paddle.distributed.init_parallel_env` will not do anything.",
             stacklevel=2,
@@ -99,7 +99,7 @@ def start(backend: str | None, timeout: datetime.timedelta | None, *, single_pro
     (an in-memory store, rank 0 of 1)."""
     backend = backend or default_backend()
     if "nccl" in backend and torch.cuda.is_available():
-        torch.cuda.set_device(_env_int("LOCAL_RANK", 0))
+        torch.cuda.set_device(env_int("LOCAL_RANK", 0))
     options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     if single_process:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **options)
@@ -107,14 +107,14 @@ def start(backend: str | None, timeout: datetime.timedelta | None, *, single_pro
         dist.init_process_group(backend, **options)
 
 
-def _check_options(backend: Any, timeout: Any) -> None:
+def check_options(backend: Any, timeout: Any) -> None:
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"backend must be a str such as 'gloo' or 'cpu:gloo,cuda:nccl', got {type(backend).__name__}")
     if timeout is not None and not isinstance(timeout, datetime.timedelta):
         raise TypeError(f"timeout must be a datetime.timedelta, got {type(timeout).__name__}")
 
 
-def _env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     if value is None or value == "":
         return default

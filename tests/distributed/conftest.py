@@ -48,7 +48,9 @@ class Run:
 
 def _run(tmp_path_factory: pytest.TempPathFactory, name: str, device: str, init: str, scenarios: list[str], nprocs: int) -> Run:
     out = tmp_path_factory.mktemp(name)
-    return Run(launch("tests.distributed.worker", [str(out), device, init, *scenarios], nprocs, DEADLINE, out), out)
+    args = [str(out), device, init, *scenarios]
+    # CPU ranks are forked from one parent (fast start-up); CUDA ranks each start afresh.
+    return Run(launch("tests.distributed.worker", args, nprocs, DEADLINE, out, fork=device == "cpu"), out)
 
 
 @pytest.fixture(scope="session")

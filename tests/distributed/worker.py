@@ -313,6 +313,58 @@ def rank_raises(ctx: Context) -> dict[str, Any]:
     return {"error": None}
 
 
+@scenario
+def nccl_paths(ctx: Context) -> dict[str, Any]:
+    """CUDA only. Where the flag is reduced: CPU grads (as when offloaded) under an NCCL-only
+    group go through CUDA; under the default ``cpu:gloo,cuda:nccl`` group CPU flags stay on
+    gloo and CUDA flags on NCCL; CUDA flags under a gloo group. And the fused path makes no
+    host sync even with the collective (NCCL orders it on the stream)."""
+    world, cpu = dist.group.WORLD, torch.device("cpu")
+    nccl_only = dist.new_group(backend="nccl")
+    gloo_only = dist.new_group(backend="gloo")
+    result: dict[str, Any] = {
+        "configs": [dist.get_backend_config(g) for g in (world, nccl_only, gloo_only)],
+    }
+    cases = {
+        "cpu_grads_nccl_group": (cpu, nccl_only),
+        "cpu_grads_mixed_world": (cpu, world),
+        "cuda_grads_mixed_world": (ctx.device, world),
+        "cuda_grads_gloo_group": (ctx.device, gloo_only),
+    }
+    for name, (device, group) in cases.items():
+        model = make_model(ctx.rank, device)
+        scaler = new_scaler(process_group=group)
+        batches = [batch(s, ctx.rank, device) for s in range(STEPS)]
+        result[name] = train(model, sgd(model.parameters()), scaler, batches)
+
+    from paddle_compat.distributed.sharding import group_sharded_parallel
+
+    plain = make_model(0, ctx.device)  # FSDP2 with CPUOffloadPolicy: CPU DTensor grads
+    model, opt, scaler = group_sharded_parallel(plain, sgd(plain.parameters()), "os_g", scaler=new_scaler(), offload=True)
+    result["fsdp2_offload"] = train(model, opt, scaler, [batch(s, ctx.rank, ctx.device) for s in range(STEPS)])
+
+    model = make_model(ctx.rank, ctx.device)
+    opt, scaler = fused_adamw(model.parameters()), new_scaler(process_group=world)
+    syncs = []
+    for step in range(STEPS):
+        x, y = batch(step, ctx.rank, ctx.device)
+        scaler.scale((model(x) - y).pow(2).mean()).backward()
+        torch.cuda.synchronize()
+        if step >= 2:  # after the communicators exist
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            scaler.step(opt)
+            scaler.update()
+        except RuntimeError as error:
+            syncs.append(str(error))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        opt.zero_grad()
+    result["fused_host_syncs"] = syncs
+    result["fused"] = (scaler.get_scale(), scaler.get_skipped_steps())
+    return result
+
+
 # -- main ------------------------------------------------------------------------------------
 
 

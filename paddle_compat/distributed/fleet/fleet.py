@@ -94,7 +94,12 @@ def init(
     refused = {k: hybrid[k] for k in _REFUSED_DEGREES if hybrid[k] > 1}
     if refused:
         raise NotImplementedError(f"hybrid_configs {refused}: only dp, mp, pp, sharding and sep degrees are supported")
-    parallel._check_options(backend, timeout)
+    parallel.check_options(backend, timeout)
+    if not isinstance(log_level, (int, str)) or isinstance(log_level, bool):
+        raise TypeError(f"log_level must be an int or a level name, got {type(log_level).__name__}")
+    world_size = dist.get_world_size() if parallel.is_initialized() else parallel.env_int("WORLD_SIZE", 1)
+    topology = _topology(strategy, world_size)  # checked before any group exists
+
     logger.setLevel(log_level.upper() if isinstance(log_level, str) else log_level)
     unhonoured = strategy.unhonoured_settings()
     if unhonoured:
@@ -102,13 +107,12 @@ def init(
             f"fleet.init: these DistributedStrategy settings have no effect in paddle_compat: {', '.join(unhonoured)}",
             stacklevel=2,
         )
-
     if parallel.is_initialized():
         logger.info("fleet.init: using the existing default process group")
     else:
-        parallel.start(backend, timeout, single_process=parallel._env_int("WORLD_SIZE", 1) < 2)
+        parallel.start(backend, timeout, single_process=world_size < 2)
     _fleet.strategy = strategy
-    _fleet.hcg = HybridCommunicateGroup(_topology(strategy, dist.get_world_size()), timeout=timeout)
+    _fleet.hcg = HybridCommunicateGroup(topology, timeout=timeout)
     logger.info("fleet.init: %r", _fleet.hcg)
 
 
@@ -118,8 +122,14 @@ def _topology(strategy: DistributedStrategy, world_size: int) -> CommunicateTopo
     for axis, degree in degrees.items():
         if degree < 1 and not (axis == "dp" and degree == -1):
             raise ValueError(f"hybrid_configs['{axis}_degree'] must be >= 1 (dp_degree may be -1), got {degree}")
+    others = degrees["mp"] * degrees["pp"] * degrees["sharding"] * degrees["sep"]
     if degrees["dp"] == -1:  # the ranks the other axes leave
-        degrees["dp"] = max(world_size // (degrees["mp"] * degrees["pp"] * degrees["sharding"] * degrees["sep"]), 1)
+        degrees["dp"] = max(world_size // others, 1)
+    if degrees["dp"] * others != world_size:
+        raise ValueError(
+            f"the hybrid degrees {dict((f'{a}_degree', d) for a, d in degrees.items() if a != 'cp')} "
+            f"multiply to {degrees['dp'] * others} ranks, but there are {world_size}"
+        )
     order = [axis for axis in strategy.hybrid_parallel_order if axis != "cp"]
     return CommunicateTopology([AXIS_NAMES[a] for a in order], [degrees[a] for a in order])
 
@@ -163,7 +173,7 @@ def is_first_worker() -> bool:
 def local_rank() -> int:
     """This process's rank on its machine (torchrun's ``LOCAL_RANK``, 0 when unset).
     Paddle returns it as a string."""
-    return parallel._env_int("LOCAL_RANK", 0)
+    return parallel.env_int("LOCAL_RANK", 0)
 
 
 def barrier_worker() -> None:

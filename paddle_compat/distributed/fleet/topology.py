@@ -59,8 +59,9 @@ class CommunicateTopology:
             raise ValueError(f"dims must be positive ints, got {list(dims)}")
         self._names = list(hybrid_group_names)
         self._dims = list(dims)
-        self.coordinate = collections.namedtuple("Coordinate", self._names)  # type: ignore[misc]
-        self._coords = [self.coordinate(*c) for c in itertools.product(*(range(d) for d in self._dims))]
+        coordinate: Any = collections.namedtuple("Coordinate", self._names)  # type: ignore[misc]
+        self.coordinate = coordinate
+        self._coords: list[Any] = [coordinate(*c) for c in itertools.product(*(range(d) for d in self._dims))]
         self._ranks = {c: r for r, c in enumerate(self._coords)}
 
     def get_hybrid_group_names(self) -> list[str]:

@@ -92,13 +92,13 @@ def group_sharded_parallel(
         raise ValueError(f"segment_size must be a positive int, got {segment_size!r}")
     if dp_group is not None or exclude_layer is not None:
         raise NotImplementedError("group_sharded_parallel: dp_group and exclude_layer are not supported")
+    _check_optimizer(model, optimizer)
     if not parallel.is_initialized():
         raise RuntimeError("group_sharded_parallel needs a process group: call fleet.init() or init_parallel_env() first")
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 
     if isinstance(model, FSDPModule):
         raise ValueError("the model is already sharded")
-    _check_optimizer(model, optimizer)
     device_types = {p.device.type for p in model.parameters()}
     if len(device_types) != 1:
         raise ValueError(f"the model's parameters must be on one device type, got {sorted(device_types)}")
