@@ -60,7 +60,9 @@ def unscale_(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor, check_ou
     found_by_device = {found_inf.device: found_inf}
     for (device, _), bucket in _buckets(grads).items():
         found = found_by_device.setdefault(device, torch.zeros_like(found_inf, device=device))
-        torch._amp_foreach_non_finite_check_and_unscale_(bucket, found, _on(inv_scale, device, inv_by_device))
+        # 0-d views: with FSDP2's DTensor grads, a shape-[1] operand makes DTensor warn.
+        inv = _on(inv_scale, device, inv_by_device).view(())
+        torch._amp_foreach_non_finite_check_and_unscale_(bucket, found.view(()), inv)
     if check_output:
         one = torch.ones_like(inv_scale)
         any_nonfinite(grads, one, found_inf)
@@ -81,10 +83,10 @@ def any_nonfinite(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor) -> 
             continue
         # Widened to float32 as Paddle's kernel does (float64 grads stay float64).
         peaks = peaks.to(torch.promote_types(dtype, torch.float32))
-        unscaled = (peaks * _on(inv_scale, device, inv_by_device)).to(dtype)
+        unscaled = (peaks * _on(inv_scale, device, inv_by_device).view(())).to(dtype)
         bad = (~torch.isfinite(unscaled)).any().to(found_inf.dtype)
         found = found_by_device.setdefault(device, torch.zeros_like(found_inf, device=device))
-        torch.maximum(found, bad, out=found)
+        torch.maximum(found.view(()), bad, out=found.view(()))
     _gather(found_by_device, found_inf)
 
 

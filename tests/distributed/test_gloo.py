@@ -66,6 +66,13 @@ def test_fsdp2_ranks_agree_and_match_one_process(gloo_2, variant):
         assert_params_close(run["params"], run["reference"]["params"])
 
 
+@pytest.mark.parametrize("variant", ["fully_shard_sgd", "fully_shard_fused_adamw"])
+def test_fsdp2_steps_without_warnings(gloo_2, variant):
+    # The scaler's shape-[1] tensors once made DTensor warn about implicit replication.
+    for result in gloo_2.results("fsdp2"):
+        assert result[variant]["warnings"] == []
+
+
 def test_group_sharded_levels_map_to_fsdp_units(gloo_2):
     (result, *_) = gloo_2.results("fsdp2")
     # os/os_g: the whole model is one unit; p_g_os: Linear(8, 16) (144 elements >= the

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -150,14 +151,14 @@ def explicit_group(ctx: Context) -> dict[str, Any]:
         "fused_adamw": (fused_adamw, "step", world),
         "none": (sgd, "minimize", None),
     }
+    batches = [batch(s, ctx.rank, ctx.device) for s in range(STEPS)]
     result = {}
     for name, (make_opt, api, group) in variants.items():
         model = make_model(ctx.rank, ctx.device)
-        scaler = new_scaler(process_group=group)
-        result[name] = train(model, make_opt(model.parameters()), scaler, [batch(s, ctx.rank, ctx.device) for s in range(STEPS)], api)
+        result[name] = train(model, make_opt(model.parameters()), new_scaler(process_group=group), batches, api)
     model = make_model(ctx.rank, ctx.device)
     scaler = fleet.distributed_scaler(new_scaler(), group=world)
-    result["distributed_scaler_group"] = train(model, sgd(model.parameters()), scaler, [batch(s, ctx.rank, ctx.device) for s in range(STEPS)])
+    result["distributed_scaler_group"] = train(model, sgd(model.parameters()), scaler, batches)
     return result
 
 
@@ -174,8 +175,15 @@ def fsdp2(ctx: Context) -> dict[str, Any]:
         model = make_model(0, ctx.device)
         fully_shard(model)
         opt = make_opt(model.parameters())
-        trajectory = train(model, opt, new_scaler(), batches)
-        result[name] = {"trajectory": trajectory, "params": full_params(model), "reference": reference(ctx, make_opt)}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trajectory = train(model, opt, new_scaler(), batches)
+        result[name] = {
+            "trajectory": trajectory,
+            "params": full_params(model),
+            "reference": reference(ctx, make_opt),
+            "warnings": [str(w.message) for w in caught],
+        }
     sgd_reference = result["fully_shard_sgd"]["reference"]
     for level in ("os", "os_g", "p_g_os"):
         model = make_model(ctx.rank, ctx.device)  # different on each rank: rank 0's is broadcast
@@ -236,7 +244,8 @@ def checkpoint(ctx: Context) -> dict[str, Any]:
     scaler = new_scaler()
     scaler.load_state_dict(torch.load(ctx.out / "sharded_ckpt" / "scaler.pt", weights_only=True))
     model, opt, scaler = group_sharded_parallel(plain, opt, "os_g", scaler=scaler)
-    result["sharded_resumed"] = {"trajectory": first + train(model, opt, scaler, batches[half:]), "params": full_params(model)}
+    second = train(model, opt, scaler, batches[half:])
+    result["sharded_resumed"] = {"trajectory": first + second, "params": full_params(model)}
     return result
 
 
