@@ -29,7 +29,9 @@ class Run:
     out: Path
 
     def logs(self) -> str:
-        return "\n".join(f"--- rank {r} (exit {rank.returncode}) ---\n{rank.output[-4000:]}" for r, rank in enumerate(self.launch.ranks))
+        return "\n".join(
+            f"--- rank {r} (exit {rank.returncode}) ---\n{rank.output[-4000:]}" for r, rank in enumerate(self.launch.ranks)
+        )
 
     def results(self, scenario: str) -> list[Any]:
         """What each rank recorded for ``scenario``; fails the test with the logs if one is
@@ -46,7 +48,9 @@ class Run:
         return results
 
 
-def _run(tmp_path_factory: pytest.TempPathFactory, name: str, device: str, init: str, scenarios: list[str], nprocs: int) -> Run:
+def _run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, device: str, init: str, scenarios: list[str], nprocs: int
+) -> Run:
     out = tmp_path_factory.mktemp(name)
     args = [str(out), device, init, *scenarios]
     # CPU ranks are forked from one parent (fast start-up); CUDA ranks each start afresh.

@@ -38,9 +38,10 @@ def test_fsdp2(nccl_2, variant):
     assert skipped(runs[0]["trajectory"]) == UNION
 
 
-@pytest.mark.parametrize(
-    "case", ["cpu_grads_nccl_group", "cpu_grads_mixed_world", "cuda_grads_mixed_world", "cuda_grads_gloo_group", "fsdp2_offload"]
-)
+CASES = ["cpu_grads_nccl_group", "cpu_grads_mixed_world", "cuda_grads_mixed_world", "cuda_grads_gloo_group", "fsdp2_offload"]
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_flag_reduced_on_the_device_the_group_serves(nccl_2, case):
     results = nccl_2.results("nccl_paths")
     assert results[0]["configs"][0] == "cpu:gloo,cuda:nccl"  # init_parallel_env's default on CUDA

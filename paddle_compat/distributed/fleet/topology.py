@@ -127,11 +127,9 @@ class HybridCommunicateGroup:
         self.nranks = dist.get_world_size()
         self.global_rank = dist.get_rank()
         if topology.world_size() != self.nranks:
-            raise ValueError(
-                f"the hybrid degrees multiply to {topology.world_size()} ranks "
-                f"({dict(zip(topology.get_hybrid_group_names(), map(topology.get_dim, topology.get_hybrid_group_names())))}), "
-                f"but the world has {self.nranks}"
-            )
+            names = topology.get_hybrid_group_names()
+            dims = {name: topology.get_dim(name) for name in names}
+            raise ValueError(f"the hybrid degrees {dims} multiply to {topology.world_size()} ranks, but the world has {self.nranks}")
         missing = {"data", "pipe", "sharding", "sep", "model"} - set(topology.get_hybrid_group_names())
         if missing:
             raise ValueError(f"the topology lacks the axes {sorted(missing)}")
