@@ -77,19 +77,22 @@ class Setup:
         return (time.perf_counter() - start) / steps
 
 
-def collective_latency(device: torch.device, repeats: int = 200) -> float:
-    """Seconds per all_reduce_max of a 1-element flag (what the scaler adds per step)."""
+def collective_latency(device: torch.device, repeats: int = 200) -> tuple[float, float]:
+    """Seconds per all_reduce_max of a 1-element flag (what the scaler adds per step): the
+    median call (the collective itself) and the mean (with the waits for a descheduled peer)."""
     flag = torch.zeros(1, device=device)
     for _ in range(10):
         all_reduce_max(flag, dist.group.WORLD)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     dist.barrier()
-    sync()
-    start = time.perf_counter()
+    calls = []
     for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
         all_reduce_max(flag, dist.group.WORLD)
-    sync()
-    return (time.perf_counter() - start) / repeats
+        sync()
+        calls.append(time.perf_counter() - start)
+    return statistics.median(calls), statistics.fmean(calls)
 
 
 def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
@@ -118,7 +121,8 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
             rows.append((size, setting, [statistics.median(t) * 1e3 for t in times]))
             del setups
     if rank == 0:
-        print(f"found_inf all-reduce alone ({backend}, 2 ranks): {latency * 1e6:.1f} us per call\n")
+        median, mean = latency
+        print(f"found_inf all-reduce alone ({backend}, 2 ranks): median {median * 1e6:.0f} us, mean {mean * 1e6:.0f} us per call\n")
         print("| size | setting | " + " | ".join(VARIANTS) + " | with / without | A/A control | added per step |")
         print("|---|---|" + "---|" * (len(VARIANTS) + 3))
         for size, setting, (plain, control, reduced) in rows:

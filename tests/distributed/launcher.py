@@ -99,6 +99,7 @@ def launch(module: str, args: list[str], nprocs: int, deadline: float, log_dir: 
 
 def _fork_ranks(nprocs: int, port: int, log_dir: Path, module: str, args: list[str]) -> None:
     """The fork server: import once, fork each rank, record each exit status."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # a CUDA query must not init CUDA here
     import torch
 
     torch.set_num_threads(1)

@@ -383,16 +383,16 @@ def main() -> None:
     amp_global_state().amp_dtype = "float16"  # as if auto_cast had run: dynamic scaling stays on
     if device_type == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        device = torch.device("cuda", torch.cuda.current_device())
+        device, backend = torch.device("cuda", torch.cuda.current_device()), None  # cpu:gloo,cuda:nccl
     else:
-        device = torch.device("cpu")
+        device, backend = torch.device("cpu"), "gloo"  # a forked CPU rank never touches CUDA
     if init == "parallel_env":
-        pdist.init_parallel_env(timeout=TIMEOUT)
+        pdist.init_parallel_env(backend=backend, timeout=TIMEOUT)
     else:
         dp, mp = map(int, init.removeprefix("fleet:").split(","))
         strategy = fleet.DistributedStrategy()
         strategy.hybrid_configs = {"dp_degree": dp, "mp_degree": mp, "pp_degree": 1}
-        fleet.init(is_collective=True, strategy=strategy, timeout=TIMEOUT)
+        fleet.init(is_collective=True, strategy=strategy, backend=backend, timeout=TIMEOUT)
     ctx = Context(Path(out), device)
     for name in names:
         try:
