@@ -12,9 +12,9 @@ MLP, each on its own data, in two settings:
 
 In each setting three variants run in interleaved rounds (rotating order): the scaler without a
 process group, the same again (the A/A control: its ratio to the first is the run's noise
-floor), and the scaler with ``process_group=WORLD``. It prints rank 0's per-step medians and the
-ratios, plus the bare collective's latency (one 1-element MAX all-reduce). Absolute times on
-a shared machine mean little; read the ratios against the A/A control.
+floor), and the scaler with ``process_group=WORLD``. It prints rank 0's medians of single steps
+and their ratios, plus the bare collective's latency (one 1-element MAX all-reduce). Absolute
+times on a shared machine mean little; read the ratios against the A/A control.
 """
 
 from __future__ import annotations
@@ -64,17 +64,21 @@ class Setup:
         self.x = torch.randn(BATCH, width, generator=torch.Generator().manual_seed(rank)).to(device)
         self.device = device
 
-    def run(self, steps: int) -> float:
+    def run(self, steps: int) -> list[float]:
+        """Seconds of each of ``steps`` steps (single steps: their median shrugs off the ones
+        a busy machine preempts)."""
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
-        sync()
-        start = time.perf_counter()
+        times = []
         for _ in range(steps):
+            sync()
+            start = time.perf_counter()
             scaled = self.scaler.scale(self.model(self.x).pow(2).mean())
             scaled.backward()
             self.scaler.minimize(self.opt, scaled)
             self.opt.zero_grad(set_to_none=False)
-        sync()
-        return (time.perf_counter() - start) / steps
+            sync()
+            times.append(time.perf_counter() - start)
+        return times
 
 
 def collective_latency(device: torch.device, repeats: int = 200) -> tuple[float, float]:
@@ -117,7 +121,7 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
             for r in range(args.rounds):
                 for i in range(len(setups)):
                     j = (i + r) % len(setups)  # the same rotation on both ranks: collectives pair up
-                    times[j].append(setups[j].run(args.steps))
+                    times[j].extend(setups[j].run(args.steps))
             rows.append((size, setting, [statistics.median(t) * 1e3 for t in times]))
             del setups
     if rank == 0:
