@@ -349,8 +349,8 @@ def nccl_paths(ctx: Context) -> dict[str, Any]:
     from paddle_compat.distributed.sharding import group_sharded_parallel
 
     plain = make_model(0, ctx.device)  # FSDP2 with CPUOffloadPolicy: CPU DTensor grads
-    model, opt, scaler = group_sharded_parallel(plain, sgd(plain.parameters()), "os_g", scaler=new_scaler(), offload=True)
-    result["fsdp2_offload"] = train(model, opt, scaler, [batch(s, ctx.rank, ctx.device) for s in range(STEPS)])
+    sharded = group_sharded_parallel(plain, sgd(plain.parameters()), "os_g", scaler=new_scaler(), offload=True)
+    result["fsdp2_offload"] = train(*sharded, [batch(s, ctx.rank, ctx.device) for s in range(STEPS)])
 
     model = make_model(ctx.rank, ctx.device)
     opt, scaler = fused_adamw(model.parameters()), new_scaler(process_group=world)
