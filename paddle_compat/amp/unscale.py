@@ -60,7 +60,9 @@ def unscale_(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor, check_ou
     found_by_device = {found_inf.device: found_inf}
     for (device, _), bucket in _buckets(grads).items():
         found = found_by_device.setdefault(device, torch.zeros_like(found_inf, device=device))
-        torch._amp_foreach_non_finite_check_and_unscale_(bucket, found, _on(inv_scale, device, inv_by_device))
+        # 0-d views: with FSDP2's DTensor grads, a shape-[1] operand makes DTensor warn.
+        inv = _on(inv_scale, device, inv_by_device).view(())
+        torch._amp_foreach_non_finite_check_and_unscale_(bucket, found.view(()), inv)
     if check_output:
         one = torch.ones_like(inv_scale)
         any_nonfinite(grads, one, found_inf)
@@ -81,10 +83,10 @@ def any_nonfinite(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor) -> 
             continue
         # Widened to float32 as Paddle's kernel does (float64 grads stay float64).
         peaks = peaks.to(torch.promote_types(dtype, torch.float32))
-        unscaled = (peaks * _on(inv_scale, device, inv_by_device)).to(dtype)
+        unscaled = (peaks * _on(inv_scale, device, inv_by_device).view(())).to(dtype)
         bad = (~torch.isfinite(unscaled)).any().to(found_inf.dtype)
         found = found_by_device.setdefault(device, torch.zeros_like(found_inf, device=device))
-        torch.maximum(found, bad, out=found)
+        torch.maximum(found.view(()), bad, out=found.view(()))
     _gather(found_by_device, found_inf)
 
 
@@ -111,23 +113,40 @@ def all_reduce_max(found_inf: Tensor, group: Any) -> None:
     """Make ``found_inf`` the MAX over the ranks of ``group``, in place: every rank then skips
     the same steps and moves the scale the same way.
 
-    The collective runs on the flag's device when the group's backend serves it, else on the
-    other device the group serves (a CPU flag under NCCL goes through the current CUDA
-    device). Issued on the current stream: on CUDA the host does not wait for it.
+    The collective runs on the flag's device when the group's backend serves that device type,
+    else on one it serves: a CPU flag (CPU-offloaded grads) under an NCCL-only group goes
+    through the current CUDA device, a CUDA flag under a CPU-only group through the host.
+
+    Synchronous in torch's sense (``async_op=False``): on NCCL that enqueues the collective and
+    makes the current stream wait for it, without blocking the host, so the fused optimizer
+    path stays free of host syncs; ``async_op=True`` without ``work.wait()`` would let the
+    optimizer read the flag before the collective wrote it. On gloo the host waits for it.
+    Detours through another device (above) copy back with a host sync.
     """
     import torch.distributed as dist  # only distributed runs pay for the import
 
-    device = found_inf.device
-    if device.type == "cpu" and not _serves_cpu(group):
-        reduced = found_inf.to(torch.device("cuda", torch.cuda.current_device()))
-        dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
-        found_inf.copy_(reduced)
-        return
-    dist.all_reduce(found_inf, op=dist.ReduceOp.MAX, group=group)
+    device = _reduction_device(found_inf.device, dist.get_backend_config(group))
+    flag = found_inf if device == found_inf.device else found_inf.to(device)
+    try:
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    except RuntimeError as error:  # DistBackendError, a peer that died or timed out
+        raise RuntimeError(
+            "GradScaler: the all-reduce (MAX) of found_inf over its process_group failed. Every rank "
+            "of the group must call unscale_/step/minimize on the same iterations; if another rank "
+            f"failed, its own error is the cause. {type(error).__name__}: {error}"
+        ) from error
+    if flag is not found_inf:
+        found_inf.copy_(flag)
 
 
-def _serves_cpu(group: Any) -> bool:
-    import torch.distributed as dist
-
-    backend = str(dist.get_backend(group)).lower()
-    return "gloo" in backend or "cpu" in backend or "mpi" in backend
+def _reduction_device(device: torch.device, backend_config: str) -> torch.device:
+    """Where to reduce a flag that lives on ``device``, for a group whose backend config reads
+    like ``"cpu:gloo,cuda:nccl"`` (``torch.distributed.get_backend_config``)."""
+    served = [part.split(":", 1)[0].strip() for part in backend_config.split(",") if ":" in part]
+    if device.type in served:
+        return device
+    if "cpu" in served:
+        return torch.device("cpu")
+    if served:  # an accelerator the group serves: its current device
+        return torch.device(served[0], torch.get_device_module(served[0]).current_device())
+    raise RuntimeError(f"GradScaler: process_group serves no device ({backend_config!r})")

@@ -1,0 +1,282 @@
+"""Paddle's hybrid-parallel topology: ranks laid out on named axes, one process group per axis.
+
+Ranks are numbered row-major over the axes in ``DistributedStrategy.hybrid_parallel_order``
+(the last axis varies fastest), as in Paddle: with the default order ``dp, pp, sharding, sep,
+mp``, model-parallel partners are neighbouring ranks. The groups are ordinary
+``torch.distributed`` process groups, usable with any torch collective, DDP or
+``DeviceMesh.from_group``.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch.distributed as dist
+
+__all__ = ["CommunicateTopology", "HybridCommunicateGroup", "ParallelMode"]
+
+# Paddle's axis names in the topology, by the strategy's short names.
+AXIS_NAMES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "sep": "sep", "cp": "context", "mp": "model"}
+
+
+class ParallelMode:
+    """Paddle's parallel modes, as ``HybridCommunicateGroup.get_parallel_mode()`` returns them."""
+
+    DATA_PARALLEL = 0
+    TENSOR_PARALLEL = 1
+    PIPELINE_PARALLEL = 2
+    SHARDING_PARALLEL = 3
+    SEGMENT_PARALLEL = 4
+
+
+class CommunicateTopology:
+    """Ranks on named axes: ``dims[i]`` ranks along ``hybrid_group_names[i]``, row-major.
+
+    Args:
+        hybrid_group_names: the axis names, outermost first (Paddle's: ``"data"``, ``"pipe"``,
+            ``"sharding"``, ``"sep"``, ``"model"``, optionally ``"context"``).
+        dims: the size of each axis.
+
+    Example::
+
+        topo = CommunicateTopology(["data", "model"], [2, 2])
+        topo.get_comm_list("model")   # [[0, 1], [2, 3]]
+    """
+
+    def __init__(
+        self,
+        hybrid_group_names: Sequence[str] = ("data", "pipe", "sharding", "sep", "model"),
+        dims: Sequence[int] = (1, 1, 1, 1, 1),
+    ) -> None:
+        if len(hybrid_group_names) != len(dims) or len(set(hybrid_group_names)) != len(dims):
+            raise ValueError("hybrid_group_names must be distinct and as many as dims")
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+            raise ValueError(f"dims must be positive ints, got {list(dims)}")
+        self._names = list(hybrid_group_names)
+        self._dims = list(dims)
+        coordinate: Any = collections.namedtuple("Coordinate", self._names)  # type: ignore[misc]
+        self.coordinate = coordinate
+        self._coords: list[Any] = [coordinate(*c) for c in itertools.product(*(range(d) for d in self._dims))]
+        self._ranks = {c: r for r, c in enumerate(self._coords)}
+
+    def get_hybrid_group_names(self) -> list[str]:
+        return list(self._names)
+
+    def get_dim(self, axis_name: str) -> int:
+        return self._dims[self._axis(axis_name)]
+
+    get_dim_size = get_dim
+
+    def world_size(self) -> int:
+        return math.prod(self._dims)
+
+    def get_rank(self, **coordinates: int) -> int:
+        """The rank at the given coordinate on every axis."""
+        return self._ranks[self.coordinate(**coordinates)]
+
+    def get_coord(self, rank: int) -> Any:
+        """The coordinate (a namedtuple with one field per axis) of ``rank``."""
+        return self._coords[rank]
+
+    def get_axis_list(self, axis_name: str, index: int) -> list[int]:
+        """The ranks whose coordinate on ``axis_name`` is ``index``, ascending."""
+        axis = self._axis(axis_name)
+        return [r for r, c in enumerate(self._coords) if c[axis] == index]
+
+    def get_comm_list(self, axis_name: str) -> list[list[int]]:
+        """The groups along ``axis_name``: ranks that differ only on that axis, one list each."""
+        axis = self._axis(axis_name)
+        return [
+            [self._ranks[c._replace(**{axis_name: i})] for i in range(self._dims[axis])]
+            for c in self._coords
+            if c[axis] == 0
+        ]
+
+    def get_rank_from_stage(self, global_rank: int, **kwargs: int) -> int:
+        return self._ranks[self._coords[global_rank]._replace(**kwargs)]
+
+    def _axis(self, axis_name: str) -> int:
+        if axis_name not in self._names:
+            raise ValueError(f"unknown axis {axis_name!r}; the axes are {self._names}")
+        return self._names.index(axis_name)
+
+
+class HybridCommunicateGroup:
+    """Paddle's ``HybridCommunicateGroup``: this rank's place on the topology and its groups.
+
+    Built by ``fleet.init``; get it with ``fleet.get_hybrid_communicate_group()``. Every group
+    is created on every rank, in the same order (torch requires it). Groups that span the
+    whole world are torch's default group; identical rank lists share one group.
+
+    Args:
+        topology: the layout; its world size must be the default group's.
+        timeout: the timeout of the groups created (torch's default when ``None``).
+
+    Differences from Paddle: the getters return torch ``ProcessGroup`` objects, so a Paddle
+    ``group.nranks``/``group.rank``/``group.ranks`` is ``torch.distributed.get_world_size(group)``,
+    ``get_rank(group)``, ``get_process_group_ranks(group)``; pipeline p2p groups and the
+    context/expert axes are not built.
+    """
+
+    def __init__(self, topology: CommunicateTopology, *, timeout: datetime.timedelta | None = None) -> None:
+        self.nranks = dist.get_world_size()
+        self.global_rank = dist.get_rank()
+        if topology.world_size() != self.nranks:
+            names = topology.get_hybrid_group_names()
+            dims = {name: topology.get_dim(name) for name in names}
+            raise ValueError(f"the hybrid degrees {dims} multiply to {topology.world_size()} ranks, but the world has {self.nranks}")
+        missing = {"data", "pipe", "sharding", "sep", "model"} - set(topology.get_hybrid_group_names())
+        if missing:
+            raise ValueError(f"the topology lacks the axes {sorted(missing)}")
+        self._topo = topology
+        self._timeout = timeout
+        self._groups: dict[tuple[int, ...], Any] = {}
+        names = topology.get_hybrid_group_names()
+        degree = {name: topology.get_dim(name) if name in names else 1 for name in AXIS_NAMES.values()}
+        self._dp_degree, self._mp_degree = degree["data"], degree["model"]
+        self._pp_degree, self._sharding_degree = degree["pipe"], degree["sharding"]
+        self._sep_degree = degree["sep"]
+        coord = topology.get_coord(self.global_rank)
+        self._data_parallel_id, self._model_parallel_id = coord.data, coord.model
+        self._sharding_parallel_id, self._sep_parallel_id = coord.sharding, coord.sep
+        self.stage_id = coord.pipe
+        self.is_first_stage = self.stage_id == 0
+        self.is_last_stage = self.stage_id == self._pp_degree - 1
+
+        # The same creation order on every rank.
+        self._pp_ranks, self._pp_comm_group = self._axis_group(topology.get_comm_list("pipe"))
+        self._dp_ranks, self._dp_comm_group = self._axis_group(topology.get_comm_list("data"))
+        self._mp_ranks, self._mp_comm_group = self._axis_group(topology.get_comm_list("model"))
+        self._sharding_ranks, self._sharding_comm_group = self._axis_group(topology.get_comm_list("sharding"))
+        self._sep_comm_group = None
+        if self._sep_degree > 1:
+            _, self._sep_comm_group = self._axis_group(topology.get_comm_list("sep"))
+        # Paddle's check group (inf/NaN, global norm): every rank with this rank's dp index.
+        self._check_ranks, self._check_comm_group = self._axis_group(
+            [topology.get_axis_list("data", i) for i in range(self._dp_degree)]
+        )
+        self.sharding_check_comm_group = None
+        if self._sharding_degree > 1:
+            _, self.sharding_check_comm_group = self._axis_group(
+                [topology.get_axis_list("sharding", i) for i in range(self._sharding_degree)]
+            )
+
+    def _axis_group(self, rank_lists: list[list[int]]) -> tuple[list[int], Any]:
+        mine: tuple[list[int], Any] | None = None
+        for ranks in rank_lists:
+            key = tuple(ranks)
+            if key not in self._groups:
+                if len(key) == self.nranks:
+                    self._groups[key] = dist.group.WORLD
+                else:
+                    self._groups[key] = dist.new_group(list(key), timeout=self._timeout)
+            if self.global_rank in key:
+                mine = (list(key), self._groups[key])
+        assert mine is not None  # the lists cover every rank
+        return mine
+
+    def get_parallel_mode(self) -> int | None:
+        """Paddle's rule: pipeline > tensor > segment > sharding > data; ``None`` when every
+        degree is 1 (a single process), as in Paddle."""
+        if self._pp_degree > 1:
+            return ParallelMode.PIPELINE_PARALLEL
+        if self._mp_degree > 1:
+            return ParallelMode.TENSOR_PARALLEL
+        if self._sep_degree > 1:
+            return ParallelMode.SEGMENT_PARALLEL
+        if self._sharding_degree > 1:
+            return ParallelMode.SHARDING_PARALLEL
+        if self._dp_degree > 1:
+            return ParallelMode.DATA_PARALLEL
+        return None
+
+    def topology(self) -> CommunicateTopology:
+        return self._topo
+
+    def get_global_rank(self) -> int:
+        return self.global_rank
+
+    # data parallel
+    def get_data_parallel_rank(self) -> int:
+        return self._data_parallel_id
+
+    def get_data_parallel_world_size(self) -> int:
+        return self._dp_degree
+
+    def get_data_parallel_group(self) -> Any:
+        return self._dp_comm_group
+
+    def get_data_parallel_group_src_rank(self) -> int:
+        return self._dp_ranks[0]
+
+    # model (tensor) parallel
+    def get_model_parallel_rank(self) -> int:
+        return self._model_parallel_id
+
+    def get_model_parallel_world_size(self) -> int:
+        return self._mp_degree
+
+    def get_model_parallel_group(self) -> Any:
+        return self._mp_comm_group
+
+    def get_model_parallel_group_src_rank(self) -> int:
+        return self._mp_ranks[0]
+
+    # pipeline parallel
+    def get_stage_id(self) -> int:
+        return self.stage_id
+
+    def get_pipe_parallel_world_size(self) -> int:
+        return self._pp_degree
+
+    def get_pipe_parallel_group(self) -> Any:
+        return self._pp_comm_group
+
+    def get_rank_from_stage(self, stage_id: int, **kwargs: int) -> int:
+        return self._topo.get_rank_from_stage(self.global_rank, pipe=stage_id, **kwargs)
+
+    # sharding parallel
+    def get_sharding_parallel_rank(self) -> int:
+        return self._sharding_parallel_id
+
+    def get_sharding_parallel_world_size(self) -> int:
+        return self._sharding_degree
+
+    def get_sharding_parallel_group(self) -> Any:
+        return self._sharding_comm_group
+
+    def get_sharding_parallel_group_src_rank(self) -> int:
+        return self._sharding_ranks[0]
+
+    # segment (sequence) parallel: only when its degree is above 1, as in Paddle
+    def get_sep_parallel_rank(self) -> int:
+        return self._sep_parallel_id
+
+    def get_sep_parallel_world_size(self) -> int:
+        return self._sep_degree
+
+    def get_sep_parallel_group(self) -> Any:
+        if self._sep_comm_group is None:
+            raise RuntimeError("sep not exist: sep_degree is 1")
+        return self._sep_comm_group
+
+    # the check group: where inf/NaN flags and global norms are reduced
+    def get_check_parallel_group(self, sharding: bool = False) -> Any:
+        """The ranks that hold this rank's dp replica (every axis but dp); with ``sharding=True``
+        every axis but sharding (only when sharding_degree > 1)."""
+        if sharding:
+            if self.sharding_check_comm_group is None:
+                raise RuntimeError("the sharding check group exists only when sharding_degree > 1")
+            return self.sharding_check_comm_group
+        return self._check_comm_group
+
+    def __repr__(self) -> str:
+        return (
+            f"HybridCommunicateGroup(rank={self.global_rank}, dp={self._dp_degree}, mp={self._mp_degree}, "
+            f"pp={self._pp_degree}, sharding={self._sharding_degree}, sep={self._sep_degree})"
+        )

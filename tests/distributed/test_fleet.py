@@ -1,0 +1,257 @@
+"""In one process: the strategy, the topology, fleet with a one-rank group, argument checks,
+and where the scaler's collective runs. The multi-process behaviour is in test_gloo.py."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import pickle
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import paddle_compat.distributed as pdist
+from paddle_compat.amp import GradScaler, unscale
+from paddle_compat.distributed import fleet
+from paddle_compat.distributed.fleet import CommunicateTopology, DistributedStrategy
+from paddle_compat.distributed.sharding import group_sharded_parallel
+
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture
+def no_launcher(monkeypatch):
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def one_rank(no_launcher):
+    """fleet.init in a plain process: a one-rank gloo group, destroyed afterwards."""
+    assert not dist.is_initialized()
+    fleet.init(is_collective=True, backend="gloo", timeout=datetime.timedelta(seconds=10))
+    yield
+    dist.destroy_process_group()
+
+
+def model_and_optimizer():
+    model = torch.nn.Linear(4, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+# -- DistributedStrategy ---------------------------------------------------------------------
+
+
+def test_strategy_has_paddles_defaults():
+    s = DistributedStrategy()
+    hybrid = s.hybrid_configs
+    assert (hybrid["dp_degree"], hybrid["mp_degree"], hybrid["pp_degree"], hybrid["sharding_degree"]) == (-1, 1, 1, 1)
+    assert s.hybrid_parallel_order == ["dp", "pp", "sharding", "sep", "cp", "mp"]
+    assert (s.amp, s.find_unused_parameters, s.fuse_grad_size_in_MB) == (False, False, 32)
+    assert s.amp_configs["init_loss_scaling"] == 32768.0 and s.amp_configs["decr_every_n_nan_or_inf"] == 2
+
+
+def test_strategy_configs_update_the_keys_given_and_read_as_copies():
+    s = DistributedStrategy()
+    s.hybrid_configs = {"dp_degree": 2, "mp_degree": 2, "order": ["dp", "pp", "sharding", "sep", "mp"]}
+    s.hybrid_configs = {"pp_degree": 1, "mp_configs": {"sync_param": True}}
+    assert (s.hybrid_configs["dp_degree"], s.hybrid_configs["mp_degree"]) == (2, 2)
+    assert s.hybrid_parallel_order == ["dp", "pp", "sharding", "sep", "mp"]
+    s.hybrid_configs["dp_degree"] = 8  # a copy, as Paddle's
+    assert s.hybrid_configs["dp_degree"] == 2
+    assert copy.deepcopy(s).hybrid_configs == s.hybrid_configs
+
+
+def test_strategy_refuses_unknown_names_and_wrong_types_with_paddles_texts():
+    s = DistributedStrategy()
+    with pytest.raises(ValueError, match=r"^key:foo_degree not in hybrid_configs$"):
+        s.hybrid_configs = {"foo_degree": 2}
+    with pytest.raises(TypeError, match=r"^nonexistent is not a attribute of DistributedStrategy$"):
+        s.nonexistent = 3
+    with pytest.raises(TypeError, match="amp should have value of bool type"):
+        s.amp = 1
+    with pytest.raises(TypeError, match=r"hybrid_configs\['mp_degree'\] must be an int"):
+        s.hybrid_configs = {"mp_degree": 2.0}
+    with pytest.raises(ValueError, match=r"hybrid_configs\['order'\]"):
+        s.hybrid_configs = {"order": ["dp", "mp"]}
+    assert s.hybrid_configs["mp_degree"] == 1  # nothing changed
+
+
+def test_strategy_names_the_settings_without_effect():
+    s = DistributedStrategy()
+    s.recompute = True
+    s.amp_configs = {"init_loss_scaling": 1024.0, "use_pure_fp16": True}
+    s.find_unused_parameters = True  # honoured: not named
+    assert s.unhonoured_settings() == ["recompute", "amp_configs['init_loss_scaling']", "amp_configs['use_pure_fp16']"]
+    s.amp = True  # now use_pure_fp16 acts (distributed_model casts for O2)
+    assert s.unhonoured_settings() == ["recompute", "amp_configs['init_loss_scaling']"]
+
+
+# -- topology --------------------------------------------------------------------------------
+
+
+def test_topology_lays_ranks_out_row_major():
+    topo = CommunicateTopology(["data", "pipe", "sharding", "sep", "model"], [2, 1, 1, 1, 3])
+    assert topo.world_size() == 6
+    assert topo.get_comm_list("model") == [[0, 1, 2], [3, 4, 5]]
+    assert topo.get_comm_list("data") == [[0, 3], [1, 4], [2, 5]]
+    assert topo.get_comm_list("pipe") == [[r] for r in range(6)]
+    assert topo.get_axis_list("data", 1) == [3, 4, 5]
+    assert topo.get_coord(4).model == 1 and topo.get_rank(data=1, pipe=0, sharding=0, sep=0, model=1) == 4
+    with pytest.raises(ValueError, match="unknown axis 'expert'"):
+        topo.get_dim("expert")
+
+
+# -- where the scaler's collective runs ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flag, config, expected",
+    [
+        ("cpu", "cpu:gloo,cuda:gloo", "cpu"),
+        ("cpu", "cpu:gloo,cuda:nccl", "cpu"),  # mixed backends: a CPU flag stays on gloo
+        ("cuda:0", "cpu:gloo,cuda:nccl", "cuda:0"),
+        ("cuda:1", "cpu:gloo", "cpu"),  # an accelerator flag under a CPU-only group
+        ("cpu", "cuda:nccl", "cuda:3"),  # CPU-offloaded grads under NCCL: the current CUDA device
+    ],
+)
+def test_flag_is_reduced_where_the_group_serves_it(monkeypatch, flag, config, expected):
+    class Current:
+        @staticmethod
+        def current_device():
+            return 3
+
+    monkeypatch.setattr(torch, "get_device_module", lambda kind: Current)
+    assert unscale._reduction_device(torch.device(flag), config) == torch.device(expected)
+
+
+def test_a_group_serving_no_device_is_an_error():
+    with pytest.raises(RuntimeError, match="serves no device"):
+        unscale._reduction_device(torch.device("cpu"), "undefined")
+
+
+# -- the environment and fleet in one process ------------------------------------------------
+
+
+def test_helpers_read_torchruns_variables_before_init(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert (pdist.get_rank(), pdist.get_world_size(), fleet.worker_index(), fleet.worker_num()) == (3, 4, 3, 4)
+    assert (fleet.is_first_worker(), fleet.local_rank()) == (False, 1)
+    with pytest.raises(RuntimeError, match="not initialized"):
+        pdist.get_rank(group=object())
+
+
+def test_init_parallel_env_alone_does_nothing_as_paddle(no_launcher):
+    with pytest.warns(UserWarning, match=r"`paddle.distributed.init_parallel_env` will not do anything"):
+        assert pdist.init_parallel_env() is None
+    assert not dist.is_initialized()
+    with pytest.raises(TypeError, match="timeout must be a datetime.timedelta"):
+        pdist.init_parallel_env(timeout=30)
+
+
+def test_fleet_alone_runs_on_a_one_rank_group(one_rank):
+    hcg = fleet.get_hybrid_communicate_group()
+    assert dist.get_world_size() == 1 and hcg.get_parallel_mode() is None  # Paddle's answer for one rank
+    assert hcg.get_data_parallel_group() is dist.group.WORLD
+    assert hcg.get_check_parallel_group() is dist.group.WORLD
+    model, opt = model_and_optimizer()
+    assert fleet.distributed_model(model) is model
+    assert fleet.distributed_optimizer(opt) is opt
+    scaler = GradScaler()
+    assert fleet.distributed_scaler(scaler) is scaler and scaler.process_group is None
+    t = torch.tensor([2.0])
+    pdist.all_reduce(t, op=pdist.ReduceOp.MAX)
+    assert pdist.all_reduce(t, sync_op=False).wait()
+    fleet.barrier_worker()
+
+
+def test_scaler_reduces_over_an_explicit_group_in_one_process(one_rank):
+    model, opt = model_and_optimizer()
+    scaler = fleet.distributed_scaler(GradScaler(init_loss_scaling=8.0), group=dist.group.WORLD)
+    assert scaler.process_group is dist.group.WORLD
+    for bad in (False, True):
+        x = torch.full((1, 4), float("inf") if bad else 1.0)
+        scaler.scale(model(x).sum()).backward()
+        scaler.minimize(opt, None)
+        opt.zero_grad()
+    assert scaler.get_scale() == 4.0 and scaler.get_skipped_steps() == 1
+    copied = pickle.loads(pickle.dumps(scaler))  # the default group travels by name
+    assert copied.process_group is dist.group.WORLD
+
+
+def test_scaler_collective_failure_names_the_scaler(one_rank, monkeypatch):
+    def broken(*args, **kwargs):
+        raise dist.DistBackendError("Connection closed by peer")
+
+    monkeypatch.setattr(dist, "all_reduce", broken)
+    with pytest.raises(RuntimeError, match=r"^GradScaler: the all-reduce \(MAX\) of found_inf .*Connection closed by peer"):
+        unscale.all_reduce_max(torch.zeros(1), dist.group.WORLD)
+
+
+def test_distributed_model_casts_for_o2_when_the_strategy_asks(no_launcher):
+    strategy = DistributedStrategy()
+    strategy.amp = True
+    strategy.amp_configs = {"use_pure_fp16": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # honoured settings: no warning
+        fleet.init(is_collective=True, strategy=strategy, backend="gloo")
+    try:
+        model = fleet.distributed_model(torch.nn.Linear(4, 2))
+        assert model.weight.dtype == torch.float16
+    finally:
+        dist.destroy_process_group()
+    with pytest.raises(RuntimeError, match="destroyed"):
+        fleet.get_hybrid_communicate_group()
+
+
+def test_fleet_init_checks_everything_before_creating_a_group(no_launcher):
+    strategy = DistributedStrategy()
+    strategy.hybrid_configs = {"mp_degree": 2}
+    with pytest.raises(ValueError, match="multiply to 2 ranks, but there are 1"):
+        fleet.init(is_collective=True, strategy=strategy)
+    strategy = DistributedStrategy()
+    strategy.hybrid_configs = {"cp_degree": 2}
+    with pytest.raises(NotImplementedError, match="cp_degree"):
+        fleet.init(is_collective=True, strategy=strategy)
+    with pytest.raises(NotImplementedError, match="role_maker"):
+        fleet.init(object())
+    with pytest.raises(ValueError, match="`is_collective` should be instance of `bool`"):
+        fleet.init(is_collective=1)
+    with pytest.raises(TypeError, match="strategy must be a fleet.DistributedStrategy"):
+        fleet.init(is_collective=True, strategy={})
+    strategy = DistributedStrategy()
+    strategy.recompute = True
+    with pytest.warns(UserWarning, match="no effect in paddle_compat: recompute"):
+        fleet.init(is_collective=True, strategy=strategy, backend="gloo")
+    dist.destroy_process_group()
+    assert not dist.is_initialized()
+
+
+def test_group_sharded_parallel_checks_its_arguments(no_launcher):
+    from paddle_compat.optimizer import AdamW
+
+    model, opt = model_and_optimizer()
+    with pytest.raises(ValueError, match="The level must be os, os_g or p_g_os"):
+        group_sharded_parallel(model, opt, "stage2")
+    with pytest.raises(TypeError, match="torch.optim.Optimizer"):
+        group_sharded_parallel(model, "sgd", "os")
+    with pytest.raises(NotImplementedError, match="dp_group and exclude_layer"):
+        group_sharded_parallel(model, opt, "os", dp_group=object())
+    with pytest.raises(NotImplementedError, match="cannot step FSDP2's DTensor parameters"):
+        group_sharded_parallel(model, AdamW(parameters=model.parameters()), "os")
+    with pytest.raises(ValueError, match="not the model's"):
+        group_sharded_parallel(model, torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1), "os")
+    with pytest.raises(RuntimeError, match="needs a process group"):
+        group_sharded_parallel(model, opt, "os")
+
+
+def test_a_scaler_bound_to_another_group_refuses_to_pickle(one_rank):
+    scaler = GradScaler(process_group=dist.new_group([0]))
+    with pytest.raises(RuntimeError, match="process_group other than the default group cannot be pickled"):
+        pickle.dumps(scaler)
+    scaler.process_group = None
+    assert pickle.loads(pickle.dumps(scaler)).process_group is None

@@ -1,0 +1,143 @@
+"""Real process groups on CPU (gloo): 2 ranks for DDP, FSDP2, an explicit group, checkpoints,
+a Paddle-style script and failures; 4 ranks for fleet's hybrid groups. One launch each
+(``conftest.py``); an inf enters one rank's input at a time (``worker.BAD``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from paddle_compat.distributed.fleet import ParallelMode
+
+from .worker import BAD
+
+UNION = sorted(BAD)  # the steps every rank must skip when the ranks agree
+
+
+def skipped(trajectory: list[tuple[float, bool]]) -> list[int]:
+    return [step for step, (_, skip) in enumerate(trajectory) if skip]
+
+
+def assert_same_on_every_rank(trajectories: list[list[tuple[float, bool]]]) -> None:
+    for rank, trajectory in enumerate(trajectories[1:], 1):
+        assert trajectory == trajectories[0], f"rank {rank} differs from rank 0"
+
+
+def assert_params_close(params: list[torch.Tensor], reference: list[torch.Tensor]) -> None:
+    # Data parallelism sums the batch in another order than one process does.
+    for p, r in zip(params, reference, strict=True):
+        torch.testing.assert_close(p, r, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "fused_adamw"])
+def test_ddp_needs_no_process_group(gloo_2, optimizer):
+    runs = [result[optimizer] for result in gloo_2.results("ddp_needs_nothing")]
+    assert_same_on_every_rank([r["trajectory"] for r in runs])
+    assert skipped(runs[0]["trajectory"]) == UNION
+    # The same run as one process on the whole batch: same scales and skips, same parameters.
+    assert runs[0]["trajectory"] == runs[0]["reference"]["trajectory"]
+    for run in runs:
+        assert_params_close(run["params"], run["reference"]["params"])
+        assert all(torch.equal(p, q) for p, q in zip(run["params"], runs[0]["params"]))
+
+
+@pytest.mark.parametrize("variant", ["minimize", "step", "unscale_clip", "fused_adamw", "distributed_scaler_group"])
+def test_explicit_group_makes_ranks_with_different_grads_agree(gloo_2, variant):
+    trajectories = [result[variant] for result in gloo_2.results("explicit_group")]
+    assert_same_on_every_rank(trajectories)
+    assert skipped(trajectories[0]) == UNION
+
+
+def test_without_a_group_ranks_with_different_grads_diverge(gloo_2):
+    """The control: each rank skips only its own overflow and the scales drift apart."""
+    trajectories = [result["none"] for result in gloo_2.results("explicit_group")]
+    for rank, trajectory in enumerate(trajectories):
+        assert skipped(trajectory) == [step for step, bad_rank in BAD.items() if bad_rank == rank]
+    assert trajectories[0][-1][0] != trajectories[1][-1][0] or trajectories[0] != trajectories[1]
+
+
+@pytest.mark.parametrize("variant", ["fully_shard_sgd", "fully_shard_fused_adamw", "os", "os_g", "p_g_os"])
+def test_fsdp2_ranks_agree_and_match_one_process(gloo_2, variant):
+    runs = [result[variant] for result in gloo_2.results("fsdp2")]
+    assert_same_on_every_rank([r["trajectory"] for r in runs])
+    assert skipped(runs[0]["trajectory"]) == UNION
+    assert runs[0]["trajectory"] == runs[0]["reference"]["trajectory"]
+    for run in runs:
+        assert_params_close(run["params"], run["reference"]["params"])
+
+
+@pytest.mark.parametrize("variant", ["fully_shard_sgd", "fully_shard_fused_adamw"])
+def test_fsdp2_steps_without_warnings(gloo_2, variant):
+    # The scaler's shape-[1] tensors once made DTensor warn about implicit replication.
+    for result in gloo_2.results("fsdp2"):
+        assert result[variant]["warnings"] == []
+
+
+def test_group_sharded_levels_map_to_fsdp_units(gloo_2):
+    (result, *_) = gloo_2.results("fsdp2")
+    # os/os_g: the whole model is one unit; p_g_os: Linear(8, 16) (144 elements >= the
+    # segment_size of 100) gets its own unit, the rest stays with the root.
+    assert (result["os"]["units"], result["os_g"]["units"], result["p_g_os"]["units"]) == (1, 1, 2)
+
+
+@pytest.mark.parametrize("kind", ["ddp", "sharded"])
+def test_checkpoint_on_rank_0_resumes_the_same_run_on_every_rank(gloo_2, kind):
+    for result in gloo_2.results("checkpoint"):
+        straight, resumed = result[f"{kind}_straight"], result[f"{kind}_resumed"]
+        assert skipped(straight["trajectory"]) == UNION
+        assert resumed["trajectory"] == straight["trajectory"]
+        assert all(torch.equal(p, q) for p, q in zip(resumed["params"], straight["params"], strict=True))
+
+
+@pytest.mark.parametrize("part", ["data_parallel", "group_sharded"])
+def test_paddle_style_script_ports_by_changing_imports(gloo_2, part):
+    histories = [result[part] for result in gloo_2.results("paddle_script")]
+    assert_same_on_every_rank(histories)
+    # auto_cast's float16 overflows on rank 1 at step 3 only; both ranks skip it and halve.
+    assert histories[0] == [(1024.0, False)] * 3 + [(512.0, True)] + [(512.0, False)] * 2
+
+
+def test_a_rank_that_never_steps_fails_the_others_at_the_timeout(gloo_2):
+    waiting, _ = gloo_2.results("peer_hangs")
+    assert waiting["error"].startswith("GradScaler: the all-reduce (MAX) of found_inf over its process_group failed.")
+    assert "Timed out" in waiting["error"]
+    assert 1.9 < waiting["seconds"] < 10  # the group's 2 s timeout, not a hang
+
+
+def test_a_rank_that_raises_fails_the_others_promptly(gloo_2):
+    failing = gloo_2.launch.ranks[1]
+    assert failing.returncode == 1 and "injected failure on rank 1" in failing.output
+    assert gloo_2.launch.ranks[0].returncode == 3, gloo_2.logs()  # rank 0 caught the error and exited
+    waiting = torch.load(gloo_2.out / "rank_raises.0.pt", weights_only=True)
+    assert waiting["error"].startswith("GradScaler: the all-reduce (MAX) of found_inf over its process_group failed.")
+    assert "by peer" in waiting["error"]  # gloo: "Connection closed/reset by peer"
+    assert waiting["seconds"] < 10  # well before the 30 s collective timeout
+
+
+def test_hybrid_groups_follow_paddles_layout(gloo_4):
+    # dp=2 x mp=2 in Paddle's default order (mp innermost): mp partners are neighbours.
+    results = gloo_4.results("hybrid")
+    for rank, r in enumerate(results):
+        dp_id, mp_id = divmod(rank, 2)
+        assert r["mode"] == ParallelMode.TENSOR_PARALLEL
+        assert r["dp"] == [mp_id, mp_id + 2]
+        assert r["mp"] == [2 * dp_id, 2 * dp_id + 1]
+        assert r["check"] == r["mp"]  # every axis but dp
+        assert r["pp"] == r["sharding"] == [rank]
+        assert r["ids"] == (dp_id, mp_id, 0)
+        assert r["src"] == (r["dp"][0], r["mp"][0])
+
+
+@pytest.mark.parametrize("variant", ["distributed_scaler", "mp_group"])
+def test_hybrid_distributed_scaler_makes_every_rank_agree(gloo_4, variant):
+    runs = [result[variant] for result in gloo_4.results("hybrid")]
+    assert all(run["ddp"] == "DistributedDataParallel" for run in runs)
+    assert_same_on_every_rank([run["trajectory"] for run in runs])
+    assert skipped(runs[0]["trajectory"]) == [2, 5]
+
+
+def test_hybrid_without_distributed_scaler_only_dp_partners_agree(gloo_4):
+    """The control: DDP carries an overflow to the dp partner, not to the mp partners."""
+    runs = [result["none"] for result in gloo_4.results("hybrid")]
+    # An inf on rank 3 at step 2 reaches rank 1 (its dp partner); on rank 0 at step 5, rank 2.
+    assert [skipped(run["trajectory"]) for run in runs] == [[5], [2], [5], [2]]

@@ -1,0 +1,409 @@
+"""One rank of the distributed tests: ``python -m tests.distributed.worker OUT DEVICE INIT SCENARIO...``.
+
+Started by ``launcher.launch`` (torchrun's environment variables). ``INIT`` is ``parallel_env``
+(``paddle_compat.distributed.init_parallel_env``) or ``fleet:DP,MP`` (``fleet.init`` with those
+hybrid degrees). Each scenario runs on every rank in turn and leaves ``OUT/NAME.RANK.pt``: what
+the rank saw, for the tests to compare. A scenario that raises records its traceback instead;
+``rank_raises`` is meant to end the run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import paddle_compat.distributed as pdist
+from paddle_compat.amp import GradScaler
+from paddle_compat.amp.amp_state import amp_global_state
+from paddle_compat.distributed import fleet
+
+TIMEOUT = datetime.timedelta(seconds=30)  # any collective that waits longer fails the run
+BAD = {2: 1, 5: 0}  # step -> the one rank whose input holds an inf
+STEPS = 8
+SCENARIOS: dict[str, Callable[[Context], Any]] = {}
+
+
+class Context:
+    def __init__(self, out: Path, device: torch.device) -> None:
+        self.out, self.device = out, device
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+
+def scenario(fn: Callable[[Context], Any]) -> Callable[[Context], Any]:
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def make_model(seed: int, device: torch.device) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).to(device)
+
+
+def batch(step: int, rank: int, device: torch.device, bad: dict[int, int] = BAD) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x, y = torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
+    if bad.get(step) == rank:
+        x[0, 0] = float("inf")
+    return x.to(device), y.to(device)
+
+
+def whole_batch(step: int, world: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """What every rank's batch adds up to, for the single-process reference."""
+    xs, ys = zip(*(batch(step, r, device) for r in range(world)))
+    return torch.cat(xs), torch.cat(ys)
+
+
+def new_scaler(**kwargs: Any) -> GradScaler:
+    return GradScaler(init_loss_scaling=2.0**10, incr_every_n_steps=2, **kwargs)
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, scaler: GradScaler, batches: list, api: str = "minimize") -> list:
+    """One scaler-driven step per batch; returns (scale, skipped) after each step."""
+    trajectory = []
+    for x, y in batches:
+        loss = (model(x) - y).pow(2).mean()
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        if api == "minimize":
+            scaler.minimize(opt, scaled)
+        elif api == "step":
+            scaler.step(opt)
+            scaler.update()
+        elif api == "unscale_clip":
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], 1.0)
+            scaler.step(opt)
+            scaler.update()
+        opt.zero_grad()
+        trajectory.append((scaler.get_scale(), bool(scaler.last_step_skipped())))
+    return trajectory
+
+
+def full_params(model: nn.Module) -> list[torch.Tensor]:
+    """The parameters as full CPU tensors (DTensors gathered)."""
+    out = []
+    for p in model.parameters():
+        p = p.detach()
+        if hasattr(p, "full_tensor"):
+            p = p.full_tensor()
+        out.append(p.cpu().clone())
+    return out
+
+
+def reference(ctx: Context, make_opt: Callable, seed: int = 0, steps: int = STEPS) -> dict[str, Any]:
+    """One process, the whole batch of every rank: what data parallelism must reproduce."""
+    model = make_model(seed, ctx.device)
+    opt = make_opt(model.parameters())
+    trajectory = train(model, opt, new_scaler(), [whole_batch(s, ctx.world, ctx.device) for s in range(steps)])
+    return {"trajectory": trajectory, "params": full_params(model)}
+
+
+def sgd(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def fused_adamw(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=0.01, fused=True)
+
+
+def ddp(model: nn.Module, ctx: Context, **kwargs: Any) -> nn.Module:
+    ids = [ctx.device] if ctx.device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **kwargs)
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+
+@scenario
+def ddp_needs_nothing(ctx: Context) -> dict[str, Any]:
+    """DDP all-reduces the grads in backward: a scaler without process_group agrees."""
+    result = {}
+    for name, make_opt in (("sgd", sgd), ("fused_adamw", fused_adamw)):
+        model = ddp(make_model(0, ctx.device), ctx)
+        opt = make_opt(model.parameters())
+        trajectory = train(model, opt, new_scaler(), [batch(s, ctx.rank, ctx.device) for s in range(STEPS)])
+        result[name] = {"trajectory": trajectory, "params": full_params(model), "reference": reference(ctx, make_opt)}
+    return result
+
+
+@scenario
+def explicit_group(ctx: Context) -> dict[str, Any]:
+    """No DDP, a different model on each rank (as tensor/pipeline shards are): only the
+    scaler's collective makes the ranks agree. ``none`` is the control without it."""
+    world = dist.group.WORLD
+    variants = {
+        "minimize": (sgd, "minimize", world),
+        "step": (sgd, "step", world),
+        "unscale_clip": (sgd, "unscale_clip", world),
+        "fused_adamw": (fused_adamw, "step", world),
+        "none": (sgd, "minimize", None),
+    }
+    batches = [batch(s, ctx.rank, ctx.device) for s in range(STEPS)]
+    result = {}
+    for name, (make_opt, api, group) in variants.items():
+        model = make_model(ctx.rank, ctx.device)
+        result[name] = train(model, make_opt(model.parameters()), new_scaler(process_group=group), batches, api)
+    model = make_model(ctx.rank, ctx.device)
+    scaler = fleet.distributed_scaler(new_scaler(), group=world)
+    result["distributed_scaler_group"] = train(model, sgd(model.parameters()), scaler, batches)
+    return result
+
+
+@scenario
+def fsdp2(ctx: Context) -> dict[str, Any]:
+    """FSDP2's DTensor grads reduce the flag themselves; group_sharded_parallel on top of it."""
+    from torch.distributed.fsdp import fully_shard
+
+    from paddle_compat.distributed.sharding import group_sharded_parallel
+
+    result = {}
+    batches = [batch(s, ctx.rank, ctx.device) for s in range(STEPS)]
+    for name, make_opt in (("fully_shard_sgd", sgd), ("fully_shard_fused_adamw", fused_adamw)):
+        model = make_model(0, ctx.device)
+        fully_shard(model)
+        opt = make_opt(model.parameters())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trajectory = train(model, opt, new_scaler(), batches)
+        result[name] = {
+            "trajectory": trajectory,
+            "params": full_params(model),
+            "reference": reference(ctx, make_opt),
+            "warnings": [str(w.message) for w in caught],
+        }
+    sgd_reference = result["fully_shard_sgd"]["reference"]
+    for level in ("os", "os_g", "p_g_os"):
+        model = make_model(ctx.rank, ctx.device)  # different on each rank: rank 0's is broadcast
+        opt = sgd(model.parameters())
+        model, opt, scaler = group_sharded_parallel(model, opt, level, scaler=new_scaler(), segment_size=100)
+        units = sum(1 for m in model.modules() if type(m).__name__.startswith("FSDP"))
+        trajectory = train(model, opt, scaler, batches)
+        result[level] = {"trajectory": trajectory, "params": full_params(model), "reference": sgd_reference, "units": units}
+    return result
+
+
+@scenario
+def checkpoint(ctx: Context) -> dict[str, Any]:
+    """Save on rank 0 half-way, resume on every rank: the same run as without the break."""
+    from paddle_compat.distributed.sharding import group_sharded_parallel, save_group_sharded_model
+
+    half = STEPS // 2
+    batches = [batch(s, ctx.rank, ctx.device) for s in range(STEPS)]
+    result: dict[str, Any] = {}
+
+    model = ddp(make_model(0, ctx.device), ctx)
+    opt, scaler = sgd(model.parameters()), new_scaler()
+    result["ddp_straight"] = {"trajectory": train(model, opt, scaler, batches), "params": full_params(model)}
+
+    model = ddp(make_model(0, ctx.device), ctx)
+    opt, scaler = sgd(model.parameters()), new_scaler()
+    first = train(model, opt, scaler, batches[:half])
+    path = ctx.out / "ddp_ckpt.pt"
+    if ctx.rank == 0:
+        torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(), "scaler": scaler.state_dict()}, path)
+    dist.barrier()
+    state = torch.load(path, weights_only=True)
+    model = ddp(make_model(99, ctx.device), ctx)  # another init: the checkpoint must replace it
+    model.module.load_state_dict(state["model"])
+    opt, scaler = sgd(model.parameters()), new_scaler()
+    opt.load_state_dict(state["opt"])
+    scaler.load_state_dict(state["scaler"])
+    result["ddp_resumed"] = {"trajectory": first + train(model, opt, scaler, batches[half:]), "params": full_params(model)}
+
+    def adam(params: Any) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=0.01)
+
+    plain = make_model(0, ctx.device)
+    model, opt, scaler = group_sharded_parallel(plain, adam(plain.parameters()), "os_g", scaler=new_scaler())
+    result["sharded_straight"] = {"trajectory": train(model, opt, scaler, batches), "params": full_params(model)}
+
+    plain = make_model(0, ctx.device)
+    model, opt, scaler = group_sharded_parallel(plain, adam(plain.parameters()), "os_g", scaler=new_scaler())
+    first = train(model, opt, scaler, batches[:half])
+    save_group_sharded_model(model, str(ctx.out / "sharded_ckpt"), opt)
+    if ctx.rank == 0:
+        torch.save(scaler.state_dict(), ctx.out / "sharded_ckpt" / "scaler.pt")
+    dist.barrier()
+    plain = make_model(99, ctx.device)
+    plain.load_state_dict(torch.load(ctx.out / "sharded_ckpt" / "model.pdmodel", weights_only=True))
+    opt = adam(plain.parameters())
+    opt.load_state_dict(torch.load(ctx.out / "sharded_ckpt" / "model.pdopt", weights_only=True))
+    scaler = new_scaler()
+    scaler.load_state_dict(torch.load(ctx.out / "sharded_ckpt" / "scaler.pt", weights_only=True))
+    model, opt, scaler = group_sharded_parallel(plain, opt, "os_g", scaler=scaler)
+    second = train(model, opt, scaler, batches[half:])
+    result["sharded_resumed"] = {"trajectory": first + second, "params": full_params(model)}
+    return result
+
+
+@scenario
+def paddle_script(ctx: Context) -> dict[str, Any]:
+    """The Paddle-style script, run as it is (its fleet.init finds the group already there)."""
+    from . import paddle_style_train
+
+    return paddle_style_train.main(bad_rank=1, bad_step=3)
+
+
+@scenario
+def hybrid(ctx: Context) -> dict[str, Any]:
+    """Four ranks, dp=2 x mp=2 (fleet.init from the environment): the groups, and training
+    where DDP syncs each dp pair and only distributed_scaler syncs the mp partners."""
+    hcg = fleet.get_hybrid_communicate_group()
+    ranks = dist.get_process_group_ranks
+    result: dict[str, Any] = {
+        "mode": hcg.get_parallel_mode(),
+        "dp": ranks(hcg.get_data_parallel_group()),
+        "mp": ranks(hcg.get_model_parallel_group()),
+        "pp": ranks(hcg.get_pipe_parallel_group()),
+        "sharding": ranks(hcg.get_sharding_parallel_group()),
+        "check": ranks(hcg.get_check_parallel_group()),
+        "ids": (hcg.get_data_parallel_rank(), hcg.get_model_parallel_rank(), hcg.get_stage_id()),
+        "src": (hcg.get_data_parallel_group_src_rank(), hcg.get_model_parallel_group_src_rank()),
+    }
+    mp_rank = hcg.get_model_parallel_rank()
+    bad = {2: 3, 5: 0}  # one rank each time; its dp partner sees it through DDP
+    for name in ("distributed_scaler", "mp_group", "none"):
+        model = fleet.distributed_model(make_model(mp_rank, ctx.device))  # an mp shard, shared by the dp pair
+        opt = fleet.distributed_optimizer(sgd(model.parameters()))
+        scaler = new_scaler()
+        if name == "distributed_scaler":
+            scaler = fleet.distributed_scaler(scaler)
+        elif name == "mp_group":
+            scaler = fleet.distributed_scaler(scaler, group=hcg.get_model_parallel_group())
+        batches = [batch(s, ctx.rank, ctx.device, bad) for s in range(STEPS)]
+        result[name] = {"trajectory": train(model, opt, scaler, batches), "ddp": type(model).__name__}
+    return result
+
+
+@scenario
+def peer_hangs(ctx: Context) -> dict[str, Any]:
+    """Rank 1 never reaches the step: rank 0's collective fails after the group's timeout."""
+    short = dist.new_group(timeout=datetime.timedelta(seconds=2))
+    result: dict[str, Any] = {}
+    if ctx.rank == 0:
+        model = make_model(0, ctx.device)
+        scaler = new_scaler(process_group=short)
+        start = time.monotonic()
+        try:
+            train(model, sgd(model.parameters()), scaler, [batch(0, 0, ctx.device)])
+        except RuntimeError as error:
+            result = {"error": str(error), "seconds": time.monotonic() - start}
+    dist.barrier()  # the default group still works
+    return result
+
+
+@scenario
+def rank_raises(ctx: Context) -> dict[str, Any]:
+    """Rank 1 raises before its step and exits; rank 0, in the scaler's collective, fails soon
+    after with a clear error. Ends the run."""
+    model = make_model(ctx.rank, ctx.device)
+    scaler = new_scaler(process_group=dist.group.WORLD)
+    if ctx.rank == 1:
+        raise RuntimeError("injected failure on rank 1")
+    start = time.monotonic()
+    try:
+        train(model, sgd(model.parameters()), scaler, [batch(0, 0, ctx.device)])
+    except RuntimeError as error:
+        torch.save({"error": str(error), "seconds": time.monotonic() - start}, ctx.out / f"rank_raises.{ctx.rank}.pt")
+        sys.exit(3)
+    return {"error": None}
+
+
+@scenario
+def nccl_paths(ctx: Context) -> dict[str, Any]:
+    """CUDA only. Where the flag is reduced: CPU grads (as when offloaded) under an NCCL-only
+    group go through CUDA; under the default ``cpu:gloo,cuda:nccl`` group CPU flags stay on
+    gloo and CUDA flags on NCCL; CUDA flags under a gloo group. And the fused path makes no
+    host sync even with the collective (NCCL orders it on the stream)."""
+    world, cpu = dist.group.WORLD, torch.device("cpu")
+    nccl_only = dist.new_group(backend="nccl")
+    gloo_only = dist.new_group(backend="gloo")
+    result: dict[str, Any] = {
+        "configs": [dist.get_backend_config(g) for g in (world, nccl_only, gloo_only)],
+    }
+    cases = {
+        "cpu_grads_nccl_group": (cpu, nccl_only),
+        "cpu_grads_mixed_world": (cpu, world),
+        "cuda_grads_mixed_world": (ctx.device, world),
+        "cuda_grads_gloo_group": (ctx.device, gloo_only),
+    }
+    for name, (device, group) in cases.items():
+        model = make_model(ctx.rank, device)
+        scaler = new_scaler(process_group=group)
+        batches = [batch(s, ctx.rank, device) for s in range(STEPS)]
+        result[name] = train(model, sgd(model.parameters()), scaler, batches)
+
+    from paddle_compat.distributed.sharding import group_sharded_parallel
+
+    plain = make_model(0, ctx.device)  # FSDP2 with CPUOffloadPolicy: CPU DTensor grads
+    sharded = group_sharded_parallel(plain, sgd(plain.parameters()), "os_g", scaler=new_scaler(), offload=True)
+    result["fsdp2_offload"] = train(*sharded, [batch(s, ctx.rank, ctx.device) for s in range(STEPS)])
+
+    model = make_model(ctx.rank, ctx.device)
+    opt, scaler = fused_adamw(model.parameters()), new_scaler(process_group=world)
+    syncs = []
+    for step in range(STEPS):
+        x, y = batch(step, ctx.rank, ctx.device)
+        scaler.scale((model(x) - y).pow(2).mean()).backward()
+        torch.cuda.synchronize()
+        if step >= 2:  # after the communicators exist
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            scaler.step(opt)
+            scaler.update()
+        except RuntimeError as error:
+            syncs.append(str(error))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        opt.zero_grad()
+    result["fused_host_syncs"] = syncs
+    result["fused"] = (scaler.get_scale(), scaler.get_skipped_steps())
+    return result
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    out, device_type, init, *names = sys.argv[1:]
+    torch.set_num_threads(1)
+    amp_global_state().amp_dtype = "float16"  # as if auto_cast had run: dynamic scaling stays on
+    if device_type == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        device, backend = torch.device("cuda", torch.cuda.current_device()), None  # cpu:gloo,cuda:nccl
+    else:
+        device, backend = torch.device("cpu"), "gloo"  # a forked CPU rank never touches CUDA
+    if init == "parallel_env":
+        pdist.init_parallel_env(backend=backend, timeout=TIMEOUT)
+    else:
+        dp, mp = map(int, init.removeprefix("fleet:").split(","))
+        strategy = fleet.DistributedStrategy()
+        strategy.hybrid_configs = {"dp_degree": dp, "mp_degree": mp, "pp_degree": 1}
+        fleet.init(is_collective=True, strategy=strategy, backend=backend, timeout=TIMEOUT)
+    ctx = Context(Path(out), device)
+    for name in names:
+        try:
+            result = SCENARIOS[name](ctx)
+        except Exception:
+            if name == "rank_raises":
+                raise
+            result = {"error": traceback.format_exc()}
+        torch.save(result, ctx.out / f"{name}.{ctx.rank}.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
