@@ -1,12 +1,16 @@
 """PaddlePaddle's mixed-precision training API on PyTorch tensors.
 
-``paddle_compat.amp`` mirrors ``paddle.amp``; ``paddle_compat.optimizer``, ``paddle_compat.nn``
-(gradient clipping) and ``paddle_compat.regularizer`` give the optimizers it serves, with
-Paddle's numerics. Paddle itself is never imported at run time.
+``paddle_compat.amp`` mirrors ``paddle.amp`` (also reachable as ``paddle_compat.device.amp`` and
+``paddle_compat.cuda.amp``, as in Paddle); ``paddle_compat.optimizer`` (with ``optimizer.lr``),
+``paddle_compat.nn`` (gradient clipping) and ``paddle_compat.regularizer`` give the optimizers it
+serves, with Paddle's numerics; ``paddle_compat.distributed`` maps Paddle's fleet calls onto
+``torch.distributed``. Opt-in, imported on demand: ``paddle_compat.parity`` (the parity kit),
+``paddle_compat.apex`` (apex's ``amp.scale_loss``), ``paddle_compat.integrations`` (Lightning).
+Paddle itself is never imported at run time.
 """
 
-from . import amp, nn, optimizer, regularizer
+from . import amp, cuda, device, distributed, nn, optimizer, regularizer
 
 __version__ = "0.1.0"
 
-__all__ = ["amp", "nn", "optimizer", "regularizer", "__version__"]
+__all__ = ["amp", "cuda", "device", "distributed", "nn", "optimizer", "regularizer", "__version__"]

@@ -546,6 +546,8 @@ def test_the_fused_path_logs_each_decrease_from_the_replayed_flags(caplog):
          "state_dict['skipped_steps'] must be a non-negative int, got -3"),
         (lambda s: setattr(s, "_incr_ratio", 0.5), ValueError, "incr_ratio must be a finite number > 1, got 0.5"),
         (lambda s: setattr(s, "_decr_count", -1), ValueError, "_decr_count must be a non-negative int, got -1"),
+        (lambda s: setattr(s, "process_group", "world"), TypeError,
+         "process_group must be a torch.distributed ProcessGroup or None, got str"),
     ],
 )
 def test_bad_values_are_refused_naming_them_and_change_nothing(call, exc, message):

@@ -162,6 +162,7 @@ class AmpScaler:
         self._init_loss_scaling = init_loss_scaling if enable else 1.0
         self._tracker = ScaleTracker(policy, init_loss_scaling)
         self._step_state = _StepState()
+        self._process_group = None
         self.process_group = process_group
 
     # -- scaling ---------------------------------------------------------------------------
@@ -402,8 +403,8 @@ class AmpScaler:
         elif grads:
             below_one = tracker.may_be_below_one() if own else tracker.policy.lowest < 1.0
             unscale.unscale_(grads, inv_scale, found_inf, check_output=below_one)
-        if self.process_group is not None:
-            unscale.all_reduce_max(found_inf, self.process_group)
+        if self._process_group is not None:
+            unscale.all_reduce_max(found_inf, self._process_group)
         step.found_inf = found_inf
 
     def _optimizer_unscales_exactly(self, optimizer: torch.optim.Optimizer, grads: list[Tensor]) -> bool:
@@ -553,6 +554,22 @@ class AmpScaler:
     def _set_policy(self, **change: Any) -> None:
         policy = dataclasses.replace(self._tracker.policy, **change)  # validates before anything changes
         self._tracker.reset(policy=policy)
+
+    @property
+    def process_group(self) -> Any:
+        """The ``torch.distributed`` process group whose ranks agree on each step's skip, or ``None``."""
+        return self._process_group
+
+    @process_group.setter
+    def process_group(self, group: Any) -> None:
+        if group is not None:
+            import torch.distributed as dist  # only distributed runs pay for the import
+
+            if not (dist.is_available() and isinstance(group, dist.ProcessGroup)):
+                raise TypeError(
+                    f"process_group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}"
+                )
+        self._process_group = group
 
     # -- Paddle's private attributes, as Paddle code reads them ------------------------------
     # Trainers read these (PaddleNLP steps its LR scheduler on ``not scaler._cache_found_inf``
@@ -712,20 +729,20 @@ class AmpScaler:
             )
         state = self.__dict__.copy()
         del state["_step_state"]  # per-thread, per-iteration
-        group = state["process_group"]
+        group = state["_process_group"]
         if group is not None:  # a process group does not pickle; the default one is named
             if group is not _world_group():
                 raise RuntimeError(
                     "A GradScaler with a process_group other than the default group cannot be pickled or "
                     "copied; set scaler.process_group = None first and set it again on the copy."
                 )
-            state["process_group"] = _WORLD
+            state["_process_group"] = _WORLD
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        if self.process_group == _WORLD:
-            self.process_group = _world_group()
+        if self._process_group == _WORLD:
+            self._process_group = _world_group()
         self._step_state = _StepState()
 
 
