@@ -209,6 +209,26 @@ def test_unknown_op_name_warns_at_the_callers_line():
     assert record[0].filename == __file__
 
 
+def test_too_many_configurations_for_compile_guards_warn_at_the_callers_line(monkeypatch):
+    import importlib
+
+    from paddle_compat.amp import op_interceptor
+
+    auto_cast_module = importlib.import_module("paddle_compat.amp.auto_cast")  # the attribute is the function
+
+    monkeypatch.setattr(op_interceptor, "_GUARD_DTYPES", (F16, BF16))
+    monkeypatch.setattr(op_interceptor, "_guard_dtypes", {})
+    auto_cast_module._cached_config.cache_clear()
+    try:
+        amp.auto_cast(custom_white_list=["acos"])
+        amp.auto_cast(custom_white_list=["asin"])
+        with pytest.warns(UserWarning, match="more than 2 distinct auto_cast configurations") as record:
+            amp.auto_cast(custom_white_list=["atan"])
+        assert record[0].filename == __file__
+    finally:
+        auto_cast_module._cached_config.cache_clear()  # drop the configs holding the test's codes
+
+
 # --- import -----------------------------------------------------------------------------
 
 _REGISTRATIONS = """
@@ -287,6 +307,23 @@ def test_compiled_model_gives_eager_dtypes_and_values(backend):
             torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2)
     with torch.no_grad():
         assert [t.dtype for t in compiled(x)] == [F32] * 4  # outside auto_cast again
+
+
+def test_aot_autograd_cache_is_off_while_auto_cast_is_active():
+    """Its key cannot tell our configurations apart across processes: a cached graph traced
+    under another configuration (or another paddle_compat version) would come back."""
+    import torch._dynamo  # noqa: F401 - torch.compile in use: the setting is restored on exit
+    import torch._functorch.config as functorch_config
+
+    with amp.auto_cast():  # earlier tests may have left it off (while Dynamo was not imported)
+        pass
+    assert functorch_config.enable_autograd_cache is True
+    with amp.auto_cast():
+        assert functorch_config.enable_autograd_cache is False
+        with amp.auto_cast(level="O2"):
+            assert functorch_config.enable_autograd_cache is False
+        assert functorch_config.enable_autograd_cache is False
+    assert functorch_config.enable_autograd_cache is True
 
 
 def test_auto_cast_inside_a_compiled_function_runs_eagerly():

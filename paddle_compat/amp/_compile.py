@@ -10,13 +10,15 @@ its graph. Three things keep that right; all of them are set up on first use, no
   writes each configuration to torch's per-thread autocast state, which Dynamo's guards check.
 * AOTAutograd's on-disk cache keys a graph by the graph Dynamo captured, before our casts, and
   by the autocast dtypes only, which cannot tell every two configurations apart across
-  processes; so while any ``auto_cast`` is active it is switched off (``cache_off``/``cache_on``).
-  Inductor's own cache, keyed by the graph after our casts, stays on.
+  processes (nor one paddle_compat version from another); so while any ``auto_cast`` is active
+  it is switched off (``cache_off``/``cache_on``). Inductor's own cache, keyed by the graph
+  after our casts, stays on.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -64,7 +66,7 @@ def keep_out_of_dynamo(*functions: Callable[..., Any]) -> None:
 
 _lock = threading.Lock()
 _active = 0  # auto_cast activations (with a config) in all threads
-_saved: tuple[Any, Any] | None = None  # the user's settings, restored when the count drops to 0
+_saved: tuple[Any, Any] | None = None  # the user's settings while ours are in place
 
 
 def cache_off() -> None:
@@ -72,8 +74,8 @@ def cache_off() -> None:
     global _active, _saved
     with _lock:
         _active += 1
-        if _active == 1:
-            import torch._functorch.config as functorch_config  # light, and imported by torch.compile anyway
+        if _saved is None:
+            import torch._functorch.config as functorch_config  # light; torch.compile imports it anyway
 
             _saved = (functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache)
             functorch_config.enable_autograd_cache = False
@@ -81,11 +83,15 @@ def cache_off() -> None:
 
 
 def cache_on() -> None:
-    """One active auto_cast fewer: the user's cache settings come back after the last."""
-    global _active
+    """One active auto_cast fewer: the user's cache settings come back after the last.
+
+    Only once torch.compile is in use (Dynamo imported): before that nothing can read them, and
+    leaving them off spares a training loop the cost of switching them at every step."""
+    global _active, _saved
     with _lock:
         _active -= 1
-        if _active == 0 and _saved is not None:
+        if _active == 0 and _saved is not None and "torch._dynamo" in sys.modules:
             import torch._functorch.config as functorch_config
 
             functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache = _saved
+            _saved = None

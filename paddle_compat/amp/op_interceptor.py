@@ -85,13 +85,40 @@ observers: list[Callable[[str, torch.dtype], None]] = []
 
 
 def current() -> CastConfig | None:
-    """The config active in this thread (None: no auto-cast)."""
+    """The config active in this thread (None: no auto-cast).
+
+    Example::
+
+        >>> from paddle_compat import amp
+        >>> from paddle_compat.amp import op_interceptor
+        >>> with amp.auto_cast(level="O2"):
+        ...     op_interceptor.current().level
+        'O2'
+    """
     return _tls.config
 
 
 def prepare(level: str, amp_dtype: torch.dtype, use_promote: bool,
             white: frozenset[str], black: frozenset[str]) -> CastConfig:
-    """The config for these arguments, with every kernel it needs registered."""
+    """The config for these arguments, with every kernel it needs registered.
+
+    Args:
+        level: ``"OD"``, ``"O1"`` or ``"O2"``.
+        amp_dtype: ``torch.float16`` or ``torch.bfloat16``.
+        use_promote: whether a float32 input promotes a gray op at O2.
+        white: ATen base names computed in ``amp_dtype``.
+        black: ATen base names computed in float32.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp import op_interceptor
+        >>> config = op_interceptor.prepare("O1", torch.bfloat16, True, frozenset({"matmul", "mm"}), frozenset())
+        >>> token = op_interceptor.activate(config)
+        >>> (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+        torch.bfloat16
+        >>> op_interceptor.restore(token)
+    """
     config = CastConfig(level, amp_dtype, use_promote, white, black)
     ensure_registered(white | black)
     if config.every_op:
@@ -112,7 +139,11 @@ def prepare(level: str, amp_dtype: torch.dtype, use_promote: bool,
 def activate(config: CastConfig | None) -> Any:
     """Make ``config`` (None: no auto-cast) current for this thread; returns a restore token.
 
-    ``config`` must come from ``prepare``."""
+    Args:
+        config: a config from ``prepare``, or None.
+
+    Pair every call with ``restore`` (see ``prepare``'s example); ``auto_cast`` does that.
+    """
     on = config is not None
     token = (_tls.config, _is_included(_LIST_KEY), _is_excluded(_LIST_KEY),
              _is_included(_EVERY_KEY), _is_excluded(_EVERY_KEY), on)
@@ -130,7 +161,11 @@ def activate(config: CastConfig | None) -> Any:
 
 
 def restore(token: Any) -> None:
-    """Undo the ``activate`` call that returned ``token``."""
+    """Undo the ``activate`` call that returned ``token`` (calls nest: undo the last first).
+
+    Args:
+        token: what ``activate`` returned.
+    """
     previous, list_in, list_ex, every_in, every_ex, was_on = token
     _tls.config = previous
     _set_included(_LIST_KEY, list_in)
@@ -149,7 +184,16 @@ def _publish(config: CastConfig) -> None:
 
 
 def ensure_registered(base_names: Iterable[str]) -> None:
-    """Register the rule kernel on the list key for these ATen ops' functional overloads (once)."""
+    """Register the rule kernel on the list key for these ATen ops' functional overloads (once).
+
+    Args:
+        base_names: ATen base names (``"mm"``, ``"softmax"``...); names of no ATen op are
+            remembered and skipped.
+
+    Registering a kernel for an op while another thread runs that op is not something
+    PyTorch's dispatcher promises to be safe, so ``auto_cast`` registers every op a default
+    list can govern at its first use; only custom lists naming other ops register later.
+    """
     missing = set(base_names) - _registered
     if not missing:
         return

@@ -175,7 +175,17 @@ X_ONLY_ATEN: frozenset[str] = frozenset({"layer_norm", "batch_norm"})
 
 
 def aten_names(name: str) -> tuple[str, ...]:
-    """ATen base names governed by a Paddle op name or an ATen base name (empty: none)."""
+    """ATen base names governed by a Paddle op name or an ATen base name (empty: none).
+
+    Args:
+        name: a Paddle op name (``"matmul_v2"``) or an ATen base name (``"bmm"``).
+
+    Example::
+
+        >>> from paddle_compat.amp.op_table import aten_names
+        >>> aten_names("matmul_v2"), aten_names("bmm"), aten_names("fused_attention")
+        (('matmul', 'mm'), ('bmm',), ())
+    """
     if name in PADDLE_TO_ATEN:
         return PADDLE_TO_ATEN[name]
     if name in NO_TORCH_COUNTERPART:
@@ -186,8 +196,18 @@ def aten_names(name: str) -> tuple[str, ...]:
 def resolve(names: Iterable[str]) -> set[str]:
     """ATen base names governed by ``names``.
 
+    Args:
+        names: Paddle op names or ATen base names, as given in a custom list.
+
     A Paddle-only op name (``NO_TORCH_COUNTERPART``) governs nothing, quietly (a debug log
-    line, once per name); any other name that governs nothing warns, pointing at the caller."""
+    line, once per name); any other name that governs nothing warns, pointing at the caller.
+
+    Example::
+
+        >>> from paddle_compat.amp.op_table import resolve
+        >>> sorted(resolve(["elementwise_add", "sync_batch_norm", "fused_rms_norm"]))
+        ['add', 'batch_norm']
+    """
     resolved: set[str] = set()
     for name in names:
         governed = aten_names(name)
