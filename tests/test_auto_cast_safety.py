@@ -142,7 +142,7 @@ def test_bad_arguments_raise_at_the_call_before_anything_changes(entry, kwargs, 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(device_type=0), r"^device_type should be a str or None, but got int\.$"),
     (dict(device_type="cuda", cache_enabled=None), r"^cache_enabled should be a bool, but got NoneType\.$"),
-    (dict(device_type="cuda", enabled="no"), r"^enable should be a bool, but got str\.$"),
+    (dict(device_type="cuda", enabled="no"), r"^enabled should be a bool, but got str\.$"),
 ])
 def test_autocast_checks_its_arguments(kwargs, message):
     with pytest.raises(TypeError, match=message):
@@ -355,3 +355,26 @@ def test_linear_bias_is_inside_paddles_linear_op():
         out = layer(x)
     expected = F.linear(x.half(), layer.weight.half(), layer.bias.half())
     assert torch.equal(out, expected)
+
+
+def test_a_taken_dispatch_key_is_reported():
+    """Another backend (Gaudi's, here simulated) owning one of our keys: a clear error, and
+    nothing registered half-way."""
+    script = """
+import torch
+held = torch.library.Library("_", "IMPL")
+held.fallback(torch.library.fallthrough_kernel, "AutocastHPU")
+from paddle_compat import amp
+for _ in range(2):
+    try:
+        amp.auto_cast()
+    except RuntimeError as error:
+        print(error)
+print(torch._C._dispatch_has_backend_fallback(torch._C.DispatchKey.AutocastIPU))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.splitlines()
+    message = ("paddle_compat.amp: auto_cast needs the dispatch key AutocastHPU, which another library "
+               "(a Graphcore or Gaudi backend?) has taken.")
+    assert out == [message, message, "False"]

@@ -168,6 +168,7 @@ def autocast(
     """
     if device_type is not None and not isinstance(device_type, str):
         raise TypeError(f"device_type should be a str or None, but got {type(device_type).__name__}.")
+    check_flag("enabled", enabled)
     check_flag("cache_enabled", cache_enabled)
     return auto_cast(enable=enabled, dtype=dtype)
 

@@ -219,14 +219,13 @@ def _ensure_fallthroughs() -> None:
     if int(_EVERY_KEY) <= int(_LIST_KEY):
         raise RuntimeError(f"paddle_compat.amp: this torch dispatches {_EVERY_KEY_NAME} after "
                            f"{_LIST_KEY_NAME}; auto_cast needs the opposite order.")
+    for key in (_LIST_KEY, _EVERY_KEY):
+        if torch._C._dispatch_has_backend_fallback(key):
+            raise RuntimeError(f"paddle_compat.amp: auto_cast needs the dispatch key {key.name}, which another "
+                               "library (a Graphcore or Gaudi backend?) has taken.")
     kernels, fallbacks = torch.library.Library("aten", "IMPL"), torch.library.Library("_", "IMPL")
-    for key in (_LIST_KEY_NAME, _EVERY_KEY_NAME):
-        try:
-            fallbacks.fallback(torch.library.fallthrough_kernel, key)
-        except RuntimeError as error:
-            raise RuntimeError(
-                f"paddle_compat.amp: auto_cast needs the dispatch key {key}, which another library "
-                "(a Graphcore or Gaudi backend?) has taken.") from error
+    for key_name in (_LIST_KEY_NAME, _EVERY_KEY_NAME):
+        fallbacks.fallback(torch.library.fallthrough_kernel, key_name)
     _libraries.extend((kernels, fallbacks))
     keep_out_of_dynamo(_run, _every_op, _float_dtypes, _cast, _is_depthwise, dest_dtype, _conv_kernel)
 
