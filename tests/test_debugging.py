@@ -38,3 +38,21 @@ def test_operator_stats_collection(capsys):
     amp.debugging.enable_operator_stats_collection()
     amp.debugging.disable_operator_stats_collection()
     assert "op count: 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kwargs", [dict(level="OD"), dict(level="O2", use_promote=False)])
+def test_operator_stats_with_every_op_levels(kwargs, capsys):
+    """Every op is subject to the rule at these levels; collection must see them all (it
+    used to crash on the first op)."""
+    x = torch.randn(4, 4, requires_grad=True)
+    with amp.debugging.collect_operator_stats():
+        with amp.auto_cast(**kwargs):
+            y = torch.softmax(x @ x, -1) + torch.relu(x.half())
+        y.float().sum().backward()
+    low = kwargs["level"] == "O2"
+    assert y.dtype == (torch.float16 if low else torch.float32)
+    rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")[1:]]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    assert rows["mm"][0] != "0"  # white: fp16
+    assert rows["_softmax"][0 if low else 2] == "1"
+    assert rows["relu"][0 if low else 2] == "1"

@@ -296,3 +296,75 @@ def test_o2_training_with_paddle_style_optimizer_and_grad_scaler(master_grad):
         opt.zero_grad()
         losses.append(float(loss.detach()))
     assert losses[-1] < 0.05 * losses[0]
+
+
+def test_master_grad_twice_adds_one_hook():
+    model = nn.Linear(4, 4)
+    amp.decorate(model, level="O2", master_grad=True)
+    amp.decorate(model, level="O2", master_grad=True)
+    model(torch.ones(2, 4, dtype=F16)).float().sum().backward()
+    assert model.weight.grad is None
+    assert torch.equal(model.weight.main_grad, torch.full((4, 4), 2.0))
+
+
+@pytest.mark.parametrize("use_scaler", [False, True])
+def test_master_grad_without_master_weights_trains_a_torch_optimizer(use_scaler):
+    """As Paddle's kernels step low-precision params with the float32 grads directly, a torch
+    optimizer steps with main_grad (rounded to the param's dtype: torch needs that dtype)."""
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = amp.decorate(model, opt, level="O2", master_weight=False, master_grad=True)
+    assert isinstance(opt, torch.optim.SGD) and model.weight.dtype == F16
+    scaler = amp.GradScaler(init_loss_scaling=64.0) if use_scaler else None
+    before = model.weight.detach().clone()
+    for _ in range(2):  # two micro-batches accumulate in float32
+        loss = model(torch.ones(2, 4, dtype=F16)).float().sum()
+        (scaler.scale(loss) if scaler else loss).backward()
+    assert model.weight.main_grad.dtype == F32
+    if scaler:
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+    torch.testing.assert_close(model.weight.float(), before.float() - 0.1 * 4.0, atol=1e-3, rtol=0)
+    opt.zero_grad()
+    assert model.weight.main_grad is None and model.weight.grad is None
+
+
+def test_wrapped_models_are_refused_like_paddle(tmp_path):
+    import torch.distributed as dist
+
+    message = (r"^For distributed AMP training, you should first use paddle_compat\.amp\.decorate\(\) to decorate "
+               r"origin model, and then wrap it in torch\.nn\.DataParallel or DistributedDataParallel")
+    inner = nn.Linear(2, 2)
+    with pytest.raises(TypeError, match=message):
+        amp.decorate(nn.DataParallel(inner), level="O2")
+    with pytest.raises(TypeError, match=message):
+        amp.decorate([nn.Linear(2, 2), nn.DataParallel(inner)], level="O2")
+    assert inner.weight.dtype == F32
+    if not dist.is_available():
+        return
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        with pytest.raises(TypeError, match=message):
+            amp.decorate(nn.parallel.DistributedDataParallel(inner), level="O2")
+    finally:
+        dist.destroy_process_group()
+    assert inner.weight.dtype == F32
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(level=None), ValueError, r"^level should be O1 or O2, O1 represent AMP train mode"),
+    (dict(level="O2", dtype=torch.float16), ValueError, r"^dtype only support float16 or bfloat16\.$"),
+    (dict(level="O2", master_weight="yes"), TypeError, r"^master_weight should be a bool, but got str\.$"),
+    (dict(level="O2", master_grad=None), TypeError, r"^master_grad should be a bool, but got NoneType\.$"),
+    (dict(level="O1", master_grad="no"), TypeError, r"^master_grad should be a bool, but got str\.$"),
+    (dict(level="O2", save_dtype=["float16"]), ValueError,
+     r"^save_dtype can only be float16 float32 or float64, but your input save_dtype is \['float16'\]\.$"),
+])
+def test_every_argument_is_checked_before_anything_changes(kwargs, error, message):
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(error, match=message):
+        amp.decorate(model, opt, **kwargs)
+    assert model.weight.dtype == F32 and type(opt) is torch.optim.SGD

@@ -70,7 +70,14 @@ LEVELS = ("O0", "OD", "O1", "O2")
 
 
 def white_list() -> dict[str, dict[str, set[str]]]:
-    """Default white lists by dtype and level, shaped like ``paddle.amp.white_list()``."""
+    """Default white lists by dtype and level, shaped like ``paddle.amp.white_list()``.
+
+    Example::
+
+        >>> from paddle_compat import amp
+        >>> "matmul_v2" in amp.white_list()["float16"]["O1"]
+        True
+    """
     return {
         "float16": {level: set(FP16_WHITE_LIST) for level in ("OD", "O1", "O2")},
         "bfloat16": {level: set(BF16_WHITE_LIST) for level in ("OD", "O1", "O2")},
@@ -81,6 +88,12 @@ def black_list() -> dict[str, dict[str, set[str]]]:
     """Default black lists by dtype and level, shaped like ``paddle.amp.black_list()``.
 
     OD has none (every non-white op runs in float32 anyway); O2 keeps only the extra list.
+
+    Example::
+
+        >>> from paddle_compat import amp
+        >>> "softmax" in amp.black_list()["bfloat16"]["O1"], "softmax" in amp.black_list()["bfloat16"]["O2"]
+        (True, False)
     """
     return {
         dtype: {"OD": set(), "O1": set(black | EXTRA_BLACK_LIST), "O2": set(EXTRA_BLACK_LIST)}
@@ -96,8 +109,21 @@ def effective_lists(
 ) -> tuple[set[str], set[str]]:
     """The (white, black) name sets an ``auto_cast`` uses, after Paddle's custom-list merge.
 
+    Args:
+        custom_white_list: Paddle op names to add to the white list (None: none).
+        custom_black_list: Paddle op names to add to the black list (None: none).
+        level: ``"O0"``, ``"OD"``, ``"O1"`` or ``"O2"``.
+        dtype: ``"float16"`` or ``"bfloat16"``.
+
     A custom white name leaves the black list and joins the white list; a custom black name
     does the opposite. Names given in both raise ``ValueError`` as in Paddle. O0 has no lists.
+
+    Example::
+
+        >>> from paddle_compat.amp.amp_lists import effective_lists
+        >>> white, black = effective_lists(["softmax"], ["matmul_v2"], "O1", "float16")
+        >>> "softmax" in white, "matmul_v2" in black
+        (True, True)
     """
     if level == "O0":
         return set(), set()

@@ -1,30 +1,68 @@
 """``auto_cast`` and its companions: Paddle's per-op precision rules on torch tensors.
 
 Differences from Paddle: the rules also apply on CPU (Paddle warns and does nothing there);
-``enable=False`` never raises for a non-AMP dtype (Paddle raises ``KeyError``); the build-
-dependent "op has no low-precision kernel" demotion is not modelled.
+every argument is checked when ``auto_cast`` is called, before anything changes (Paddle records
+the dtype before it checks the lists, and accepts a str as a list of one-letter names);
+``enable=False`` never raises for a non-AMP dtype (Paddle raises ``KeyError``); the recorded
+AMP dtype is per thread; the build-dependent "op has no low-precision kernel" demotion is not
+modelled.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 from . import op_interceptor
+from ._args import check_flag
+from ._compile import eager_only
 from .amp_lists import LEVELS, black_list, effective_lists, white_list
 from .amp_state import amp_global_state
-from .op_table import aten_names, resolve
+from .op_table import PROMOTED_GRAY_ATEN, aten_names, resolve
 
 _AMP_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 CustomList = Iterable[str] | None
 
 
-@contextlib.contextmanager
+class _AmpGuard(contextlib.ContextDecorator):
+    """The context manager ``auto_cast`` returns (usable as a decorator too).
+
+    Its arguments were checked and its lists resolved when it was made; entering records the
+    dtype for the GradScaler and activates the config for this thread, exiting restores the
+    previous one. One object may be entered by several threads, or re-entered."""
+
+    def __init__(self, config: op_interceptor.CastConfig | None, dtype: str) -> None:
+        self._config = config
+        self._dtype = dtype
+
+    @eager_only
+    def __enter__(self) -> None:
+        # Paddle records the dtype of the last auto_cast entered, and never restores it.
+        amp_global_state().amp_dtype = self._dtype
+        _tokens.stack.append(op_interceptor.activate(self._config))
+
+    @eager_only
+    def __exit__(self, *exc_info: Any) -> None:
+        op_interceptor.restore(_tokens.stack.pop())
+
+    def _recreate_cm(self) -> _AmpGuard:
+        return self
+
+
+class _TokenStack(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Any] = []
+
+
+_tokens = _TokenStack()
+
+
+@eager_only
 def amp_guard(
     enable: bool = True,
     custom_white_list: CustomList = None,
@@ -32,22 +70,38 @@ def amp_guard(
     level: str = "O1",
     dtype: str = "float16",
     use_promote: bool = True,
-) -> Iterator[None]:
-    """Compute each op in the precision Paddle's eager AMP would choose (see ``auto_cast``)."""
+) -> contextlib.AbstractContextManager:
+    """Paddle's older name of ``auto_cast``: same arguments, same behaviour.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat import amp
+        >>> with amp.amp_guard(dtype="bfloat16"):
+        ...     (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+        torch.bfloat16
+    """
+    check_flag("enable", enable)
+    check_flag("use_promote", use_promote)
+    white = _op_names("custom_white_list", custom_white_list)
+    black = _op_names("custom_black_list", custom_black_list)
+    if not isinstance(level, str):
+        raise TypeError(f"level should be a str ('O0', 'OD', 'O1' or 'O2'), but got {type(level).__name__}.")
     level = level.upper()
     if level not in LEVELS:
         raise ValueError("level should be O0, OD, O1 or O2.")
+    if not isinstance(dtype, (str, torch.dtype)):
+        raise TypeError("dtype should be a str ('float16' or 'bfloat16') or a torch.dtype, "
+                        f"but got {type(dtype).__name__}.")
     dtype = _dtype_name(dtype)
     if enable and dtype not in _AMP_DTYPES:
         raise ValueError("If enable amp, dtype should be 'float16' or 'bfloat16'.")
-    # Paddle records the dtype of the last auto_cast entered, and never restores it.
-    amp_global_state().amp_dtype = dtype
-    config = _cast_config(enable, custom_white_list, custom_black_list, level, dtype, use_promote)
-    token = op_interceptor.activate(config)
-    try:
-        yield
-    finally:
-        op_interceptor.restore(token)
+    if level != "O0" and white & black:  # Paddle checks this even when disabled
+        raise ValueError("Custom white list overlap custom black list")
+    config = None
+    if enable and level != "O0":
+        config = _cached_config(white, black, level, dtype, bool(use_promote) or level != "O2")
+    return _AmpGuard(config, dtype)
 
 
 def auto_cast(
@@ -57,15 +111,35 @@ def auto_cast(
     level: str = "O1",
     dtype: str = "float16",
     use_promote: bool = True,
-) -> AbstractContextManager:
+) -> contextlib.AbstractContextManager:
     """Context in which each op computes in the precision Paddle's eager AMP would choose.
 
-    White ops run in ``dtype``, black ops in float32; at OD every other op runs in float32;
-    at O1 (and O2 with ``use_promote``) an op with any float32 input runs in float32, else in
-    ``dtype``; at O2 without promotion everything but the black list runs in ``dtype``.
+    Args:
+        enable: whether to auto-cast at all (``False``: as level O0).
+        custom_white_list: op names (a set, list or tuple of str) to compute in ``dtype``.
+        custom_black_list: op names to compute in float32. A name in both lists raises.
+        level: ``"O0"`` (off), ``"OD"`` (only the white list in ``dtype``, everything else in
+            float32), ``"O1"`` (white list in ``dtype``, black list in float32, other ops in
+            float32 if any input is) or ``"O2"`` (as O1, with only the extra black list; with
+            ``use_promote=False`` every op but the black list in ``dtype``). Any case.
+        dtype: ``"float16"`` or ``"bfloat16"`` (any case, or a ``torch.dtype``).
+        use_promote: at O2, whether a float32 input promotes a gray op to float32.
+
     Custom lists take Paddle op names (``"matmul_v2"``, ``"elementwise_add"``...) or torch
-    ATen op names (``"linear"``, ``"bmm"``...). Works on CPU and CUDA, nests, and restores the
-    previous state on exit.
+    ATen op names (``"linear"``, ``"bmm"``...). Works on CPU and CUDA, per thread, nests,
+    restores the previous state on exit, and can decorate a function. Bad arguments raise
+    ``TypeError``/``ValueError`` here, before anything changes.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat import amp
+        >>> x = torch.randn(4, 4)
+        >>> with amp.auto_cast():
+        ...     y = x @ x                 # white: float16
+        ...     z = torch.softmax(y, -1)  # black: float32
+        >>> y.dtype, z.dtype
+        (torch.float16, torch.float32)
     """
     return amp_guard(enable, custom_white_list, custom_black_list, level, dtype, use_promote)
 
@@ -75,19 +149,59 @@ def autocast(
     dtype: str = "float16",
     enabled: bool = True,
     cache_enabled: bool = True,
-) -> AbstractContextManager:
-    """``auto_cast(enable=enabled, dtype=dtype)``; like Paddle, ``device_type`` and
-    ``cache_enabled`` are accepted and ignored."""
+) -> contextlib.AbstractContextManager:
+    """``auto_cast(enable=enabled, dtype=dtype)``.
+
+    Args:
+        device_type: accepted and ignored, as in Paddle (a str or None).
+        dtype: ``"float16"`` or ``"bfloat16"``.
+        enabled: whether to auto-cast.
+        cache_enabled: accepted and ignored, as in Paddle.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat import amp
+        >>> with amp.autocast("cuda", dtype="bfloat16"):
+        ...     (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+        torch.bfloat16
+    """
+    if device_type is not None and not isinstance(device_type, str):
+        raise TypeError(f"device_type should be a str or None, but got {type(device_type).__name__}.")
+    check_flag("enabled", enabled)
+    check_flag("cache_enabled", cache_enabled)
     return auto_cast(enable=enabled, dtype=dtype)
 
 
 def is_autocast_enabled(device_type: Any = None) -> bool:
-    """Whether an enabled ``auto_cast`` (level other than O0) is active in this thread."""
+    """Whether an enabled ``auto_cast`` (level other than O0) is active in this thread.
+
+    Args:
+        device_type: ignored, as in Paddle.
+
+    Example::
+
+        >>> from paddle_compat import amp
+        >>> with amp.auto_cast():
+        ...     amp.is_autocast_enabled()
+        True
+    """
     return op_interceptor.current() is not None
 
 
 def get_autocast_dtype(device_type: Any = None) -> str:
-    """The active AMP dtype name, or ``"float16"`` when auto-cast is off (as in Paddle)."""
+    """The active AMP dtype name in this thread, or ``"float16"`` when auto-cast is off (as in Paddle).
+
+    Args:
+        device_type: ignored, as in Paddle.
+
+    Example::
+
+        >>> from paddle_compat import amp
+        >>> with amp.auto_cast(dtype="bfloat16"):
+        ...     amp.get_autocast_dtype()
+        'bfloat16'
+    """
     config = op_interceptor.current()
     return "float16" if config is None else str(config.amp_dtype).removeprefix("torch.")
 
@@ -97,13 +211,33 @@ get_autocast_gpu_dtype = get_autocast_dtype
 
 
 def is_float16_supported(device: str | None = None) -> bool:
-    """Paddle's answer: CUDA devices of compute capability 5.3 and up; never the CPU."""
+    """Paddle's answer: CUDA devices of compute capability 5.3 and up; never the CPU.
+
+    Args:
+        device: ``"cpu"``, ``"gpu"``, ``"gpu:N"`` (or ``"cuda..."``); None: the current device.
+
+    Example::
+
+        >>> from paddle_compat import amp
+        >>> amp.is_float16_supported("cpu")
+        False
+    """
     index = _cuda_index(device)
     return index is not None and torch.cuda.get_device_capability(index) >= (5, 3)
 
 
 def is_bfloat16_supported(device: str | None = None) -> bool:
-    """Paddle's answer: CUDA devices of compute capability 8.0 and up, and the CPU."""
+    """Paddle's answer: CUDA devices of compute capability 8.0 and up, and the CPU.
+
+    Args:
+        device: ``"cpu"``, ``"gpu"``, ``"gpu:N"`` (or ``"cuda..."``); None: the current device.
+
+    Example::
+
+        >>> from paddle_compat import amp
+        >>> amp.is_bfloat16_supported("cpu")
+        True
+    """
     index = _cuda_index(device)
     return index is None or torch.cuda.get_device_capability(index) >= (8, 0)
 
@@ -121,24 +255,26 @@ def _cuda_index(device: str | None) -> int | None:
     return int(index) if index else torch.cuda.current_device()
 
 
-def _dtype_name(dtype: Any) -> str:
+def _op_names(name: str, value: Any) -> frozenset[str]:
+    """A custom list as a frozenset of op names; None is empty."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} should be a set, list or tuple of op names, but got a str "
+                        f"(write [{value!r}] for one op).")
+    if not isinstance(value, Iterable):
+        raise TypeError(f"{name} should be a set, list or tuple of op names, but got {type(value).__name__}.")
+    names = frozenset(value)
+    for item in names:
+        if not isinstance(item, str):
+            raise TypeError(f"{name} should hold op names (str), but holds a {type(item).__name__}.")
+    return names
+
+
+def _dtype_name(dtype: str | torch.dtype) -> str:
     if isinstance(dtype, torch.dtype):
         return str(dtype).removeprefix("torch.")
-    return str(dtype).lower()
-
-
-def _cast_config(
-    enable: bool,
-    custom_white_list: CustomList,
-    custom_black_list: CustomList,
-    level: str,
-    dtype: str,
-    use_promote: bool,
-) -> op_interceptor.CastConfig | None:
-    if not enable or level == "O0":
-        return None
-    return _cached_config(frozenset(custom_white_list or ()), frozenset(custom_black_list or ()),
-                          level, dtype, bool(use_promote))
+    return dtype.lower()
 
 
 @functools.lru_cache(maxsize=256)
@@ -149,17 +285,26 @@ def _cached_config(
     dtype: str,
     use_promote: bool,
 ) -> op_interceptor.CastConfig:
-    """The config for one set of arguments; cached because a training loop enters auto_cast
-    once per step with the same arguments (warnings for unmapped names come once)."""
+    """The config for one set of checked arguments; cached because a training loop enters
+    auto_cast once per step with the same arguments (warnings for unmapped names come once)."""
     white_names, black_names = effective_lists(custom_white, custom_black, level, dtype)
     custom_white_aten = resolve(sorted(custom_white))
     custom_black_aten = resolve(sorted(custom_black))
     white = (_aten(white_names) - custom_black_aten) | custom_white_aten
     # Two names for one torch op (matmul / matmul_v2) may land in both lists: white wins.
     black = ((_aten(black_names) - custom_white_aten) | custom_black_aten) - white
-    config = op_interceptor.CastConfig(level, _AMP_DTYPES[dtype], use_promote, frozenset(white), frozenset(black))
-    op_interceptor.ensure_registered(config.white | config.black)
-    return config
+    # Every op a default list can govern gets its kernel now, before other threads may be
+    # dispatching through the key: later registrations are then only for custom-list ops.
+    op_interceptor.ensure_registered(_default_governed())
+    return op_interceptor.prepare(level, _AMP_DTYPES[dtype], use_promote, frozenset(white), frozenset(black))
+
+
+@functools.cache
+def _default_governed() -> frozenset[str]:
+    """ATen names of every op a default list (any level, any dtype) or the promoted gray ops govern."""
+    names = {n for lists in (white_list(), black_list()) for by_level in lists.values()
+             for level_names in by_level.values() for n in level_names}
+    return frozenset(_aten(names)) | PROMOTED_GRAY_ATEN
 
 
 def _aten(names: Iterable[str]) -> set[str]:

@@ -25,8 +25,20 @@ def dest_dtype(
 ) -> torch.dtype:
     """The dtype an op computes in under Paddle's rule.
 
-    ``input_dtypes`` are the dtypes of the tensors the rule looks at (only x for norm ops).
-    ``use_promote`` only matters at O2, as in Paddle.
+    Args:
+        is_white: whether the op is in the white list.
+        is_black: whether the op is in the black list.
+        input_dtypes: the dtypes of the tensors the rule looks at (only x for norm ops).
+        level: ``"OD"``, ``"O1"`` or ``"O2"``.
+        amp_dtype: ``torch.float16`` or ``torch.bfloat16``.
+        use_promote: only matters at O2, as in Paddle.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp.cast_rule import dest_dtype
+        >>> dest_dtype(False, False, {torch.float16, torch.float32}, "O1", torch.float16)
+        torch.float32
     """
     if level == "O2" and not use_promote:
         return torch.float32 if is_black else amp_dtype

@@ -1,14 +1,15 @@
 """``paddle.amp.debugging`` on torch: ``check_numerics`` and operator-stats collection.
 
 Differences from Paddle: operator stats count torch ATen ops (``mm``, ``add``...), not Paddle
-op names, bucketed by the dtype of each op's first tensor output; the tensor-checker
-(``TensorCheckerConfig``, ``enable_tensor_checker``), ``check_layer_numerics`` and
-``compare_accuracy`` are not provided.
+op names, bucketed by the dtype of each op's first tensor output, and only in the thread that
+enabled the collection (Paddle counts process-wide); the tensor-checker (``TensorCheckerConfig``,
+``enable_tensor_checker``), ``check_layer_numerics`` and ``compare_accuracy`` are not provided.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from enum import Enum
@@ -36,9 +37,26 @@ def check_numerics(
     var_name: str,
     debug_mode: DebugMode = DebugMode.CHECK_NAN_INF_AND_ABORT,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns ``stats`` (int64 ``[num_nan, num_inf, num_zero]``) and ``values`` (float32
+    """Count NaN, Inf and zeros in ``tensor`` and summarize its values, as Paddle does.
+
+    Args:
+        tensor: the tensor to check (any float dtype, any device).
+        op_type: the op name printed in the report.
+        var_name: the tensor name printed in the report.
+        debug_mode: ``CHECK_NAN_INF_AND_ABORT`` (default) raises on NaN/Inf; the other modes
+            only print.
+
+    Returns ``stats`` (int64 ``[num_nan, num_inf, num_zero]``) and ``values`` (float32
     ``[max, min, mean]``, max/min ignoring NaN). Prints a ``[PRECISION] [ERROR]`` line when
     NaN or Inf is found and, in ``CHECK_NAN_INF_AND_ABORT`` mode, then raises ``RuntimeError``.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp.debugging import check_numerics
+        >>> stats, values = check_numerics(torch.tensor([1.0, 0.0, 3.0]), "my_op", "x")
+        >>> stats.tolist(), values.tolist()
+        ([0, 0, 1], [3.0, 0.0, 1.3333333730697632])
     """
     data = tensor.detach().float()
     nan, inf = torch.isnan(data), torch.isinf(data)
@@ -81,30 +99,73 @@ class _OperatorStats(TorchDispatchMode):
         return out
 
 
-_collector: _OperatorStats | None = None
+class _ThreadCollector(threading.local):
+    collector: _OperatorStats | None = None  # dispatch modes are per thread, so is the collection
+
+
+_state = _ThreadCollector()
 
 
 def enable_operator_stats_collection() -> None:
-    """Start counting op calls per dtype (FP16, BF16, FP32, Other) in this thread."""
-    global _collector
-    if _collector is None:
-        _collector = _OperatorStats()
-        _collector.__enter__()
+    """Start counting op calls per dtype (FP16, BF16, FP32, Other) in this thread.
+
+    A second call while collecting does nothing.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat import amp
+        >>> amp.debugging.enable_operator_stats_collection()
+        >>> with amp.auto_cast():
+        ...     _ = torch.ones(2, 2) @ torch.ones(2, 2)
+        >>> amp.debugging.disable_operator_stats_collection()  # doctest: +ELLIPSIS
+        <... op list ...>
+        ...
+          mm                                      |  1                |  0                |  0                |  0...
+        ...
+    """
+    if _state.collector is None:
+        _state.collector = _OperatorStats()
+        _state.collector.__enter__()
 
 
 def disable_operator_stats_collection() -> None:
-    """Stop counting and print the table of op calls per dtype."""
-    global _collector
-    if _collector is None:
+    """Stop counting in this thread and print the table of op calls per dtype (nothing when
+    not collecting).
+
+    Example::
+
+        >>> from paddle_compat import amp
+        >>> amp.debugging.enable_operator_stats_collection()
+        >>> amp.debugging.disable_operator_stats_collection()  # doctest: +ELLIPSIS
+        <... op list ...>
+        ...
+        <... op count: 0 ...>
+        <BLANKLINE>
+    """
+    collector, _state.collector = _state.collector, None
+    if collector is None:
         return
-    collector, _collector = _collector, None
     collector.__exit__(None, None, None)
     _print_operator_stats(collector.counts)
 
 
 @contextlib.contextmanager
 def collect_operator_stats() -> Iterator[None]:
-    """Count op calls per dtype within the block and print the table on exit."""
+    """Count op calls per dtype within the block (in this thread) and print the table on exit.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat import amp
+        >>> with amp.debugging.collect_operator_stats():  # doctest: +ELLIPSIS
+        ...     with amp.auto_cast(level="OD"):
+        ...         _ = torch.softmax(torch.ones(2, 2) @ torch.ones(2, 2), -1)
+        <... op list ...>
+        ...
+          _softmax                                |  0                |  0                |  1                |  0...
+        ...
+    """
     enable_operator_stats_collection()
     try:
         yield

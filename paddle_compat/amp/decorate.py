@@ -1,10 +1,13 @@
 """``decorate``: Paddle's pure low-precision (O2) setup of models and optimizers.
 
 Differences from Paddle: it also acts on CPU (Paddle returns everything untouched there); all
-arguments are checked before anything is changed (Paddle casts the models before it rejects a
-bad ``save_dtype``); bad models or optimizers raise ``TypeError`` (Paddle: ``RuntimeError`` for a
-bad list item); with ``master_grad`` the float32 gradient of a low-precision parameter is kept in
-``param.main_grad`` because torch requires ``param.grad`` to have the parameter's dtype.
+arguments are checked before anything is changed, at O1 too (Paddle casts the models before it
+rejects a bad ``save_dtype``, and checks nothing at O1); bad or wrapped models and bad
+optimizers raise ``TypeError`` (Paddle: ``RuntimeError``); with ``master_grad`` the float32
+gradient of a low-precision parameter is kept in ``param.main_grad`` because torch requires
+``param.grad`` to have the parameter's dtype (so with ``master_weight=False`` a torch optimizer
+steps with ``main_grad`` rounded to the parameter's dtype, where Paddle's kernels read the
+float32 gradient directly).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._args import check_flag
 from .master_grad import accumulate_into_main_grad, grad_of
 
 _LOW = (torch.float16, torch.bfloat16)
@@ -24,6 +28,13 @@ _SAVE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16,
                 "float32": torch.float32, "float64": torch.float64}
 _ALWAYS_FP32 = (nn.modules.batchnorm._BatchNorm,)  # BatchNorm1d/2d/3d, SyncBatchNorm, lazy ones
 _FP32_FOR_FLOAT16 = (nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
+_MASTER_GRAD_HOOKED = "_paddle_compat_master_grad"
+# Paddle refuses its DataParallel; torch's wrappers are refused alike (DDP's gradient buckets
+# are laid out for the parameters' dtypes when it is built, so casting afterwards breaks it).
+_WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+_WRAPPED_MESSAGE = ("For distributed AMP training, you should first use paddle_compat.amp.decorate() to "
+                    "decorate origin model, and then wrap it in torch.nn.DataParallel or "
+                    "DistributedDataParallel to get distributed model.")
 _EXCLUDED_MESSAGE = ("excluded_layers must be either a nn.Layer instance/type or a list of "
                      "nn.Layer instances/types.")
 
@@ -40,27 +51,59 @@ def decorate(
 ) -> Any:
     """Cast models for O2 training and give optimizers float32 master weights.
 
-    O1 returns the arguments untouched. O2 casts the floating parameters and buffers of every
-    module to ``dtype`` except ``excluded_layers`` (instances, with their submodules, or
-    types), BatchNorm layers and, for float16, LayerNorm/InstanceNorm. Returns ``models``, or
-    ``(models, optimizers)`` when optimizers are given, in the shapes they were given.
+    Args:
+        models: a ``torch.nn.Module`` or a list of them. Decorate before wrapping a model in
+            ``DataParallel``/``DistributedDataParallel`` (a wrapped model raises, as in Paddle).
+        optimizers: a ``torch.optim.Optimizer`` or Paddle-style optimizer (with
+            ``_multi_precision``), a list of them, or None.
+        level: ``"O1"`` (returns everything untouched) or ``"O2"``.
+        dtype: ``"float16"`` or ``"bfloat16"``.
+        master_weight: at O2, whether optimizers update float32 master weights (None: yes).
+        save_dtype: ``"float16"``, ``"bfloat16"``, ``"float32"``, ``"float64"`` or None: the
+            dtype ``state_dict()`` returns floating entries in.
+        master_grad: at O2, whether the float32 gradient of each low-precision parameter is
+            kept in ``param.main_grad`` after backward, and optimizers step with it. (With
+            ``master_weight=False`` a torch optimizer gets it rounded to the parameter's dtype.)
+        excluded_layers: module instances (with their submodules) or module types that keep
+            float32, or a list of them.
+
+    O2 casts the floating parameters and buffers of every module to ``dtype`` except
+    ``excluded_layers``, BatchNorm layers and, for float16, LayerNorm/InstanceNorm. Returns
+    ``models``, or ``(models, optimizers)`` when optimizers are given, in the shapes they were
+    given. Every argument is checked before anything changes.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat import amp
+        >>> model = torch.nn.Linear(4, 4)
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> model, opt = amp.decorate(model, opt, level="O2", dtype="bfloat16")
+        >>> model.weight.dtype
+        torch.bfloat16
     """
-    if level not in ("O1", "O2"):
+    if not isinstance(level, str) or level not in ("O1", "O2"):
         raise ValueError("level should be O1 or O2, O1 represent AMP train mode, "
                          "O2 represent Pure fp16 train mode.")
-    if dtype not in _DTYPES:
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
         raise ValueError("dtype only support float16 or bfloat16.")
+    if master_weight is not None:
+        check_flag("master_weight", master_weight)
+    check_flag("master_grad", master_grad)
+    if save_dtype is not None and (not isinstance(save_dtype, str) or save_dtype not in _SAVE_DTYPES):
+        raise ValueError("save_dtype can only be float16 float32 or float64, but your input "
+                         f"save_dtype is {save_dtype}.")
     if level == "O1":
         return models if optimizers is None else (models, optimizers)
 
     model_list = _as_list(models, lambda m: isinstance(m, nn.Module), "models", "torch.nn.Module",
                           "models must be either a single model or a list of models.")
+    for model in model_list:
+        if isinstance(model, _WRAPPERS):
+            raise TypeError(_WRAPPED_MESSAGE)
     optimizer_list = [] if optimizers is None else _as_list(
         optimizers, _is_optimizer, "optimizers", "torch.optim.Optimizer",
         "optimizers must be either a single optimizer or a list of optimizers.")
-    if save_dtype is not None and save_dtype not in _SAVE_DTYPES:
-        raise ValueError("save_dtype can only be float16 float32 or float64, but your input "
-                         f"save_dtype is {save_dtype}.")
     kept = _excluded_modules(model_list, excluded_layers)
 
     low = _DTYPES[dtype]
@@ -73,11 +116,14 @@ def decorate(
             optimizer._multi_precision = master_weight is not False
         elif master_weight is not False:
             _add_master_weights(optimizer)
+        elif master_grad:
+            _add_main_grad_steps(optimizer)
     if master_grad:
         for model in model_list:
             for param in model.parameters():
-                if param.dtype in _LOW and param.requires_grad:
+                if param.dtype in _LOW and param.requires_grad and not getattr(param, _MASTER_GRAD_HOOKED, False):
                     param.register_post_accumulate_grad_hook(accumulate_into_main_grad)
+                    setattr(param, _MASTER_GRAD_HOOKED, True)  # a second decorate adds no second hook
     if save_dtype is not None:
         for model in model_list:
             for module in model.modules():
@@ -219,7 +265,7 @@ class MasterWeightMixin:
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         # The mixed class is made at run time; pickle by the optimizer's own class instead.
-        return _restore_master_weights, (type(self).__mro__[2],), self.__getstate__()
+        return _restore_mixed, (MasterWeightMixin, _original_class(self)), self.__getstate__()
 
     def _create_masters(self) -> None:
         if self._master_pairs is not None:
@@ -240,26 +286,80 @@ class MasterWeightMixin:
             master.grad = None if grad is None else grad.float()
 
 
-_mixed_classes: dict[type, type] = {}
+class MainGradMixin:
+    """Makes a torch optimizer without master weights step with ``master_grad``'s grads.
+
+    Paddle's optimizer kernels step low-precision parameters with float32 gradients directly;
+    torch optimizers need a gradient of the parameter's dtype. So before each step every
+    low-precision parameter with a ``main_grad`` (accumulated in float32) gets it as ``.grad``,
+    rounded to its dtype; ``zero_grad`` clears ``main_grad`` too.
+    """
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        if closure is not None:
+            user_closure = closure
+
+            def closure() -> Any:
+                with torch.enable_grad():
+                    loss = user_closure()
+                self._load_main_grads()
+                return loss
+
+        self._load_main_grads()
+        return super().step(closure)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        for group in self.param_groups:
+            for param in group["params"]:
+                if getattr(param, "main_grad", None) is not None:
+                    param.main_grad = None
+
+    def _load_main_grads(self) -> None:
+        for group in self.param_groups:
+            for param in group["params"]:
+                main = getattr(param, "main_grad", None)
+                if main is not None and param.dtype in _LOW:
+                    param.grad = main.to(param.dtype)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _restore_mixed, (MainGradMixin, _original_class(self)), self.__getstate__()
 
 
-def _with_master_weights(cls: type) -> type:
-    """``cls`` with ``MasterWeightMixin`` in front (one class per optimizer class)."""
-    if cls not in _mixed_classes:
-        _mixed_classes[cls] = type(cls.__name__, (MasterWeightMixin, cls), {"__module__": cls.__module__})
-    return _mixed_classes[cls]
+_MIXINS = (MasterWeightMixin, MainGradMixin)
+_mixed_classes: dict[tuple[type, type], type] = {}
 
 
-def _restore_master_weights(cls: type) -> torch.optim.Optimizer:
+def _mixed(mixin: type, cls: type) -> type:
+    """``cls`` with ``mixin`` in front (one class per pair)."""
+    if (mixin, cls) not in _mixed_classes:
+        _mixed_classes[mixin, cls] = type(cls.__name__, (mixin, cls), {"__module__": cls.__module__})
+    return _mixed_classes[mixin, cls]
+
+
+def _original_class(optimizer: Any) -> type:
+    """The optimizer's own class, under any mixed class decorate gave it."""
+    return next(c for c in type(optimizer).__mro__ if c not in _mixed_classes.values() and c not in _MIXINS)
+
+
+def _restore_mixed(mixin: type, cls: type) -> torch.optim.Optimizer:
     """Unpickling: an empty instance of the mixed class; its state follows."""
-    mixed = _with_master_weights(cls)
+    mixed = _mixed(mixin, cls)
     return mixed.__new__(mixed)
 
 
 def _add_master_weights(optimizer: torch.optim.Optimizer) -> None:
-    if isinstance(optimizer, MasterWeightMixin):
+    _mix_into(optimizer, MasterWeightMixin)
+
+
+def _add_main_grad_steps(optimizer: torch.optim.Optimizer) -> None:
+    _mix_into(optimizer, MainGradMixin)
+
+
+def _mix_into(optimizer: torch.optim.Optimizer, mixin: type) -> None:
+    if isinstance(optimizer, _MIXINS):  # decorated before: the first decorate's choice stays
         return
-    optimizer.__class__ = _with_master_weights(type(optimizer))
+    optimizer.__class__ = _mixed(mixin, type(optimizer))
     if getattr(optimizer.__dict__.get("step"), "_wrapped_by_lr_sched", False):
         # An LR scheduler created earlier bound the old class's step; rebind it to ours.
         optimizer_ref = weakref.ref(optimizer)

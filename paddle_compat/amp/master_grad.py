@@ -11,13 +11,43 @@ from torch import Tensor
 
 
 def grad_of(param: Tensor) -> Tensor | None:
-    """The gradient a step uses: the float32 ``main_grad`` when there is one, else ``.grad``."""
+    """The gradient a step uses: the float32 ``main_grad`` when there is one, else ``.grad``.
+
+    Args:
+        param: a parameter.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp.master_grad import grad_of
+        >>> p = torch.nn.Parameter(torch.ones(2, dtype=torch.float16))
+        >>> p.main_grad = torch.ones(2)
+        >>> grad_of(p).dtype
+        torch.float32
+    """
     main = getattr(param, "main_grad", None)
     return main if main is not None else param.grad
 
 
 def accumulate_into_main_grad(param: Tensor) -> None:
-    """A post-accumulate-grad hook: move the low-precision grad into the float32 ``main_grad``."""
+    """A post-accumulate-grad hook: move the low-precision grad into the float32 ``main_grad``
+    (added to it when there is one), leaving ``param.grad`` None.
+
+    Args:
+        param: the parameter whose gradient was just accumulated.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp.master_grad import accumulate_into_main_grad
+        >>> p = torch.nn.Parameter(torch.ones(2, dtype=torch.float16))
+        >>> _ = p.register_post_accumulate_grad_hook(accumulate_into_main_grad)
+        >>> (p * 3).sum().backward()
+        >>> p.grad is None, p.main_grad.dtype
+        (True, torch.float32)
+    """
+    if param.grad is None:  # another hook took it already
+        return
     grad = param.grad.float()
     main = getattr(param, "main_grad", None)
     param.main_grad = grad if main is None else main.add_(grad)

@@ -1,46 +1,68 @@
 """Runs Paddle's cast rule on torch ops, at the dispatcher, only for the ops that need it.
 
-Mechanics: torch has one autocast dispatch slot per device type; the one for Graphcore IPUs
-(``AutocastIPU``) is unused by PyTorch itself. We register Python kernels there, once, for the
-ATen ops a Paddle list governs, and switch the slot on for the current thread while an
-``auto_cast`` is active. So:
+Mechanics: torch has one autocast dispatch key per device type. Two of them are unused by
+PyTorch itself on CPU and CUDA builds: Graphcore's ``AutocastIPU`` and Intel Gaudi's
+``AutocastHPU``. We put Python kernels there and switch the keys on per thread:
 
-* ops no list governs cost nothing (the slot falls through to the normal kernels);
-* composite torch functions (``F.multi_head_attention_forward``, ``F.normalize``...) are seen
-  op by op, as Paddle sees its own composites;
-* casts are ordinary autograd ops, so gradients come back in each input's own dtype;
-* a user's own ``torch.autocast`` keeps working untouched (its slots are not used).
+* ``AutocastIPU``, the *list key*: a kernel for each ATen op a list governs (plus the gray ops
+  torch would not reconcile by type promotion), a fallthrough for every other op. On in every
+  thread with an active ``auto_cast``. Ops no list governs cost nothing.
+* ``AutocastHPU``, the *every-op key*: dispatched before the list key; a kernel for every
+  functional ATen op, a fallthrough for the rest. Dispatched only in threads whose
+  ``auto_cast`` subjects every op to the rule (OD; O2 without promotion). Its kernel hands the
+  ops a list governs on to the list key, and applies the rule to the others itself.
 
-At OD, and O2 with ``use_promote=False``, every op is subject to the rule, so a Python
-fallback kernel takes the whole slot while such a context is active anywhere in the process.
+Kernels are registered on first use (nothing at import) and never removed, so one thread's
+``auto_cast`` never changes what another thread's ops dispatch to. Per-op kernels rather than
+a catch-all fallback on the every-op key, because PyTorch cannot call a Python fallback while a
+``TorchDispatchMode`` is active (operator-stats collection, torch.compile's tracing).
+
+Composite torch functions (``F.multi_head_attention_forward``, ``F.normalize``...) are seen op
+by op, as Paddle sees its own composites; casts are ordinary autograd ops, so gradients come
+back in each input's own dtype; a user's own ``torch.autocast`` uses other keys.
+
+torch.compile: while torch traces a compiled function, our kernels run like any other, so the
+casts become part of the graph. Each configuration is also written to torch's per-thread
+autocast state of the two keys (on/off and a dtype each), which torch.compile's guards compare,
+so a graph is reused only under the configuration it was traced with (see ``_compile``).
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from ._args import user_stacklevel
+from ._compile import cache_off, cache_on, keep_out_of_dynamo
 from .cast_rule import CASTABLE, dest_dtype
-from .op_table import CONV_ATEN, DEPTHWISE_CONV2D, PROMOTED_GRAY_ATEN, X_ONLY_ATEN
+from .op_table import CONV_ATEN, DEPTHWISE_CONV2D, X_ONLY_ATEN
 
-_KEY_NAME = "AutocastIPU"
-_KEY = getattr(torch._C.DispatchKey, _KEY_NAME)
+_LIST_KEY_NAME, _EVERY_KEY_NAME = "AutocastIPU", "AutocastHPU"
+_LIST_KEY = getattr(torch._C.DispatchKey, _LIST_KEY_NAME)
+_EVERY_KEY = getattr(torch._C.DispatchKey, _EVERY_KEY_NAME)
+_LIST_DEVICE, _EVERY_DEVICE = "ipu", "hpu"  # torch's autocast-state names of the two keys
 
 
 @dataclass(frozen=True)
 class CastConfig:
-    """What the active ``auto_cast`` decides with (ATen base names for the lists)."""
+    """What the active ``auto_cast`` decides with (ATen base names for the lists).
+
+    Build it with ``prepare``, which registers the kernels it needs."""
 
     level: str
     amp_dtype: torch.dtype
     use_promote: bool
     white: frozenset[str]
     black: frozenset[str]
+    # Written to torch's autocast state of the every-op key so that torch.compile's guards
+    # tell configurations apart (see ``prepare``).
+    guard_dtype: torch.dtype = field(default=torch.float32, compare=False)
 
     @property
     def every_op(self) -> bool:
@@ -54,56 +76,204 @@ class _ThreadState(threading.local):
 
 _tls = _ThreadState()
 _lock = threading.Lock()
-_kernels_lib = torch.library.Library("aten", "IMPL")
-_registered: set[str] = set()
-_fallback_lib: torch.library.Library | None = None  # owns the slot's fallback kernel
-_every_op_users = 0
-# Observers of each decision (operator-stats collection); called as f(op_name, dtype).
+_libraries: list[torch.library.Library] = []  # kept alive: dropping one would deregister
+_registered: set[str] = set()  # ATen base names with a list-key kernel
+_every_op_ready = False
+_guard_dtypes: dict[CastConfig, torch.dtype] = {}
+# Observers of each decision (operator-stats collection, benchmarks); called as f(op_name, dtype).
 observers: list[Callable[[str, torch.dtype], None]] = []
 
 
 def current() -> CastConfig | None:
+    """The config active in this thread (None: no auto-cast).
+
+    Example::
+
+        >>> from paddle_compat import amp
+        >>> from paddle_compat.amp import op_interceptor
+        >>> with amp.auto_cast(level="O2"):
+        ...     op_interceptor.current().level
+        'O2'
+    """
     return _tls.config
+
+
+def prepare(level: str, amp_dtype: torch.dtype, use_promote: bool,
+            white: frozenset[str], black: frozenset[str]) -> CastConfig:
+    """The config for these arguments, with every kernel it needs registered.
+
+    Args:
+        level: ``"OD"``, ``"O1"`` or ``"O2"``.
+        amp_dtype: ``torch.float16`` or ``torch.bfloat16``.
+        use_promote: whether a float32 input promotes a gray op at O2.
+        white: ATen base names computed in ``amp_dtype``.
+        black: ATen base names computed in float32.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp import op_interceptor
+        >>> config = op_interceptor.prepare("O1", torch.bfloat16, True, frozenset({"matmul", "mm"}), frozenset())
+        >>> token = op_interceptor.activate(config)
+        >>> (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+        torch.bfloat16
+        >>> op_interceptor.restore(token)
+    """
+    config = CastConfig(level, amp_dtype, use_promote, white, black)
+    ensure_registered(white | black)
+    if config.every_op:
+        _ensure_every_op_kernels()
+    with _lock:
+        guard = _guard_dtypes.get(config)
+        if guard is None:
+            guard = _guard_dtypes[config] = _GUARD_DTYPES[len(_guard_dtypes) % len(_GUARD_DTYPES)]
+            if len(_guard_dtypes) == len(_GUARD_DTYPES) + 1:
+                warnings.warn(
+                    f"paddle_compat.amp: more than {len(_GUARD_DTYPES)} distinct auto_cast "
+                    "configurations in this process; torch.compile can no longer tell every two of "
+                    "them apart and may reuse a graph traced under one for another.",
+                    stacklevel=user_stacklevel())
+    return replace(config, guard_dtype=guard)
 
 
 def activate(config: CastConfig | None) -> Any:
     """Make ``config`` (None: no auto-cast) current for this thread; returns a restore token.
 
-    The config's listed ops must have been registered (``ensure_registered``) beforehand."""
-    token = (current(), torch._C._dispatch_tls_is_dispatch_key_included(_KEY),
-             torch._C._dispatch_tls_is_dispatch_key_excluded(_KEY))
-    if config is not None and config.every_op:
-        _acquire_fallback()
+    Args:
+        config: a config from ``prepare``, or None.
+
+    Pair every call with ``restore`` (see ``prepare``'s example); ``auto_cast`` does that.
+    """
+    on = config is not None
+    token = (_tls.config, _is_included(_LIST_KEY), _is_excluded(_LIST_KEY),
+             _is_included(_EVERY_KEY), _is_excluded(_EVERY_KEY), on)
     _tls.config = config
-    torch._C._dispatch_tls_set_dispatch_key_included(_KEY, config is not None)
-    torch._C._dispatch_tls_set_dispatch_key_excluded(_KEY, config is None)
-    return token, config
+    _set_included(_LIST_KEY, on)
+    _set_excluded(_LIST_KEY, not on)
+    _set_included(_EVERY_KEY, on and config.every_op)
+    # The every-op key is switched on (not excluded) whenever a config is active, so that
+    # torch.compile's guards see its dtype; it dispatches only where it is also included.
+    _set_excluded(_EVERY_KEY, not on)
+    if on:
+        _publish(config)
+        cache_off()
+    return token
 
 
 def restore(token: Any) -> None:
-    (previous, included, excluded), config = token
+    """Undo the ``activate`` call that returned ``token`` (calls nest: undo the last first).
+
+    Args:
+        token: what ``activate`` returned.
+    """
+    previous, list_in, list_ex, every_in, every_ex, was_on = token
     _tls.config = previous
-    torch._C._dispatch_tls_set_dispatch_key_included(_KEY, included)
-    torch._C._dispatch_tls_set_dispatch_key_excluded(_KEY, excluded)
-    if config is not None and config.every_op:
-        _release_fallback()
+    _set_included(_LIST_KEY, list_in)
+    _set_excluded(_LIST_KEY, list_ex)
+    _set_included(_EVERY_KEY, every_in)
+    _set_excluded(_EVERY_KEY, every_ex)
+    if previous is not None:
+        _publish(previous)
+    if was_on:
+        cache_on()
+
+
+def _publish(config: CastConfig) -> None:
+    _set_autocast_dtype(_LIST_DEVICE, config.amp_dtype)
+    _set_autocast_dtype(_EVERY_DEVICE, config.guard_dtype)
 
 
 def ensure_registered(base_names: Iterable[str]) -> None:
-    """Register the rule kernel for every functional overload of these ATen ops (once)."""
+    """Register the rule kernel on the list key for these ATen ops' functional overloads (once).
+
+    Args:
+        base_names: ATen base names (``"mm"``, ``"softmax"``...); names of no ATen op are
+            remembered and skipped.
+
+    Registering a kernel for an op while another thread runs that op is not something
+    PyTorch's dispatcher promises to be safe, so ``auto_cast`` registers every op a default
+    list can govern at its first use; only custom lists naming other ops register later.
+    """
     missing = set(base_names) - _registered
     if not missing:
         return
     with _lock:
+        _ensure_fallthroughs()
         for base in sorted(missing - _registered):
             packet = getattr(torch.ops.aten, base, None)
-            for overload in packet.overloads() if packet is not None else ():
+            for overload in packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else ():
                 op = getattr(packet, overload)
-                if op._schema.is_mutable:  # in-place and out= variants: Paddle never casts them
-                    continue
-                name = base if overload == "default" else f"{base}.{overload}"
-                _kernels_lib.impl(name, _kernel_for(op, base), _KEY_NAME)
+                if _castable(op):
+                    _libraries[0].impl(_overload_name(op), _kernel_for(op, base), _LIST_KEY_NAME)
             _registered.add(base)
+
+
+def _ensure_fallthroughs() -> None:
+    """Create our libraries and give both keys a fallthrough for unlisted ops (caller holds the lock).
+
+    PyTorch registers no fallback for these keys, and a key needs one to be switched on."""
+    if _libraries:
+        return
+    # The every-op key's kernel hands listed ops on to the list key below it, so it must be
+    # dispatched first (a higher DispatchKey value is dispatched earlier).
+    if int(_EVERY_KEY) <= int(_LIST_KEY):
+        raise RuntimeError(f"paddle_compat.amp: this torch dispatches {_EVERY_KEY_NAME} after "
+                           f"{_LIST_KEY_NAME}; auto_cast needs the opposite order.")
+    for key in (_LIST_KEY, _EVERY_KEY):
+        if torch._C._dispatch_has_backend_fallback(key):
+            raise RuntimeError(f"paddle_compat.amp: auto_cast needs the dispatch key {key.name}, which another "
+                               "library (a Graphcore or Gaudi backend?) has taken.")
+    kernels, fallbacks = torch.library.Library("aten", "IMPL"), torch.library.Library("_", "IMPL")
+    for key_name in (_LIST_KEY_NAME, _EVERY_KEY_NAME):
+        fallbacks.fallback(torch.library.fallthrough_kernel, key_name)
+    _libraries.extend((kernels, fallbacks))
+    keep_out_of_dynamo(_run, _every_op, _float_dtypes, _cast, _is_depthwise, dest_dtype, _conv_kernel)
+
+
+def _ensure_every_op_kernels() -> None:
+    """Register the every-op kernel for every functional ATen op (once, at the first OD or
+    O2-without-promotion config, before any thread can switch the every-op key on)."""
+    global _every_op_ready
+    if _every_op_ready:
+        return
+    with _lock:
+        if _every_op_ready:
+            return
+        _ensure_fallthroughs()
+        library = _libraries[0]
+        for qualified in torch._C._dispatch_get_all_op_names():
+            namespace, _, name = qualified.partition("::")
+            if namespace != "aten":
+                continue
+            base, _, overload = name.partition(".")
+            op = getattr(getattr(torch.ops.aten, base, None), overload or "default", None)
+            if isinstance(op, torch._ops.OpOverload) and _castable(op) and _takes_tensors(op):
+                kernel = functools.partial(_every_op, op._op, base, base in X_ONLY_ATEN)
+                library.impl(name, kernel, _EVERY_KEY_NAME)
+        _every_op_ready = True
+
+
+# Casts themselves are exempt, as in Paddle; copies keep the source dtype by definition.
+_NEVER_CAST = frozenset({"_to_copy", "to", "copy", "_copy_from", "_copy_from_and_resize", "detach",
+                         "lift_fresh", "_local_scalar_dense", "item", "alias"})
+
+
+def _castable(op: torch._ops.OpOverload) -> bool:
+    """Whether the rule may cast this overload's inputs. In-place and out= overloads never:
+    Paddle exempts in-place APIs. Views never: a cast copy would break the aliasing torch code
+    relies on (Paddle casts its views; see the docs)."""
+    schema = op._schema
+    return not (schema.is_mutable or schema.name.split("::")[-1] in _NEVER_CAST
+                or any(r.alias_info is not None for r in schema.returns))
+
+
+def _takes_tensors(op: torch._ops.OpOverload) -> bool:
+    return any("Tensor" in str(a.type) for a in op._schema.arguments)
+
+
+def _overload_name(op: torch._ops.OpOverload) -> str:
+    base = op._schema.name.split("::")[-1]
+    return base if not op._schema.overload_name else f"{base}.{op._schema.overload_name}"
 
 
 def _kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]:
@@ -114,31 +284,29 @@ def _kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]:
 
 
 def _conv_kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]:
+    return functools.partial(_conv_kernel, op._op, base, CONV_ATEN[base])
+
+
+def _conv_kernel(call: Callable[..., Any], base: str, spatial: int, *args: Any, **kwargs: Any) -> Any:
     """Paddle's convolutions: the bias is added by a separate gray ``add`` after the conv (so
     at O1 an fp32 bias makes the layer's output fp32), and a 2-D convolution with
     groups == input channels != 1 (and filters divisible by them) is ``depthwise_conv2d``,
-    a gray op. Paddle's conv1d runs as a 2-D convolution."""
-    spatial = CONV_ATEN[base]
-    call = op._op
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        args = list(args)
-        bias = args[2] if len(args) > 2 else kwargs.get("bias")
-        if len(args) > 2:
-            args[2] = None
-        elif "bias" in kwargs:
-            kwargs = {**kwargs, "bias": None}
-        name = base
-        if spatial <= 2 and not base.startswith("conv_transpose") and _is_depthwise(args, kwargs):
-            name = DEPTHWISE_CONV2D
-        out = _run(call, name, False, *args, **kwargs)
-        if bias is None:
-            return out
-        shape = [1] * out.dim()
-        shape[out.dim() - spatial - 1] = -1  # the channel dim, batched or not
-        return _run(_ADD, "add", False, out, bias.reshape(shape))
-
-    return kernel
+    a gray op. Paddle's conv1d runs as a 2-D convolution. ``spatial``: the number of spatial dims."""
+    args = list(args)
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    if len(args) > 2:
+        args[2] = None
+    elif "bias" in kwargs:
+        kwargs = {**kwargs, "bias": None}
+    name = base
+    if spatial <= 2 and not base.startswith("conv_transpose") and _is_depthwise(args, kwargs):
+        name = DEPTHWISE_CONV2D
+    out = _run(call, name, False, *args, **kwargs)
+    if bias is None:
+        return out
+    shape = [1] * out.dim()
+    shape[out.dim() - spatial - 1] = -1  # the channel dim, batched or not
+    return _run(_ADD, "add", False, out, bias.reshape(shape))
 
 
 _ADD = torch.ops.aten.add.Tensor._op
@@ -154,13 +322,14 @@ def _is_depthwise(args: list, kwargs: dict) -> bool:
 
 
 def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs: Any) -> Any:
-    """Apply the rule to one op's arguments, then run the op (``call``) below our slot."""
+    """Apply the rule to one op's arguments, then run the op (``call``) below the list key."""
     config = _tls.config
-    # Our slot is excluded while we cast and while the op runs: the ops the op is made of are
-    # not governed again, and the casts skip the slot (at OD they would enter the fallback).
-    # The slot is never excluded when we get here (else we would not be called), so setting
-    # the flag and clearing it after is what a guard object would do, at less cost.
-    _set_excluded(_KEY, True)
+    # The list key is excluded while we cast and while the op runs: the ops the op is made of
+    # are not governed again, and the casts skip the key. (At OD the every-op key's kernel,
+    # which called us, has excluded that key already.) The key is never excluded when we get
+    # here (else we would not be called), so setting the flag and clearing it after is what a
+    # guard object would do, at less cost.
+    _set_excluded(_LIST_KEY, True)
     try:
         # Backward ops run with the forward's thread state; Paddle never auto-casts them.
         if config is not None and _graph_task_id() == -1:
@@ -181,11 +350,30 @@ def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs
                             kwargs = {k: _cast(v, dst) for k, v in kwargs.items()}
         return call(*args, **kwargs)
     finally:
-        _set_excluded(_KEY, False)
+        _set_excluded(_LIST_KEY, False)
+
+
+def _every_op(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs: Any) -> Any:
+    """The every-op key's kernel: listed ops go on to the list key's kernel, others get the rule."""
+    config = _tls.config
+    _set_excluded(_EVERY_KEY, True)
+    try:
+        if base in _registered or config is None or not config.every_op:
+            return call(*args, **kwargs)
+        return _run(call, base, x_only, *args, **kwargs)
+    finally:
+        _set_excluded(_EVERY_KEY, False)
 
 
 _graph_task_id = torch._C._current_graph_task_id
 _set_excluded = torch._C._dispatch_tls_set_dispatch_key_excluded
+_set_included = torch._C._dispatch_tls_set_dispatch_key_included
+_is_excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
+_is_included = torch._C._dispatch_tls_is_dispatch_key_included
+_set_autocast_dtype = torch.set_autocast_dtype
+# Every torch dtype, in a fixed order: the codes ``prepare`` hands out to configurations.
+_GUARD_DTYPES: tuple[torch.dtype, ...] = tuple(dict.fromkeys(
+    value for name in sorted(dir(torch)) if isinstance(value := getattr(torch, name), torch.dtype)))
 _Tensor = torch.Tensor
 # Tensor.float() and friends are torch's own ``to(dtype)``; they are called directly because
 # torch's argument parser matches them faster than ``to``, which has several overloads.
@@ -211,67 +399,3 @@ def _cast(value: Any, dst: torch.dtype) -> Any:
     if isinstance(value, (list, tuple)) and any(isinstance(v, _Tensor) for v in value):
         return type(value)(_cast(v, dst) for v in value)
     return value
-
-
-# --- the every-op fallback (OD; O2 without promotion) -------------------------------------
-
-_fallback_verdicts: dict[torch._ops.OpOverload, tuple[bool, str]] = {}
-# Casts themselves are exempt, as in Paddle; copies keep the source dtype by definition.
-_NEVER_CAST = frozenset({"_to_copy", "to", "copy", "_copy_from", "_copy_from_and_resize", "detach",
-                         "lift_fresh", "_local_scalar_dense", "item", "alias"})
-
-
-def _fallback_verdict(op: torch._ops.OpOverload) -> tuple[bool, str]:
-    """Whether the every-op rule governs ``op``, and its base name (both cached per op)."""
-    verdict = _fallback_verdicts.get(op)
-    if verdict is None:
-        schema = op._schema
-        base = schema.name.split("::")[-1]
-        # In-place ops and views stay uncast: a cast copy would break the aliasing torch code
-        # relies on (Paddle casts its views too; see the docs).
-        governed = not (schema.is_mutable or base in _NEVER_CAST
-                        or any(r.alias_info is not None for r in schema.returns))
-        verdict = _fallback_verdicts[op] = (governed, base)
-    return verdict
-
-
-def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
-    config = _tls.config
-    if config is not None and config.every_op:
-        governed, base = _fallback_verdict(op)
-        if governed:
-            return _run(op._op, base, base in X_ONLY_ATEN, *args, **kwargs)
-    _set_excluded(_KEY, True)
-    try:
-        return op._op(*args, **kwargs)
-    finally:
-        _set_excluded(_KEY, False)
-
-
-def _set_fallback(kernel: Callable[..., Any]) -> None:
-    """Own the slot's fallback: PyTorch registers none for it, and a key needs one to be on."""
-    global _fallback_lib
-    if _fallback_lib is not None:
-        _fallback_lib._destroy()
-    _fallback_lib = torch.library.Library("_", "IMPL")
-    _fallback_lib.fallback(kernel, _KEY_NAME)
-
-
-def _acquire_fallback() -> None:
-    global _every_op_users
-    with _lock:
-        _every_op_users += 1
-        if _every_op_users == 1:
-            _set_fallback(_fallback)
-
-
-def _release_fallback() -> None:
-    global _every_op_users
-    with _lock:
-        _every_op_users -= 1
-        if _every_op_users == 0:
-            _set_fallback(torch.library.fallthrough_kernel)
-
-
-_set_fallback(torch.library.fallthrough_kernel)
-ensure_registered(PROMOTED_GRAY_ATEN)  # governed at every level

@@ -8,10 +8,13 @@ as Paddle exempts in-place APIs). Custom lists may also use ATen base names dire
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Iterable
 
 import torch
+
+from ._args import user_stacklevel
 
 DEPTHWISE_CONV2D = "depthwise_conv2d"
 
@@ -99,6 +102,7 @@ PADDLE_TO_ATEN: dict[str, tuple[str, ...]] = {
     ),
     "pool3d": ("max_pool3d", "avg_pool3d", "adaptive_avg_pool3d", "adaptive_max_pool3d"),
     "batch_norm": ("batch_norm",),
+    "sync_batch_norm": ("batch_norm",),  # Paddle's SyncBatchNorm is batch_norm for AMP purposes
     "instance_norm": ("instance_norm",),
     "bilinear": ("bilinear",),
     "rnn": ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell"),
@@ -117,21 +121,38 @@ PADDLE_TO_ATEN: dict[str, tuple[str, ...]] = {
     "abs": ("abs",),
 }
 
-# Paddle names with no torch counterpart (custom lists warn about them; they govern nothing).
+# Paddle op names with no torch counterpart. Default lists and ported code name them (fused
+# kernels, distributed ops...); in a custom list they are accepted and govern nothing, without a
+# warning (one debug log line each), so that a verbatim port stays quiet.
+_FUSED = "a Paddle fused kernel; torch code runs its parts as separate ops"
+_DISTRIBUTED = "a Paddle distributed op; a single-process run never has it"
+_ATTENTION = "a Paddle attention kernel; torch code uses scaled_dot_product_attention ('flash_attn')"
 NO_TORCH_COUNTERPART: dict[str, str] = {
     "mul": "Paddle's legacy flattening matmul op; torch has no such op",
-    "fused_rotary_position_embedding": "Paddle fused kernel; torch has no such op",
-    "fake_quantize_dequantize_abs_max": "Paddle quantization op; torch has no such op",
-    "fake_quantize_dequantize_moving_average_abs_max": "Paddle quantization op; torch has no such op",
-    "fused_attention": "Paddle fused kernel; torch has no such op",
-    "fused_feedforward": "Paddle fused kernel; torch has no such op",
+    "fake_quantize_dequantize_abs_max": "a Paddle quantization op",
+    "fake_quantize_dequantize_moving_average_abs_max": "a Paddle quantization op",
     "tanh_shrink": "torch's tanhshrink is composed of sub and tanh, governed one by one",
     "softmin": "torch's softmin runs softmax on the negated input, governed by 'softmax'",
-    "c_softmax_with_cross_entropy": "Paddle distributed op; torch has no such op",
-    "c_softmax_with_multi_label_cross_entropy": "Paddle distributed op; torch has no such op",
     "log_loss": "torch has no log_loss op (binary_cross_entropy is Paddle's bce_loss)",
     "hsigmoid_loss": "torch has no hierarchical sigmoid loss",
-    "margin_cross_entropy": "Paddle distributed op; torch has no such op",
+    "swiglu": "torch has no swiglu op; its parts (silu, mul) are governed one by one",
+    **dict.fromkeys((
+        "fused_rotary_position_embedding", "fused_attention", "fused_feedforward",
+        "fused_multi_transformer", "fused_bias_dropout_residual_layer_norm", "fused_rms_norm",
+        "fused_layer_norm", "fused_bias_act", "fused_dropout_add", "fused_linear",
+        "fused_linear_param_grad_add", "fused_matmul_bias", "fused_softmax_mask",
+        "fused_softmax_mask_upper_triangle", "fused_bn_add_activation",
+        "fused_embedding_eltwise_layernorm", "fused_fc_elementwise_layernorm", "resnet_unit",
+    ), _FUSED),
+    **dict.fromkeys((
+        "flash_attn_v1", "flash_attn_npu", "flash_attn_unpadded", "flash_attn_qkvpacked",
+        "flash_attn_varlen_qkvpacked", "memory_efficient_attention",
+        "variable_length_memory_efficient_attention",
+    ), _ATTENTION),
+    **dict.fromkeys((
+        "c_softmax_with_cross_entropy", "c_softmax_with_multi_label_cross_entropy",
+        "margin_cross_entropy", "c_embedding", "c_identity", "c_concat",
+    ), _DISTRIBUTED),
 }
 
 # Gray ops governed at every level (see their entries above).
@@ -154,7 +175,17 @@ X_ONLY_ATEN: frozenset[str] = frozenset({"layer_norm", "batch_norm"})
 
 
 def aten_names(name: str) -> tuple[str, ...]:
-    """ATen base names governed by a Paddle op name or an ATen base name (empty: none)."""
+    """ATen base names governed by a Paddle op name or an ATen base name (empty: none).
+
+    Args:
+        name: a Paddle op name (``"matmul_v2"``) or an ATen base name (``"bmm"``).
+
+    Example::
+
+        >>> from paddle_compat.amp.op_table import aten_names
+        >>> aten_names("matmul_v2"), aten_names("bmm"), aten_names("fused_attention")
+        (('matmul', 'mm'), ('bmm',), ())
+    """
     if name in PADDLE_TO_ATEN:
         return PADDLE_TO_ATEN[name]
     if name in NO_TORCH_COUNTERPART:
@@ -163,18 +194,39 @@ def aten_names(name: str) -> tuple[str, ...]:
 
 
 def resolve(names: Iterable[str]) -> set[str]:
-    """ATen base names governed by ``names``; warns for each name that governs nothing."""
+    """ATen base names governed by ``names``.
+
+    Args:
+        names: Paddle op names or ATen base names, as given in a custom list.
+
+    A Paddle-only op name (``NO_TORCH_COUNTERPART``) governs nothing, quietly (a debug log
+    line, once per name); any other name that governs nothing warns, pointing at the caller.
+
+    Example::
+
+        >>> from paddle_compat.amp.op_table import resolve
+        >>> sorted(resolve(["elementwise_add", "sync_batch_norm", "fused_rms_norm"]))
+        ['add', 'batch_norm']
+    """
     resolved: set[str] = set()
     for name in names:
         governed = aten_names(name)
-        if not governed:
-            reason = NO_TORCH_COUNTERPART.get(name, "neither a known Paddle op name nor a torch op")
+        if name in NO_TORCH_COUNTERPART:
+            if name not in _logged:
+                _logged.add(name)
+                _log.debug("op '%s' in a custom list governs no torch op (%s)", name, NO_TORCH_COUNTERPART[name])
+        elif not governed:
             warnings.warn(
-                f"paddle_compat.amp: op '{name}' maps to no torch operation ({reason}); it has no effect.",
-                stacklevel=4,
+                f"paddle_compat.amp: op '{name}' in a custom list is neither a known Paddle op name "
+                "nor a torch op; it has no effect.",
+                stacklevel=user_stacklevel(),
             )
         resolved.update(governed)
     return resolved
+
+
+_log = logging.getLogger("paddle_compat.amp")
+_logged: set[str] = set()
 
 
 def _is_aten_op(name: str) -> bool:

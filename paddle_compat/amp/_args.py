@@ -1,0 +1,25 @@
+"""Helpers for the public entry points: argument checks, and where a warning should point."""
+
+from __future__ import annotations
+
+import numbers
+import os
+import sys
+from typing import Any
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def check_flag(name: str, value: Any) -> None:
+    """A bool-like argument: bool, int or numpy bool (a str or None would be a silent bug)."""
+    if not (isinstance(value, numbers.Integral) or type(value).__name__ in ("bool", "bool_")):
+        raise TypeError(f"{name} should be a bool, but got {type(value).__name__}.")
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by the caller of this function point at
+    the first frame outside the paddle_compat package (the user's line)."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -1,0 +1,97 @@
+"""What auto_cast does so that torch.compile gives the dtypes eager gives.
+
+The casts our dispatcher kernels make while torch.compile traces a function become part of
+its graph. Three things keep that right; all of them are set up on first use, none at import
+(importing Dynamo takes seconds):
+
+* Dynamo must not trace our own Python: ``eager_only`` (entry points) and
+  ``keep_out_of_dynamo`` (kernels) make it run them as plain Python.
+* A graph must be reused only under the configuration it was traced with: ``op_interceptor``
+  writes each configuration to torch's per-thread autocast state, which Dynamo's guards check.
+* AOTAutograd's on-disk cache keys a graph by the graph Dynamo captured, before our casts, and
+  by the autocast dtypes only, which cannot tell every two configurations apart across
+  processes (nor one paddle_compat version from another); so while any ``auto_cast`` is active
+  it is switched off (``cache_off``/``cache_on``). Inductor's own cache, keyed by the graph
+  after our casts, stays on.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+_eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)  # None: a torch without Dynamo
+
+
+def eager_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Make Dynamo run ``fn`` as plain Python instead of tracing it.
+
+    Like ``torch.compiler.disable``: the wrapper is marked so that Dynamo breaks the graph at
+    the call instead of inlining it, and it switches Dynamo's frame hook off while ``fn`` runs,
+    so nothing inside is compiled. Done by hand because that decorator imports Dynamo."""
+    if _eval_frame is None:
+        return fn
+    set_eval_frame = _eval_frame.set_eval_frame
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        prior = set_eval_frame(None)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            set_eval_frame(prior)
+
+    wrapper._torchdynamo_disable = True  # type: ignore[attr-defined]  # what Dynamo checks
+    return wrapper
+
+
+def keep_out_of_dynamo(*functions: Callable[..., Any]) -> None:
+    """Never compile these functions' frames.
+
+    Where torch.compile runs part of a function eagerly (after a graph break), ops there reach
+    our kernels with Dynamo's frame hook on, and Dynamo would try to compile each kernel's
+    frame. Marking their code objects "skip" (what ``torch._dynamo.skip`` does, through the
+    same C entry point) leaves them plain Python."""
+    if _eval_frame is None:
+        return
+    skip = _eval_frame._FrameExecStrategy(_eval_frame._FrameAction.SKIP, _eval_frame._FrameAction.DEFAULT)
+    for function in functions:
+        _eval_frame.set_code_exec_strategy(function.__code__, skip)
+
+
+_lock = threading.Lock()
+_active = 0  # auto_cast activations (with a config) in all threads
+_saved: tuple[Any, Any] | None = None  # the user's settings while ours are in place
+
+
+def cache_off() -> None:
+    """One more active auto_cast: AOTAutograd's cache is off while there is any."""
+    global _active, _saved
+    with _lock:
+        _active += 1
+        if _saved is None:
+            import torch._functorch.config as functorch_config  # light; torch.compile imports it anyway
+
+            _saved = (functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache)
+            functorch_config.enable_autograd_cache = False
+            functorch_config.enable_remote_autograd_cache = False
+
+
+def cache_on() -> None:
+    """One active auto_cast fewer: the user's cache settings come back after the last.
+
+    Only once torch.compile is in use (Dynamo imported): before that nothing can read them, and
+    leaving them off spares a training loop the cost of switching them at every step."""
+    global _active, _saved
+    with _lock:
+        _active -= 1
+        if _active == 0 and _saved is not None and "torch._dynamo" in sys.modules:
+            import torch._functorch.config as functorch_config
+
+            functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache = _saved
+            _saved = None
