@@ -5,13 +5,15 @@ import threading
 
 import torch
 
-from paddle_compat.amp import GradScaler
+from paddle_compat.amp import GradScaler, auto_cast
 
 THREADS, STEPS, LR = 4, 40, 0.5
 
 
 def _worker(scaler, index, barrier, results, errors):
     try:
+        with auto_cast():  # the AMP dtype the scaler checks is per thread: float16 here too
+            pass
         gen = torch.Generator().manual_seed(index)
         w = torch.nn.Parameter(torch.zeros(64))
         opt = torch.optim.SGD([w], lr=LR)
@@ -77,3 +79,23 @@ def test_threads_have_their_own_optimizer_state_machine():
     t.start()
     t.join(timeout=10)
     assert seen == [False]
+
+
+def test_a_bfloat16_auto_cast_in_one_thread_leaves_another_threads_scaler_on():
+    ready, done = threading.Event(), threading.Event()
+
+    def bfloat16_thread():
+        with auto_cast(dtype="bfloat16"):
+            ready.set()
+            done.wait(timeout=10)
+
+    t = threading.Thread(target=bfloat16_thread)
+    t.start()
+    ready.wait(timeout=10)
+    with auto_cast():  # float16 in this thread
+        pass
+    scaler = GradScaler()
+    scaled = scaler.scale(torch.tensor(1.0))
+    done.set()
+    t.join(timeout=10)
+    assert scaler.is_enable() and scaler.is_use_dynamic_loss_scaling() and scaled.item() == 2.0**16
