@@ -172,8 +172,9 @@ class AmpScaler:
         """``var * scale``: float32 with shape ``[1]`` for a 0-d loss, as in Paddle.
 
         Paddle's dtype policy: a dynamic scaler turns itself off for good, with a warning, when
-        the dtype recorded by the last ``auto_cast`` entered (``"float32"`` before any) is not
-        float16: no more scaling, no skipped steps, ``state_dict()`` is ``{}``.
+        the dtype recorded by the last ``auto_cast`` entered in this thread (``"float32"`` before
+        any; Paddle keeps one per process) is not float16: no more scaling, no skipped steps,
+        ``state_dict()`` is ``{}``.
 
         Args:
             var: the loss (any float dtype and shape).
