@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 import os
 import sys
+from types import FrameType
 from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -18,8 +19,16 @@ def check_flag(name: str, value: Any) -> None:
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning raised by the caller of this function point at
-    the first frame outside the paddle_compat package (the user's line)."""
+    the user's line: the first frame outside the paddle_compat package and outside the wrappers
+    of ``torch.compiler.disable`` that ``compile_boundary`` puts around our entry points."""
     frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+    while frame.f_back is not None and _passed_over(frame):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _passed_over(frame: FrameType) -> bool:
+    if os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        return True
+    module = frame.f_globals.get("__name__", "")
+    return module == "torch._compile" or module.startswith("torch._dynamo.")

@@ -23,13 +23,12 @@ rather than at import (building any ``torch.optim`` optimizer imports it anyway)
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["caller_stacklevel", "calls_user_code", "never_traced"]
+__all__ = ["calls_user_code", "never_traced"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,16 +48,3 @@ def never_traced(fn: F) -> F:
 def calls_user_code(fn: F) -> F:
     """Dynamo does not trace ``fn`` itself, but compiles what it calls as usual."""
     return _disable(fn, recursive=False)
-
-
-def caller_stacklevel() -> int:
-    """The ``stacklevel`` that makes a ``warnings.warn`` made in a decorated function point at
-    that function's caller, past the decorators' own frames (torch's)."""
-    level, frame = 2, sys._getframe(2)  # 0: here, 1: the decorated function, 2: a wrapper or the caller
-    while frame is not None and _is_wrapper(frame.f_globals.get("__name__", "")):
-        level, frame = level + 1, frame.f_back
-    return level
-
-
-def _is_wrapper(module: str) -> bool:
-    return module == "torch._compile" or module.startswith("torch._dynamo.")

@@ -84,6 +84,9 @@ def _device_name(device: torch.device) -> str:
     return "cpu" if device.type == "cpu" else f"gpu:{device.index or 0}"
 
 
+_BUCKETS: dict[torch.dtype | None, int] = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}  # else 3: other
+
+
 class _OperatorStats(TorchDispatchMode):
     """Counts every ATen op run (forward and backward) by its output dtype."""
 
@@ -94,7 +97,7 @@ class _OperatorStats(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         first = next((t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)), None)
-        bucket = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}.get(getattr(first, "dtype", None), 3)
+        bucket = _BUCKETS.get(getattr(first, "dtype", None), 3)
         self.counts[func._schema.name.split("::")[-1]][bucket] += 1
         return out
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ._args import check_flag
-from .master_grad import accumulate_into_main_grad, grad_of
+from .master_grad import accumulate_into_main_grad, grad_of, main_grad_of, set_main_grad
 
 _LOW = (torch.float16, torch.bfloat16)
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -115,9 +115,9 @@ def decorate(
         if hasattr(optimizer, "_multi_precision"):  # Paddle-style optimizer: its own masters
             optimizer._multi_precision = master_weight is not False
         elif master_weight is not False:
-            _add_master_weights(optimizer)
+            _mix_into(optimizer, MasterWeightMixin)
         elif master_grad:
-            _add_main_grad_steps(optimizer)
+            _mix_into(optimizer, MainGradMixin)
     if master_grad:
         for model in model_list:
             for param in model.parameters():
@@ -192,7 +192,15 @@ class _StateDictCast:
 
 # --- master weights for any torch.optim.Optimizer -----------------------------------------
 
-class MasterWeightMixin:
+# The mixins below are only ever mixed in front of a torch.optim.Optimizer subclass (``_mixed``);
+# the type checker is told so, so that it checks their calls on the optimizer.
+if TYPE_CHECKING:
+    _OptimizerBase = torch.optim.Optimizer
+else:
+    _OptimizerBase = object
+
+
+class MasterWeightMixin(_OptimizerBase):
     """Makes a torch optimizer update float32 master copies of its low-precision params.
 
     Masters are created from the params at the first ``step`` (or ``load_state_dict``), as in
@@ -201,9 +209,9 @@ class MasterWeightMixin:
     ``"master_weights"``.
     """
 
-    _master_pairs: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    _master_pairs: list[tuple[Tensor, Tensor]] | None = None  # (param, its float32 master)
 
-    def _paddle_compat_grads(self) -> list[torch.Tensor]:
+    def _paddle_compat_grads(self) -> list[Tensor]:
         """The grads this optimizer will use (for GradScaler): the low-precision params' own
         grads (or their float32 ``main_grad``), and the other params' grads."""
         grads = [grad_of(p) for p, _ in self._master_pairs or ()]
@@ -213,7 +221,7 @@ class MasterWeightMixin:
         return [g for g in grads if g is not None]
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        self._create_masters()
+        pairs = self._create_masters()
         if closure is not None:
             user_closure = closure
 
@@ -226,7 +234,7 @@ class MasterWeightMixin:
         self._sync_grads()
         loss = super().step(closure)
         with torch.no_grad():
-            for param, master in self._master_pairs:
+            for param, master in pairs:
                 param.copy_(master)
         return loss
 
@@ -237,8 +245,8 @@ class MasterWeightMixin:
                 param.grad = None
             else:
                 param.grad.zero_()
-            if getattr(param, "main_grad", None) is not None:
-                param.main_grad = None
+            if main_grad_of(param) is not None:
+                set_main_grad(param, None)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -250,11 +258,11 @@ class MasterWeightMixin:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state_dict = dict(state_dict)
         masters = state_dict.pop("master_weights", None)
-        self._create_masters()  # so that float state is loaded as float32, onto the masters
+        pairs = self._create_masters()  # so that float state is loaded as float32, onto the masters
         super().load_state_dict(state_dict)
         if masters:
             flat = [p for g in self.param_groups for p in g["params"]]
-            by_master = {id(m): p for p, m in self._master_pairs}
+            by_master = {id(m): p for p, m in pairs}
             with torch.no_grad():
                 for i, value in masters.items():
                     flat[i].copy_(value)
@@ -267,10 +275,11 @@ class MasterWeightMixin:
         # The mixed class is made at run time; pickle by the optimizer's own class instead.
         return _restore_mixed, (MasterWeightMixin, _original_class(self)), self.__getstate__()
 
-    def _create_masters(self) -> None:
+    def _create_masters(self) -> list[tuple[Tensor, Tensor]]:
+        """The (param, master) pairs, created at the first call."""
         if self._master_pairs is not None:
-            return
-        self._master_pairs = []
+            return self._master_pairs
+        pairs: list[tuple[Tensor, Tensor]] = []
         for group in self.param_groups:
             for i, param in enumerate(group["params"]):
                 if param.dtype in _LOW:
@@ -278,15 +287,17 @@ class MasterWeightMixin:
                     if param in self.state:
                         self.state[master] = self.state.pop(param)
                     group["params"][i] = master
-                    self._master_pairs.append((param, master))
+                    pairs.append((param, master))
+        self._master_pairs = pairs
+        return pairs
 
     def _sync_grads(self) -> None:
-        for param, master in self._master_pairs:
+        for param, master in self._master_pairs or ():
             grad = grad_of(param)
             master.grad = None if grad is None else grad.float()
 
 
-class MainGradMixin:
+class MainGradMixin(_OptimizerBase):
     """Makes a torch optimizer without master weights step with ``master_grad``'s grads.
 
     Paddle's optimizer kernels step low-precision parameters with float32 gradients directly;
@@ -312,13 +323,13 @@ class MainGradMixin:
         super().zero_grad(set_to_none)
         for group in self.param_groups:
             for param in group["params"]:
-                if getattr(param, "main_grad", None) is not None:
-                    param.main_grad = None
+                if main_grad_of(param) is not None:
+                    set_main_grad(param, None)
 
     def _load_main_grads(self) -> None:
         for group in self.param_groups:
             for param in group["params"]:
-                main = getattr(param, "main_grad", None)
+                main = main_grad_of(param)
                 if main is not None and param.dtype in _LOW:
                     param.grad = main.to(param.dtype)
 
@@ -327,33 +338,28 @@ class MainGradMixin:
 
 
 _MIXINS = (MasterWeightMixin, MainGradMixin)
-_mixed_classes: dict[tuple[type, type], type] = {}
+_OptimizerClass = type[torch.optim.Optimizer]
+_mixed_classes: dict[tuple[type, _OptimizerClass], _OptimizerClass] = {}
 
 
-def _mixed(mixin: type, cls: type) -> type:
+def _mixed(mixin: type, cls: _OptimizerClass) -> _OptimizerClass:
     """``cls`` with ``mixin`` in front (one class per pair)."""
     if (mixin, cls) not in _mixed_classes:
-        _mixed_classes[mixin, cls] = type(cls.__name__, (mixin, cls), {"__module__": cls.__module__})
+        mixed = type(cls.__name__, (mixin, cls), {"__module__": cls.__module__})
+        _mixed_classes[mixin, cls] = cast(_OptimizerClass, mixed)  # a subclass of cls, made at run time
     return _mixed_classes[mixin, cls]
 
 
-def _original_class(optimizer: Any) -> type:
+def _original_class(optimizer: torch.optim.Optimizer) -> _OptimizerClass:
     """The optimizer's own class, under any mixed class decorate gave it."""
-    return next(c for c in type(optimizer).__mro__ if c not in _mixed_classes.values() and c not in _MIXINS)
+    return next(c for c in type(optimizer).__mro__
+                if issubclass(c, torch.optim.Optimizer) and c not in _mixed_classes.values() and c not in _MIXINS)
 
 
-def _restore_mixed(mixin: type, cls: type) -> torch.optim.Optimizer:
+def _restore_mixed(mixin: type, cls: _OptimizerClass) -> torch.optim.Optimizer:
     """Unpickling: an empty instance of the mixed class; its state follows."""
     mixed = _mixed(mixin, cls)
     return mixed.__new__(mixed)
-
-
-def _add_master_weights(optimizer: torch.optim.Optimizer) -> None:
-    _mix_into(optimizer, MasterWeightMixin)
-
-
-def _add_main_grad_steps(optimizer: torch.optim.Optimizer) -> None:
-    _mix_into(optimizer, MainGradMixin)
 
 
 def _mix_into(optimizer: torch.optim.Optimizer, mixin: type) -> None:
@@ -366,8 +372,10 @@ def _mix_into(optimizer: torch.optim.Optimizer, mixin: type) -> None:
 
         def step(*args: Any, **kwargs: Any) -> Any:
             opt = optimizer_ref()
-            opt._opt_called = True
+            if opt is None:
+                raise ReferenceError("the optimizer this step belongs to no longer exists")
+            opt._opt_called = True  # type: ignore[attr-defined]  # torch's LR scheduler reads it
             return type(opt).step(opt, *args, **kwargs)
 
-        step._wrapped_by_lr_sched = True
-        optimizer.step = step
+        step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]  # torch's LR scheduler's mark
+        optimizer.step = step  # type: ignore[method-assign]  # an instance attribute, as torch's is

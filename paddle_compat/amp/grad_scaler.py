@@ -23,8 +23,9 @@ import torch
 from torch import Tensor
 
 from . import scaler_args, unscale
+from ._args import user_stacklevel
 from .amp_state import amp_global_state
-from .compile_boundary import caller_stacklevel, calls_user_code, never_traced
+from .compile_boundary import calls_user_code, never_traced
 from .loss_scale import LossScalePolicy, check_scale, round_f32
 from .scale_tracker import FoundInf, ScaleTracker
 
@@ -194,7 +195,7 @@ class AmpScaler:
             self._enable = False
             self._use_dynamic_loss_scaling = False
             self._init_loss_scaling = 1.0
-            stacklevel = caller_stacklevel()
+            stacklevel = user_stacklevel()
             warnings.warn(
                 f"It is not recommended to use dynamic loss scaling for {amp_dtype}, so GradScaler is disable by default.",
                 stacklevel=stacklevel,
@@ -366,7 +367,7 @@ class AmpScaler:
     def _after_minimize(self, optimizer: torch.optim.Optimizer, run: _Run) -> None:
         if run is not _Run.SKIP:
             # minimize() bypasses the optimizer.step wrapper torch's LR schedulers watch.
-            optimizer._opt_called = True  # type: ignore[attr-defined]
+            optimizer._opt_called = True  # type: ignore[attr-defined]  # torch's private flag
         if run is _Run.PASS:
             return
         self._end_call(optimizer, run)
@@ -429,7 +430,7 @@ class AmpScaler:
             if state is OptimizerState.INIT:
                 self._unscale_grads(optimizer, fused=True)
             assert step.found_inf is not None
-            optimizer.found_inf = step.found_inf.view(())  # type: ignore[attr-defined]
+            optimizer.found_inf = step.found_inf.view(())  # type: ignore[attr-defined]  # torch's fused-step input
             return _Run.FUSED
         if state is OptimizerState.INIT:
             self.unscale_(optimizer)
@@ -453,6 +454,7 @@ class AmpScaler:
             return
         _drop_fused_inputs(optimizer)
         step = self._step_state
+        assert step.found_inf is not None  # set by _decide_step
         flag = FoundInf.in_flight(step.found_inf)
         step.cache_found_inf = flag
         self._tracker.record_step(flag)
@@ -888,5 +890,6 @@ class GradScaler(AmpScaler):
             raise scaler_args.renamed(error, {name: alias for name in change}) from None
 
 
+# What help() and inspect show for the (*args, **kwargs) constructors.
 AmpScaler.__init__.__signature__ = scaler_args.signature("AmpScaler", torch_dialect=False)  # type: ignore[attr-defined]
 GradScaler.__init__.__signature__ = scaler_args.signature("GradScaler", torch_dialect=True)  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ import math
 import numbers
 import struct
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -122,11 +122,21 @@ class LossScaleState(NamedTuple):
     decr_count: Any
 
 
+class Backend(Protocol):
+    """What ``next_state`` computes with: the same few operations on numbers or on tensors."""
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any: ...
+    def mul_f32(self, scale: Any, ratio: float) -> Any: ...
+    def isfinite(self, x: Any) -> Any: ...
+    def clamp(self, x: Any, low: float, high: float) -> Any: ...
+    def is_true(self, flag: Any) -> Any: ...
+
+
 class _Host:
     """Backend over Python numbers; float32 rounding made explicit."""
 
     @staticmethod
-    def where(cond, a, b):
+    def where(cond: Any, a: Any, b: Any) -> Any:
         return a if cond else b
 
     @staticmethod
@@ -143,15 +153,18 @@ class _Host:
         return min(max(x, low), high)
 
     @staticmethod
-    def is_true(flag) -> bool:
+    def is_true(flag: Any) -> bool:
         return bool(flag)
 
 
 class _Device:
     """Backend over torch tensors: no branch reads the device, so nothing syncs."""
 
-    where = staticmethod(torch.where)
     isfinite = staticmethod(torch.isfinite)
+
+    @staticmethod
+    def where(cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.where(cond, a, b)
 
     @staticmethod
     def mul_f32(scale: torch.Tensor, ratio: float) -> torch.Tensor:
@@ -166,12 +179,27 @@ class _Device:
         return flag != 0
 
 
-HOST = _Host()
-DEVICE = _Device()
+HOST: Backend = _Host()
+DEVICE: Backend = _Device()
 
 
-def next_state(state: LossScaleState, found_inf, policy: LossScalePolicy, xp=HOST) -> tuple[LossScaleState, Any]:
-    """One update of Paddle's dynamic loss scale. Returns the new state and whether it decreased."""
+def next_state(
+    state: LossScaleState, found_inf: Any, policy: LossScalePolicy, xp: Backend = HOST
+) -> tuple[LossScaleState, Any]:
+    """One update of Paddle's dynamic loss scale. Returns the new state and whether it decreased.
+
+    Args:
+        state: the scale and the two counters (Python numbers for ``HOST``, tensors for ``DEVICE``).
+        found_inf: this step's flag (a bool, or a float32 tensor that is 0 or 1).
+        policy: the hyper-parameters.
+        xp: the backend, ``HOST`` or ``DEVICE``.
+
+    Example::
+
+        >>> from paddle_compat.amp.loss_scale import LossScalePolicy, LossScaleState, next_state
+        >>> next_state(LossScaleState(1024.0, 5, 0), True, LossScalePolicy())
+        (LossScaleState(scale=512.0, incr_count=0, decr_count=0), True)
+    """
     bad = xp.is_true(found_inf)
     decr_count = xp.where(bad, state.decr_count + 1, state.decr_count * 0)
     incr_count = xp.where(bad, state.incr_count * 0, state.incr_count + 1)

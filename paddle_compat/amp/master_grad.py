@@ -7,7 +7,45 @@ Paddle casts such a gradient to float32 after backward and steps with it. torch 
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
+
+
+def main_grad_of(param: Any) -> Tensor | None:
+    """The float32 ``main_grad`` kept beside ``param.grad``, or None.
+
+    Args:
+        param: a parameter (any object: one without ``main_grad`` gives None).
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp.master_grad import main_grad_of
+        >>> main_grad_of(torch.nn.Parameter(torch.ones(2))) is None
+        True
+    """
+    return getattr(param, "main_grad", None)
+
+
+def set_main_grad(param: Tensor, value: Tensor | None) -> None:
+    """Set (or, with None, clear) ``param.main_grad``.
+
+    Args:
+        param: a parameter.
+        value: its float32 gradient, or None.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp.master_grad import main_grad_of, set_main_grad
+        >>> p = torch.nn.Parameter(torch.ones(2, dtype=torch.bfloat16))
+        >>> set_main_grad(p, torch.zeros(2))
+        >>> main_grad_of(p).dtype
+        torch.float32
+    """
+    # An attribute of our own on torch's Tensor, which its type does not declare.
+    setattr(param, "main_grad", value)
 
 
 def grad_of(param: Tensor) -> Tensor | None:
@@ -25,7 +63,7 @@ def grad_of(param: Tensor) -> Tensor | None:
         >>> grad_of(p).dtype
         torch.float32
     """
-    main = getattr(param, "main_grad", None)
+    main = main_grad_of(param)
     return main if main is not None else param.grad
 
 
@@ -49,6 +87,6 @@ def accumulate_into_main_grad(param: Tensor) -> None:
     if param.grad is None:  # another hook took it already
         return
     grad = param.grad.float()
-    main = getattr(param, "main_grad", None)
-    param.main_grad = grad if main is None else main.add_(grad)
+    main = main_grad_of(param)
+    set_main_grad(param, grad if main is None else main.add_(grad))
     param.grad = None

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -150,11 +150,11 @@ def activate(config: CastConfig | None) -> Any:
     _tls.config = config
     _set_included(_LIST_KEY, on)
     _set_excluded(_LIST_KEY, not on)
-    _set_included(_EVERY_KEY, on and config.every_op)
+    _set_included(_EVERY_KEY, config is not None and config.every_op)
     # The every-op key is switched on (not excluded) whenever a config is active, so that
     # torch.compile's guards see its dtype; it dispatches only where it is also included.
     _set_excluded(_EVERY_KEY, not on)
-    if on:
+    if config is not None:
         _publish(config)
         cache_off()
     return token
@@ -292,16 +292,16 @@ def _conv_kernel(call: Callable[..., Any], base: str, spatial: int, *args: Any, 
     at O1 an fp32 bias makes the layer's output fp32), and a 2-D convolution with
     groups == input channels != 1 (and filters divisible by them) is ``depthwise_conv2d``,
     a gray op. Paddle's conv1d runs as a 2-D convolution. ``spatial``: the number of spatial dims."""
-    args = list(args)
-    bias = args[2] if len(args) > 2 else kwargs.get("bias")
-    if len(args) > 2:
-        args[2] = None
+    conv_args = list(args)
+    bias = conv_args[2] if len(conv_args) > 2 else kwargs.get("bias")
+    if len(conv_args) > 2:
+        conv_args[2] = None
     elif "bias" in kwargs:
         kwargs = {**kwargs, "bias": None}
     name = base
-    if spatial <= 2 and not base.startswith("conv_transpose") and _is_depthwise(args, kwargs):
+    if spatial <= 2 and not base.startswith("conv_transpose") and _is_depthwise(conv_args, kwargs):
         name = DEPTHWISE_CONV2D
-    out = _run(call, name, False, *args, **kwargs)
+    out = _run(call, name, False, *conv_args, **kwargs)
     if bias is None:
         return out
     shape = [1] * out.dim()
@@ -312,7 +312,7 @@ def _conv_kernel(call: Callable[..., Any], base: str, spatial: int, *args: Any, 
 _ADD = torch.ops.aten.add.Tensor._op
 
 
-def _is_depthwise(args: list, kwargs: dict) -> bool:
+def _is_depthwise(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
     groups = args[6] if len(args) > 6 else kwargs.get("groups", 1)
     if groups == 1:  # the usual case, decided without looking at shapes
         return False
@@ -324,6 +324,7 @@ def _is_depthwise(args: list, kwargs: dict) -> bool:
 def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs: Any) -> Any:
     """Apply the rule to one op's arguments, then run the op (``call``) below the list key."""
     config = _tls.config
+    call_args: Sequence[Any] = args
     # The list key is excluded while we cast and while the op runs: the ops the op is made of
     # are not governed again, and the casts skip the key. (At OD the every-op key's kernel,
     # which called us, has excluded that key already.) The key is never excluded when we get
@@ -343,12 +344,12 @@ def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs
                     observe(base, dst)
                 if len(dtypes) > 1 or dst not in dtypes:
                     if x_only:
-                        args = (_cast(args[0], dst), *args[1:])
+                        call_args = (_cast(args[0], dst), *args[1:])
                     else:
-                        args = [_cast(a, dst) for a in args]
+                        call_args = [_cast(a, dst) for a in args]
                         if kwargs:
                             kwargs = {k: _cast(v, dst) for k, v in kwargs.items()}
-        return call(*args, **kwargs)
+        return call(*call_args, **kwargs)
     finally:
         _set_excluded(_LIST_KEY, False)
 

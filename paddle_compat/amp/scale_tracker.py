@@ -224,12 +224,11 @@ class ScaleTracker:
         if self._device_counters is None:
             # A count past a period lowered by a setter fires at the next step either way, so
             # clamping it keeps every decision while letting torch's ``==`` test below fire.
-            periods = (p.incr_every_n_steps, p.decr_every_n_nan_or_inf)
-            self._device_counters = tuple(  # type: ignore[assignment]
-                torch.full((1,), min(n, period - 1), dtype=torch.int32, device=self._scale.device)
-                for n, period in zip(self._host[1:], periods)
+            self._device_counters = (
+                self._device_count(self._host.incr_count, p.incr_every_n_steps),
+                self._device_count(self._host.decr_count, p.decr_every_n_nan_or_inf),
             )
-        incr_count, decr_count = self._device_counters  # type: ignore[misc]
+        incr_count, decr_count = self._device_counters
         found_inf = found_inf.to(self._scale.device, non_blocking=True)
         self.generation += 1
         if p.decr_every_n_nan_or_inf == 1:
@@ -244,6 +243,9 @@ class ScaleTracker:
             return
         state, _ = next_state(LossScaleState(self._scale, incr_count, decr_count), found_inf, p, DEVICE)
         self._scale, self._device_counters = state.scale, (state.incr_count, state.decr_count)
+
+    def _device_count(self, count: int, period: int) -> Tensor:
+        return torch.full((1,), min(count, period - 1), dtype=torch.int32, device=self._scale.device)
 
     def _advance(self, state: LossScaleState, found_inf: bool) -> LossScaleState:
         new, decreased = next_state(state, found_inf, self._policy, HOST)

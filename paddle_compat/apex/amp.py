@@ -45,7 +45,7 @@ from .loss_scaler import LossScaler
 
 __all__ = ["initialize", "load_state_dict", "master_params", "scale_loss", "state_dict"]
 
-_OPT_LEVEL_LOSS_SCALE = {"O0": 1.0, "O1": "dynamic", "O2": "dynamic", "O3": 1.0}  # apex's defaults
+_OPT_LEVEL_LOSS_SCALE: dict[str, float | str] = {"O0": 1.0, "O1": "dynamic", "O2": "dynamic", "O3": 1.0}  # apex's
 _CASTING_OPTIONS = ("cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
                     "cast_model_outputs")
 

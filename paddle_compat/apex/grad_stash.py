@@ -17,6 +17,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ..amp.master_grad import main_grad_of, set_main_grad
+
 __all__ = ["Held", "put_back", "take"]
 
 
@@ -31,13 +33,13 @@ def take(optimizer: torch.optim.Optimizer) -> list[Held]:
     held = []
     for group in optimizer.param_groups:
         for p in group["params"]:
-            grad, main = p.grad, getattr(p, "main_grad", None)
+            grad, main = p.grad, main_grad_of(p)
             if grad is None and main is None:
                 continue  # also a parameter listed twice: its grads are already held
             held.append(Held(p, grad, main))
             p.grad = None
             if main is not None:
-                p.main_grad = None
+                set_main_grad(p, None)
     return held
 
 
@@ -46,8 +48,9 @@ def put_back(held: list[Held], keep_new: bool = True) -> None:
     instead of it (after a failed backward pass)."""
     for p, grad, main in held:
         p.grad = _sum(grad, p.grad) if keep_new else grad
-        if main is not None or getattr(p, "main_grad", None) is not None:
-            p.main_grad = _sum(main, getattr(p, "main_grad", None)) if keep_new else main
+        new_main = main_grad_of(p)
+        if main is not None or new_main is not None:
+            set_main_grad(p, _sum(main, new_main) if keep_new else main)
 
 
 def _sum(old: Tensor | None, new: Tensor | None) -> Tensor | None:

@@ -42,7 +42,7 @@ class StepGuard:
         self._previous = optimizer.__dict__.get("step", _ABSENT)
         self.skip_message: str | None = None
         self.scaled_by: int | None = None
-        optimizer.step = self  # type: ignore[method-assign]
+        optimizer.step = self  # type: ignore[method-assign]  # an instance attribute shadowing the method
 
     @property
     def idle(self) -> bool:

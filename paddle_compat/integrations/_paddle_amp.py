@@ -5,6 +5,10 @@ see: Paddle's dtype policy then turns a dynamic ``GradScaler`` off at its first 
 (``docs/integrations.md``). These plugins enter ``auto_cast`` around every forward instead,
 which applies Paddle's per-op rules and records the AMP dtype as Paddle does. This module
 imports no framework: the plugin classes mix ``PaddleAmpPlugin`` into Lightning's own.
+
+Typing: Lightning annotates its plugin's ``scaler`` as ``torch.amp.GradScaler`` and its contexts
+as ``torch.autocast``, but only duck-types them; ours are a ``paddle_compat`` scaler and
+``auto_cast``, so the mixed classes tell the type checker to accept the different types.
 """
 
 from __future__ import annotations
@@ -67,7 +71,9 @@ class PaddleAmpPlugin:
         # Lightning's classes refuse a scaler with bfloat16: they get none, ours is set after.
         # Their device only serves torch.autocast, which is not used here.
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        super().__init__(_PRECISION[name], device, scaler=scaler if name == "float16" else None)  # type: ignore[call-arg]
+        super().__init__(  # type: ignore[call-arg]  # a mixin: super() is Lightning's MixedPrecision
+            _PRECISION[name], device, scaler=scaler if name == "float16" else None
+        )
         self.scaler = scaler
         self.amp_dtype = name
         self.amp_level = level.upper()

@@ -17,7 +17,7 @@ from ._paddle_amp import PaddleAmpPlugin
 __all__ = ["PaddleFabricMixedPrecision", "PaddleMixedPrecision"]
 
 
-class PaddleMixedPrecision(PaddleAmpPlugin, MixedPrecision):
+class PaddleMixedPrecision(PaddleAmpPlugin, MixedPrecision):  # type: ignore[misc]  # see _paddle_amp
     """``Trainer`` plugin: Lightning's ``MixedPrecision`` with Paddle's ``auto_cast`` in place
     of ``torch.autocast`` around ``training_step``, validation, test and predict.
 
@@ -35,7 +35,7 @@ class PaddleMixedPrecision(PaddleAmpPlugin, MixedPrecision):
     """
 
 
-class PaddleFabricMixedPrecision(PaddleAmpPlugin, FabricMixedPrecision):
+class PaddleFabricMixedPrecision(PaddleAmpPlugin, FabricMixedPrecision):  # type: ignore[misc]  # see _paddle_amp
     """``Fabric`` plugin: Fabric's ``MixedPrecision`` with Paddle's ``auto_cast`` in place of
     ``torch.autocast`` around the forward of modules set up by ``fabric.setup``.
 

@@ -10,7 +10,7 @@ from ._paddle_amp import PaddleAmpPlugin
 __all__ = ["PaddleMixedPrecision"]
 
 
-class PaddleMixedPrecision(PaddleAmpPlugin, MixedPrecision):
+class PaddleMixedPrecision(PaddleAmpPlugin, MixedPrecision):  # type: ignore[misc]  # see _paddle_amp
     """``pytorch_lightning.Trainer`` plugin: as ``paddle_compat.integrations.lightning.
     PaddleMixedPrecision`` (Paddle's ``auto_cast`` around every forward, a ``paddle_compat``
     ``GradScaler`` driven by Lightning). Arguments: see ``__init__``."""

@@ -21,7 +21,9 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-7, 1e-7),
 }
 
-_FLOAT_BITS = {"float16": np.int16, "bfloat16": np.int16, "float32": np.int32, "float64": np.int64}
+_FLOAT_BITS: dict[str, type[np.signedinteger[Any]]] = {
+    "float16": np.int16, "bfloat16": np.int16, "float32": np.int32, "float64": np.int64,
+}
 
 
 def array_of(value: Any) -> tuple[np.ndarray, str]:
@@ -107,11 +109,11 @@ def ulp_distance(a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
 
 def tolerances(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
     """``(rtol, atol)``: the given ones, or torch.testing's defaults for ``dtype`` (both or neither)."""
-    if (rtol is None) != (atol is None):
+    if rtol is None and atol is None:
+        return DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    if rtol is None or atol is None:
         raise ValueError("rtol and atol must be given together (or neither, for the per-dtype defaults)")
-    if rtol is not None:
-        return float(rtol), float(atol)
-    return DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    return float(rtol), float(atol)
 
 
 def digest(arr: np.ndarray, dtype: str) -> int:

@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .compare import compare
+from .compare import Comparison, compare
 from .record import RecordingError, record_script
 from .report import to_json, write_report
 
@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _compare(args: argparse.Namespace):
+def _compare(args: argparse.Namespace) -> Comparison:
     if args.exact and (args.rtol is not None or args.atol is not None):
         raise _Usage("--exact compares bits: --rtol/--atol do not apply")
     if (args.rtol is None) != (args.atol is None):

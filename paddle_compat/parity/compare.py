@@ -222,9 +222,9 @@ def _values(
     r: Series, pr: int, c: Series, pc: int
 ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, bool]:
     """Comparable flat values of both sides: ``(reference, candidate, flat indices or None, sampled)``."""
-    if r.full and c.full:
+    index = r.index if r.index is not None else c.index
+    if index is None:  # both in full
         return r.data[pr], c.data[pc], None, False
-    index = r.index if not r.full else c.index
     va, vb = r.elements(pr, index), c.elements(pc, index)
     if va is None or vb is None:
         return None, None, index, True
@@ -248,7 +248,7 @@ def _tensor(
     if equal:
         n = 0 if va is None else va.size
         return TensorMetrics(step, name, True, 0.0, 0.0, 0.0, 0, n, sampled, True), None
-    if va is None:
+    if va is None or vb is None:
         m = TensorMetrics(step, name, False, None, None, None, None, 0, True, exact is False)
         return m, (
             Divergence(step, name, "digests differ (no common sampled elements to show)", metrics=m) if exact else None
@@ -401,7 +401,7 @@ def compare(
                 pc = c.position(step) if c is not None else None
                 if pr is None and pc is None:
                     continue
-                if pr is None or pc is None:
+                if r is None or c is None or pr is None or pc is None:
                     if first is None:
                         side = "candidate" if pr is None else "reference"
                         first = Divergence(step, name, f"recorded only by the {side} at this step")

@@ -270,6 +270,7 @@ class Plan:
             locals_ += [_Local((k,), (k,)) for k in sorted(local - done, key=lambda n: order[_join(path, n)])]
             for lo in locals_:
                 tkeys = tuple(_join(path, n) for n in lo.torch)
+                pkeys: tuple[str, ...]
                 if len(tkeys) == 1 and len(lo.paddle) == 1 and tkeys[0] in names:
                     pkeys = (names[tkeys[0]],)  # an exact override of a full key
                 else:
@@ -308,7 +309,9 @@ class Plan:
         returned half-converted.
         """
         consumed: set[str] = set()
-        missing, problems, out = [], [], {}
+        missing: list[str] = []
+        problems: list[str] = []
+        out: dict[str, np.ndarray] = {}
         for e in self.entries:
             if e.torch_only:
                 continue
@@ -361,7 +364,10 @@ class Plan:
         """
         known = {k for e in self.entries for k in e.torch_keys}
         unexpected = [k for k in arrays if k not in known]
-        missing, problems, out, extra = [], [], {}, {}
+        missing: list[str] = []
+        problems: list[str] = []
+        out: dict[str, np.ndarray] = {}
+        extra: dict[str, np.ndarray] = {}
         for e in self.entries:
             if e.torch_only:
                 continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -151,7 +151,7 @@ def initial_state(kind: str, p: torch.Tensor, group: dict[str, Any], optimizer: 
     wide = np.float64 if p.dtype == torch.float64 else np.float32
     if kind == "adam":
         beta1, beta2 = group["betas"] if "betas" in group else (group["beta1"], group["beta2"])
-        state = {
+        state: dict[str, np.ndarray] = {
             "moment1": np.zeros(tuple(p.shape), wide),
             "moment2": np.zeros(tuple(p.shape), wide),
             "beta1_pow_acc": np.array([beta_pow(beta1, 0)], np.float32),
@@ -369,7 +369,10 @@ def optimizer_state_to_torch(
     return sd
 
 
-def _target_format(optimizer: torch.optim.Optimizer):
+_Converter = Callable[[dict[str, np.ndarray], dict[str, Any], "int | None"], dict[str, torch.Tensor]]
+
+
+def _target_format(optimizer: torch.optim.Optimizer) -> _Converter:
     if isinstance(optimizer, PaddleStyleOptimizer):
         return _as_paddle_compat
     if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):

@@ -20,6 +20,7 @@ replaced by a function that accepts nothing else. Any other global, or a persist
 from __future__ import annotations
 
 import collections
+import importlib
 import io
 import os
 import pickle
@@ -38,20 +39,13 @@ class UnsafePickleError(pickle.UnpicklingError):
     """The file asks for something a Paddle checkpoint never contains; nothing of it was run."""
 
 
-def _numpy_reconstruct():
+def _multiarray(name: str) -> Any:
+    """A function of numpy's ``multiarray`` module (``numpy._core`` from numpy 2, ``numpy.core`` before)."""
     try:
-        from numpy._core.multiarray import _reconstruct  # numpy >= 2
+        module = importlib.import_module("numpy._core.multiarray")
     except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core.multiarray import _reconstruct
-    return _reconstruct
-
-
-def _numpy_scalar():
-    try:
-        from numpy._core.multiarray import scalar
-    except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core.multiarray import scalar
-    return scalar
+        module = importlib.import_module("numpy.core.multiarray")
+    return getattr(module, name)
 
 
 def _refuse_objects(dtype: np.dtype, what: str) -> np.dtype:
@@ -67,14 +61,14 @@ def _safe_dtype(*args: Any) -> np.dtype:
 def _safe_reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
     if subtype is not np.ndarray:
         raise UnsafePickleError(f"only plain numpy arrays are allowed, not {subtype!r}")
-    return _numpy_reconstruct()(subtype, shape, dtype)
+    return _multiarray("_reconstruct")(subtype, shape, dtype)
 
 
 def _safe_scalar(dtype: Any, *data: Any) -> Any:
     if not isinstance(dtype, np.dtype):
         raise UnsafePickleError("a numpy scalar needs a numpy dtype")
     _refuse_objects(dtype, "a numpy scalar")
-    return _numpy_scalar()(dtype, *data)
+    return _multiarray("scalar")(dtype, *data)
 
 
 def _codecs_encode(text: Any, encoding: Any = "utf-8") -> bytes:
@@ -149,7 +143,7 @@ def _tensors_as_arrays(obj: Any) -> Any:
     """paddle.load's view: a saved tensor ``(name, array)`` becomes the array."""
     if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], np.ndarray):
         return obj[1]
-    if isinstance(obj, Mapping):
+    if isinstance(obj, dict):  # also OrderedDict: the only mappings a checkpoint can hold
         return type(obj)((k, _tensors_as_arrays(v)) for k, v in obj.items())
     if isinstance(obj, list):
         return [_tensors_as_arrays(v) for v in obj]
@@ -158,7 +152,7 @@ def _tensors_as_arrays(obj: Any) -> Any:
     return obj
 
 
-def _join_big_params(obj: dict) -> dict:
+def _join_big_params(obj: dict[str, Any]) -> dict[str, Any]:
     info = obj.pop(_BIG_PARAM_INFO)
     for key, entry in info.items():
         parts = [obj.pop(part) for part in entry["slices"]]

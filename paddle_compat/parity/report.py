@@ -167,11 +167,9 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
     top.set_ylabel("loss scale")
     top.set_title("Loss scale (skipped steps marked)")
     for prefix, label in (("param/", "parameters"), ("opt/", "optimizer state"), ("grad/", "gradients")):
-        ulps = c.max_ulps_per_step(prefix)
-        xs = [s for s, u in zip(steps, ulps, strict=True) if u is not None]
-        if xs:
-            finite = [min(ulps[s], 2.0**64) for s in xs]
-            bottom.plot(xs, finite, marker=".", label=label)
+        points = [(s, min(u, 2.0**64)) for s, u in zip(steps, c.max_ulps_per_step(prefix), strict=True) if u is not None]
+        if points:  # inf (a NaN against a number) drawn at 2**64
+            bottom.plot([s for s, _ in points], [u for _, u in points], marker=".", label=label)
     bottom.set_yscale("symlog", linthresh=1)
     bottom.set_xlabel("step")
     bottom.set_ylabel("max ulp distance")

@@ -49,6 +49,7 @@ def assert_same_trajectory(
 
 
 def _write(result: Comparison, report_dir: Any) -> None:
+    formats: tuple[str, ...]
     try:
         import matplotlib  # noqa: F401
 

@@ -164,7 +164,8 @@ class Trace:
         returns the JSON file's path."""
         jpath, npath = self._paths(path)
         jpath.parent.mkdir(parents=True, exist_ok=True)
-        arrays: dict[str, np.ndarray] = {}
+        # numpy arrays; typed Any for savez, whose stub reserves the keyword "allow_pickle"
+        arrays: dict[str, Any] = {}
         listing = []
         for i, (name, s) in enumerate(self.series.items()):
             listing.append(
@@ -172,9 +173,9 @@ class Trace:
             )
             arrays[f"{i}.steps"] = np.asarray(s.steps, np.int64)
             arrays[f"{i}.digests"] = np.asarray(s.digests, np.uint64)
-            width = s.shape if s.full else (len(s.index),)
+            width = s.shape if s.index is None else (len(s.index),)
             arrays[f"{i}.data"] = np.stack(s.data) if s.data else np.zeros((0, *width))
-            if not s.full:
+            if s.index is not None:
                 arrays[f"{i}.index"] = s.index
         doc = {
             "format": FORMAT,
@@ -446,7 +447,7 @@ class TraceRecorder:
         self._scaler = _ScalerReader(scaler)
         self._grads, self._opt_state = grads, optimizer_state
         self._watcher = LayerWatcher(model, self._side.layer_name) if layers else None
-        self._policy = {"full_max_elements": full_max_elements, "sample": sample}
+        self._full_max_elements, self._sample = full_max_elements, sample
         self.trace = Trace(
             {
                 "framework": self._side.framework,
@@ -478,7 +479,7 @@ class TraceRecorder:
         if self._opt_state:
             for name, accs in self._side.optimizer_state().items():
                 tensors.update((f"opt/{name}/{acc}", v) for acc, v in accs.items())
-        self.trace.add_step(scalars, tensors, **self._policy)
+        self.trace.add_step(scalars, tensors, full_max_elements=self._full_max_elements, sample=self._sample)
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the trace (``PATH.json`` + ``PATH.npz``). Without ``path``, where

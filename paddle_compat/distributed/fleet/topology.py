@@ -59,6 +59,7 @@ class CommunicateTopology:
             raise ValueError(f"dims must be positive ints, got {list(dims)}")
         self._names = list(hybrid_group_names)
         self._dims = list(dims)
+        # The fields are the axis names, known only at run time.
         coordinate: Any = collections.namedtuple("Coordinate", self._names)  # type: ignore[misc]
         self.coordinate = coordinate
         self._coords: list[Any] = [coordinate(*c) for c in itertools.product(*(range(d) for d in self._dims))]
