@@ -18,6 +18,20 @@ from paddle_compat.amp import GradScaler, auto_cast
 
 
 def make_data(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A noisy regression set: ``n`` rows of 32 features and their targets ``tanh(x @ w) + noise``.
+
+    Args:
+        n: the number of rows.
+        generator: the random generator (the data depend only on its seed).
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.demo import make_data
+        >>> x, y = make_data(8, torch.Generator().manual_seed(0))
+        >>> tuple(x.shape), tuple(y.shape)
+        ((8, 32), (8, 1))
+    """
     x = torch.randn(n, 32, generator=generator)
     w = torch.randn(32, 1, generator=generator)
     y = torch.tanh(x @ w) + 0.05 * torch.randn(n, 1, generator=generator)
@@ -25,6 +39,15 @@ def make_data(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.T
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the demo (``python -m paddle_compat.demo``); returns the exit status.
+
+    Args:
+        argv: the command line's arguments (default: ``sys.argv[1:]``).
+
+    Example::
+
+        main(["--steps", "20", "--device", "cpu"])
+    """
     parser = argparse.ArgumentParser(
         prog="python -m paddle_compat.demo",
         description="Train a small regression model the Paddle way (auto_cast + GradScaler) and print, "

@@ -16,7 +16,19 @@ __all__ = ["L1Decay", "L2Decay", "WeightDecayRegularizer"]
 
 
 class WeightDecayRegularizer:
-    """Base of the weight-decay regularizers."""
+    """Base of the weight-decay regularizers: ``regularizer(param, grad)`` is the term added to
+    ``grad``.
+
+    Args:
+        coeff: the decay coefficient, a finite float (Paddle takes an infinite or NaN one and
+            turns every decayed parameter into NaN; here it is a ``ValueError``).
+
+    Example::
+
+        class NoDecay(WeightDecayRegularizer):
+            def __call__(self, param, grad):
+                return torch.zeros_like(grad)
+    """
 
     def __init__(self, coeff: float = 0.0) -> None:
         if isinstance(coeff, bool) or not isinstance(coeff, (int, float)):
@@ -27,6 +39,7 @@ class WeightDecayRegularizer:
 
     @property
     def coeff(self) -> float:
+        """The decay coefficient, as a float."""
         return self._coeff
 
     def __call__(self, param: Tensor, grad: Tensor) -> Tensor:
@@ -40,7 +53,18 @@ class WeightDecayRegularizer:
 
 
 class L2Decay(WeightDecayRegularizer):
-    """``coeff * param`` (the gradient of ``0.5 * coeff * sum(param**2)``)."""
+    """``coeff * param`` (the gradient of ``0.5 * coeff * sum(param**2)``).
+
+    Args:
+        coeff: the decay coefficient (default 0.0).
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.regularizer import L2Decay
+        >>> L2Decay(0.1)(torch.tensor([1.0, -2.0]), torch.zeros(2))
+        tensor([ 0.1000, -0.2000])
+    """
 
     def __call__(self, param: Tensor, grad: Tensor) -> Tensor:
         return param.to(grad.dtype) * self._coeff_in(grad.dtype)
@@ -50,7 +74,18 @@ class L2Decay(WeightDecayRegularizer):
 
 
 class L1Decay(WeightDecayRegularizer):
-    """``coeff * sign(param)`` (the gradient of ``coeff * sum(abs(param))``)."""
+    """``coeff * sign(param)`` (the gradient of ``coeff * sum(abs(param))``).
+
+    Args:
+        coeff: the decay coefficient (default 0.0).
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.regularizer import L1Decay
+        >>> L1Decay(0.1)(torch.tensor([1.0, -2.0]), torch.zeros(2))
+        tensor([ 0.1000, -0.1000])
+    """
 
     def __call__(self, param: Tensor, grad: Tensor) -> Tensor:
         return torch.sign(param.to(grad.dtype)) * self._coeff_in(grad.dtype)

@@ -102,6 +102,28 @@ def test_lr_scheduler_created_before_decorate_still_steps_the_masters(recwarn):
     assert not [w for w in recwarn if "lr_scheduler" in str(w.message)]
 
 
+@pytest.mark.parametrize("master_weight, master_grad", [(None, False), (False, True)])
+def test_step_with_a_closure_steps_with_the_closures_grads(master_weight, master_grad):
+    """The grads the closure makes reach what the optimizer steps (masters, or the params via
+    ``main_grad``): without them SGD would skip every parameter."""
+    model = nn.Linear(4, 1, bias=False)
+    nn.init.constant_(model.weight, 1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    model, opt = amp.decorate(model, opt, level="O2", dtype="bfloat16", master_weight=master_weight,
+                              master_grad=master_grad)
+
+    def closure():
+        opt.zero_grad()
+        loss = model(torch.ones(1, 4, dtype=BF16)).float().sum()  # d loss / d w = 1
+        loss.backward()
+        return loss
+
+    assert opt.step(closure).item() == 4.0
+    assert torch.equal(model.weight, torch.full((1, 4), 0.5, dtype=BF16))
+    if master_weight is None:
+        assert torch.equal(opt.param_groups[0]["params"][0], torch.full((1, 4), 0.5))
+
+
 def test_master_weights_are_rounded_back_and_type_is_kept():
     model = nn.Linear(4, 4)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)

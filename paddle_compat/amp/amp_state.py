@@ -1,7 +1,7 @@
 """The AMP state ``auto_cast`` records, the counterpart of Paddle's ``amp_global_state()``.
 
-The GradScaler reads ``amp_dtype``, the dtype of the last ``auto_cast`` entered; ``auto_cast``
-writes it. As in Paddle it starts as ``"float32"`` and is not restored on exit.
+The GradScaler reads ``amp_dtype``, the dtype of the last ``auto_cast`` entered in this thread;
+``auto_cast`` writes it. As in Paddle it starts as ``"float32"`` and is not restored on exit.
 
 Difference from Paddle: the state is per thread (Paddle's is one per process), so a bfloat16
 ``auto_cast`` in one thread does not switch off dynamic loss scaling for a float16 scaler in

@@ -42,7 +42,8 @@ class _AmpGuard(contextlib.ContextDecorator):
 
     @eager_only
     def __enter__(self) -> None:
-        # Paddle records the dtype of the last auto_cast entered, and never restores it.
+        # As Paddle, record the dtype of the last auto_cast entered (in this thread; Paddle's is
+        # per process), and never restore it.
         amp_global_state().amp_dtype = self._dtype
         _tokens.stack.append(op_interceptor.activate(self._config))
 

@@ -221,24 +221,18 @@ class MasterWeightMixin(_OptimizerBase):
         return [g for g in grads if g is not None]
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Step the float32 masters with the params' grads (as float32), then round the params
+        from them."""
         pairs = self._create_masters()
-        if closure is not None:
-            user_closure = closure
-
-            def closure() -> Any:
-                with torch.enable_grad():
-                    loss = user_closure()
-                self._sync_grads()
-                return loss
-
         self._sync_grads()
-        loss = super().step(closure)
+        loss = super().step(_closure_then(closure, self._sync_grads))
         with torch.no_grad():
             for param, master in pairs:
                 param.copy_(master)
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the grads of the masters and of the low-precision params (``main_grad`` too)."""
         super().zero_grad(set_to_none)
         for param, _ in self._master_pairs or ():
             if set_to_none or param.grad is None:
@@ -249,6 +243,7 @@ class MasterWeightMixin(_OptimizerBase):
                 set_main_grad(param, None)
 
     def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state dict, plus the masters under ``"master_weights"``."""
         state = super().state_dict()
         if self._master_pairs is not None:
             index = {id(m): i for i, m in enumerate(p for g in self.param_groups for p in g["params"])}
@@ -256,6 +251,8 @@ class MasterWeightMixin(_OptimizerBase):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a ``state_dict()``; its ``"master_weights"`` go to the masters and, rounded, to
+        the params."""
         state_dict = dict(state_dict)
         masters = state_dict.pop("master_weights", None)
         pairs = self._create_masters()  # so that float state is loaded as float32, onto the masters
@@ -307,19 +304,12 @@ class MainGradMixin(_OptimizerBase):
     """
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        if closure is not None:
-            user_closure = closure
-
-            def closure() -> Any:
-                with torch.enable_grad():
-                    loss = user_closure()
-                self._load_main_grads()
-                return loss
-
+        """Give each low-precision param its ``main_grad`` as ``.grad``, then step."""
         self._load_main_grads()
-        return super().step(closure)
+        return super().step(_closure_then(closure, self._load_main_grads))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the grads and every ``main_grad``."""
         super().zero_grad(set_to_none)
         for group in self.param_groups:
             for param in group["params"]:
@@ -335,6 +325,21 @@ class MainGradMixin(_OptimizerBase):
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return _restore_mixed, (MainGradMixin, _original_class(self)), self.__getstate__()
+
+
+def _closure_then(closure: Callable[[], Any] | None, then: Callable[[], None]) -> Callable[[], Any] | None:
+    """A step closure that also runs ``then`` after the user's, so that the grads it makes reach
+    the tensors the optimizer steps (None stays None)."""
+    if closure is None:
+        return None
+
+    def wrapped() -> Any:
+        with torch.enable_grad():
+            loss = closure()
+        then()
+        return loss
+
+    return wrapped
 
 
 _MIXINS = (MasterWeightMixin, MainGradMixin)

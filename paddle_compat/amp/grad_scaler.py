@@ -31,7 +31,8 @@ from .scale_tracker import FoundInf, ScaleTracker
 
 __all__ = ["AmpScaler", "GradScaler", "OptimizerState"]
 
-_STATE_DICT_KEYS = (
+# Paddle's scaler state_dict() keys, in its order.
+STATE_DICT_KEYS = (
     "scale",
     "incr_ratio",
     "decr_ratio",
@@ -44,6 +45,9 @@ _STATE_DICT_KEYS = (
 
 
 class OptimizerState(Enum):
+    """Where one optimizer is in this thread's iteration, as Paddle tracks it: ``INIT``, then
+    ``UNSCALED`` after ``unscale_``, ``STEPPED`` after ``step``; ``update`` starts over."""
+
     INIT = 0
     UNSCALED = 1
     STEPPED = 2
@@ -130,6 +134,7 @@ class AmpScaler:
     _family = "AmpScaler"  # whose defaults
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Arguments: see the class; all are checked before the scaler is built."""
         options, aliases = scaler_args.resolve(type(self).__name__, self._family, args, kwargs, self._torch_dialect)
         try:
             self._configure(**options)
@@ -468,11 +473,22 @@ class AmpScaler:
     # -- queries and settings --------------------------------------------------------------
 
     def is_enable(self) -> bool:
-        """Whether the scaler scales (Paddle's name)."""
+        """Whether the scaler scales (Paddle's name). ``scale()`` turns it off for good under a
+        non-float16 AMP dtype (see ``scale``).
+
+        Example::
+
+            GradScaler(enable=False).is_enable()   # False
+        """
         return self._enable
 
     def is_use_dynamic_loss_scaling(self) -> bool:
-        """Whether the scale moves (Paddle's name)."""
+        """Whether the scale moves (Paddle's name); ``False`` for a disabled scaler, as in Paddle.
+
+        Example::
+
+            GradScaler(use_dynamic_loss_scaling=False).is_use_dynamic_loss_scaling()   # False
+        """
         return self._use_dynamic_loss_scaling
 
     @never_traced
@@ -480,14 +496,24 @@ class AmpScaler:
         """The current scale; 0.0 when disabled, as in newer Paddle (torch returns 1.0).
 
         Reads nothing from the device, except on the fused path when flags are still in
-        flight (it then waits for them)."""
+        flight (it then waits for them).
+
+        Example::
+
+            GradScaler(init_loss_scaling=1024).get_scale()   # 1024.0
+        """
         if not self._enable:
             return 0.0
         return self._tracker.state().scale
 
     @never_traced
     def get_skipped_steps(self) -> int:
-        """How many optimizer steps were skipped for inf/NaN so far (kept by ``state_dict``)."""
+        """How many optimizer steps were skipped for inf/NaN so far (ours; kept by ``state_dict``).
+
+        Example::
+
+            print(f"{scaler.get_skipped_steps()} of {step + 1} steps skipped")
+        """
         return self._tracker.skipped_steps()
 
     @never_traced
@@ -509,7 +535,13 @@ class AmpScaler:
         return None if flag is None else flag.value()
 
     def get_init_loss_scaling(self) -> float:
-        """The initial scale (the last one set by ``set_init_loss_scaling`` or a checkpoint)."""
+        """The initial scale (the last one set by ``set_init_loss_scaling`` or a checkpoint);
+        1.0 for a disabled scaler, as in Paddle.
+
+        Example::
+
+            GradScaler(init_loss_scaling=1024).get_init_loss_scaling()   # 1024.0
+        """
         return self._init_loss_scaling
 
     @never_traced
@@ -518,6 +550,11 @@ class AmpScaler:
 
         Args:
             new_init_loss_scaling: a positive float within the scaler's bounds.
+
+        Example::
+
+            scaler.set_init_loss_scaling(2.0**10)
+            scaler.get_scale()   # 1024.0
         """
         value = check_scale("new_init_loss_scaling", new_init_loss_scaling)
         _check_within("new_init_loss_scaling", value, self._tracker.policy)
@@ -526,31 +563,87 @@ class AmpScaler:
         self._step_state.scaled_with = None  # Paddle unscales with the new scale
 
     def get_incr_ratio(self) -> float:
+        """The factor the scale grows by after ``incr_every_n_steps`` finite steps in a row.
+
+        Example::
+
+            GradScaler().get_incr_ratio()   # 2.0
+        """
         return self._tracker.policy.incr_ratio
 
     def set_incr_ratio(self, new_incr_ratio: float) -> None:
-        """Args: new_incr_ratio: a float > 1, finite in float32."""
+        """Set the growth factor; the counters are kept.
+
+        Args:
+            new_incr_ratio: a float > 1, finite in float32.
+
+        Example::
+
+            scaler.set_incr_ratio(4.0)
+        """
         self._set_policy(incr_ratio=new_incr_ratio)
 
     def get_decr_ratio(self) -> float:
+        """The factor the scale shrinks by after ``decr_every_n_nan_or_inf`` overflows in a row.
+
+        Example::
+
+            GradScaler().get_decr_ratio()   # 0.5
+        """
         return self._tracker.policy.decr_ratio
 
     def set_decr_ratio(self, new_decr_ratio: float) -> None:
-        """Args: new_decr_ratio: a float in (0, 1) that stays below 1 in float32."""
+        """Set the back-off factor; the counters are kept.
+
+        Args:
+            new_decr_ratio: a float in (0, 1) that stays below 1 in float32.
+
+        Example::
+
+            scaler.set_decr_ratio(0.25)
+        """
         self._set_policy(decr_ratio=new_decr_ratio)
 
     def get_incr_every_n_steps(self) -> int:
+        """How many finite steps in a row make the scale grow.
+
+        Example::
+
+            GradScaler().get_incr_every_n_steps()   # 2000
+        """
         return self._tracker.policy.incr_every_n_steps
 
     def set_incr_every_n_steps(self, new_incr_every_n_steps: int) -> None:
-        """Args: new_incr_every_n_steps: a positive int."""
+        """Set the growth period; a running count already past it fires at the next step.
+
+        Args:
+            new_incr_every_n_steps: a positive int.
+
+        Example::
+
+            scaler.set_incr_every_n_steps(500)
+        """
         self._set_policy(incr_every_n_steps=new_incr_every_n_steps)
 
     def get_decr_every_n_nan_or_inf(self) -> int:
+        """How many overflowing steps in a row make the scale shrink.
+
+        Example::
+
+            GradScaler().get_decr_every_n_nan_or_inf()   # 1
+        """
         return self._tracker.policy.decr_every_n_nan_or_inf
 
     def set_decr_every_n_nan_or_inf(self, new_decr_every_n_nan_or_inf: int) -> None:
-        """Args: new_decr_every_n_nan_or_inf: a positive int."""
+        """Set the back-off period; a running count already past it fires at the next overflow.
+
+        Args:
+            new_decr_every_n_nan_or_inf: a positive int.
+
+        Example::
+
+            scaler.set_decr_every_n_nan_or_inf(2)
+        """
         self._set_policy(decr_every_n_nan_or_inf=new_decr_every_n_nan_or_inf)
 
     @never_traced
@@ -698,7 +791,7 @@ class AmpScaler:
             raise RuntimeError(
                 "The input state dict is empty, possibly because it was saved from a disabled instance of GradScaler."
             )
-        missing = [k for k in _STATE_DICT_KEYS if k not in state_dict]
+        missing = [k for k in STATE_DICT_KEYS if k not in state_dict]
         if missing:
             raise KeyError(f"state_dict is missing {', '.join(map(repr, missing))}")
         d = state_dict
@@ -720,7 +813,16 @@ class AmpScaler:
         self._step_state.scaled_with = None
 
     def set_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Paddle's name for ``load_state_dict`` on layers and optimizers (not on its scaler)."""
+        """``load_state_dict`` under the name Paddle's layers and optimizers use (Paddle's scaler
+        has only ``load_state_dict``).
+
+        Args:
+            state_dict: as for ``load_state_dict``.
+
+        Example::
+
+            scaler.set_state_dict(checkpoint["scaler"])
+        """
         self.load_state_dict(state_dict)
 
     # -- pickling ----------------------------------------------------------------------------
@@ -806,7 +908,7 @@ class GradScaler(AmpScaler):
     when the first is a number. ``device`` is accepted and ignored (the scale goes where the
     gradients are). Naming one argument twice is a ``ValueError``. ``defaults="2.x"`` gives
     Paddle 2.x's defaults (``32768``, 1000 steps, 2 overflows per decrease) to what is not given.
-    ``paddle_compat.scaler_args`` has the exact rules.
+    ``paddle_compat.amp.scaler_args`` has the exact rules.
 
     Defaults stay Paddle's under torch's names too; torch's differ in ``get_scale()`` of a
     disabled scaler (1.0 in torch, 0.0 here as in Paddle) and torch has no
@@ -827,36 +929,82 @@ class GradScaler(AmpScaler):
     _family = "GradScaler"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Arguments: see the class (Paddle's names, or torch's)."""
+        # Its own function, so that it carries its own ``__signature__`` (below).
         super().__init__(*args, **kwargs)
 
     # torch's names for Paddle's getters and setters (newer Paddle has them too)
 
     def is_enabled(self) -> bool:
-        """torch's name for ``is_enable()``."""
+        """torch's name for ``is_enable()``.
+
+        Example::
+
+            GradScaler("cuda", enabled=False).is_enabled()   # False
+        """
         return self.is_enable()
 
     def get_growth_factor(self) -> float:
-        """torch's name for ``get_incr_ratio()``."""
+        """torch's name for ``get_incr_ratio()``.
+
+        Example::
+
+            GradScaler(growth_factor=3.0).get_growth_factor()   # 3.0
+        """
         return self.get_incr_ratio()
 
     def set_growth_factor(self, new_factor: float) -> None:
-        """torch's name for ``set_incr_ratio()``."""
+        """torch's name for ``set_incr_ratio()``.
+
+        Args:
+            new_factor: a float > 1, finite in float32.
+
+        Example::
+
+            scaler.set_growth_factor(4.0)
+        """
         self._set_policy_as("new_factor", incr_ratio=new_factor)
 
     def get_backoff_factor(self) -> float:
-        """torch's name for ``get_decr_ratio()``."""
+        """torch's name for ``get_decr_ratio()``.
+
+        Example::
+
+            GradScaler(backoff_factor=0.25).get_backoff_factor()   # 0.25
+        """
         return self.get_decr_ratio()
 
     def set_backoff_factor(self, new_factor: float) -> None:
-        """torch's name for ``set_decr_ratio()``."""
+        """torch's name for ``set_decr_ratio()``.
+
+        Args:
+            new_factor: a float in (0, 1) that stays below 1 in float32.
+
+        Example::
+
+            scaler.set_backoff_factor(0.25)
+        """
         self._set_policy_as("new_factor", decr_ratio=new_factor)
 
     def get_growth_interval(self) -> int:
-        """torch's name for ``get_incr_every_n_steps()``."""
+        """torch's name for ``get_incr_every_n_steps()``.
+
+        Example::
+
+            GradScaler(growth_interval=500).get_growth_interval()   # 500
+        """
         return self.get_incr_every_n_steps()
 
     def set_growth_interval(self, new_interval: int) -> None:
-        """torch's name for ``set_incr_every_n_steps()``."""
+        """torch's name for ``set_incr_every_n_steps()``.
+
+        Args:
+            new_interval: a positive int.
+
+        Example::
+
+            scaler.set_growth_interval(500)
+        """
         self._set_policy_as("new_interval", incr_every_n_steps=new_interval)
 
     # torch's private names that frameworks call (Accelerate, when resuming under FSDP2:

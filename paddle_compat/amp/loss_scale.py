@@ -111,6 +111,7 @@ class LossScalePolicy:
 
     @functools.cached_property
     def highest(self) -> float:
+        """The ceiling, as a float32 value."""
         return round_f32(self.max_loss_scaling) if self.max_loss_scaling is not None else FLOAT32_MAX
 
 
@@ -125,11 +126,20 @@ class LossScaleState(NamedTuple):
 class Backend(Protocol):
     """What ``next_state`` computes with: the same few operations on numbers or on tensors."""
 
-    def where(self, cond: Any, a: Any, b: Any) -> Any: ...
-    def mul_f32(self, scale: Any, ratio: float) -> Any: ...
-    def isfinite(self, x: Any) -> Any: ...
-    def clamp(self, x: Any, low: float, high: float) -> Any: ...
-    def is_true(self, flag: Any) -> Any: ...
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        """``a`` where ``cond``, else ``b``."""
+
+    def mul_f32(self, scale: Any, ratio: float) -> Any:
+        """``scale * f32(ratio)``, rounded to float32."""
+
+    def isfinite(self, x: Any) -> Any:
+        """Whether ``x`` is finite."""
+
+    def clamp(self, x: Any, low: float, high: float) -> Any:
+        """``x`` within ``[low, high]``."""
+
+    def is_true(self, flag: Any) -> Any:
+        """A ``found_inf`` flag as a truth value."""
 
 
 class _Host:

@@ -48,6 +48,7 @@ class FoundInf:
 
     @classmethod
     def known(cls, value: bool) -> FoundInf:
+        """A flag the host already knows."""
         return cls(value=value)
 
     @classmethod
@@ -70,6 +71,7 @@ class FoundInf:
         return self.tensor is not None
 
     def ready(self) -> bool:
+        """Whether ``value()`` would not wait."""
         return self._event is None or self._event.query()
 
     def value(self) -> bool:
@@ -112,6 +114,7 @@ class ScaleTracker:
 
     @property
     def policy(self) -> LossScalePolicy:
+        """The hyper-parameters (replaced, never changed, by ``reset``)."""
         return self._policy
 
     def state(self) -> LossScaleState:
@@ -121,6 +124,7 @@ class ScaleTracker:
             return self._host
 
     def skipped_steps(self) -> int:
+        """How many steps were skipped; waits for flags still in flight."""
         with self._lock:
             self._replay(block=True)
             return self._skipped

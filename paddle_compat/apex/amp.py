@@ -359,9 +359,16 @@ def load_state_dict(state_dict: Mapping[str, Any]) -> None:
 
 
 def master_params(optimizer: torch.optim.Optimizer) -> Iterator[Tensor]:
-    """The parameters the optimizer updates, e.g. for ``clip_grad_norm_(amp.master_params(opt), 1.0)``.
+    """The parameters the optimizer updates, group by group.
 
     No master copies are made here, so these are the model's parameters (apex O1's answer).
+
+    Args:
+        optimizer: a ``torch.optim.Optimizer``.
+
+    Example::
+
+        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
     """
     for group in optimizer.param_groups:
         yield from group["params"]

@@ -23,6 +23,8 @@ __all__ = ["Held", "put_back", "take"]
 
 
 class Held(NamedTuple):
+    """A parameter and the grads taken out of it."""
+
     param: Tensor
     grad: Tensor | None
     main_grad: Tensor | None

@@ -46,6 +46,7 @@ class StepGuard:
 
     @property
     def idle(self) -> bool:
+        """Whether the guard has nothing left to do (it can be removed)."""
         return self.skip_message is None and self.scaled_by is None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -11,7 +11,12 @@ __all__ = ["ReduceOp", "all_reduce", "barrier"]
 
 
 class ReduceOp:
-    """Paddle's ``ReduceOp`` names for torch's reduction ops (``AVG``: NCCL only)."""
+    """Paddle's ``ReduceOp`` names for torch's reduction ops (``AVG``: NCCL only).
+
+    Example::
+
+        all_reduce(loss_sum, op=ReduceOp.SUM)
+    """
 
     SUM = dist.ReduceOp.SUM
     MAX = dist.ReduceOp.MAX
@@ -42,5 +47,15 @@ def all_reduce(tensor: Tensor, op: Any = ReduceOp.SUM, group: Any = None, sync_o
 
 
 def barrier(group: Any = None) -> None:
-    """Wait until every rank of ``group`` (the default group when ``None``) reaches this call."""
+    """Wait until every rank of ``group`` reaches this call.
+
+    Args:
+        group: a torch process group; ``None``: the default group.
+
+    Example::
+
+        if get_rank() == 0:
+            prepare_dataset()
+        barrier()
+    """
     dist.barrier(group=group)

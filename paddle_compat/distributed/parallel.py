@@ -19,7 +19,13 @@ __all__ = ["get_rank", "get_world_size", "init_parallel_env", "is_initialized"]
 
 
 def is_initialized() -> bool:
-    """Whether torch's default process group exists (Paddle's ``is_initialized``)."""
+    """Whether torch's default process group exists (Paddle's ``is_initialized``).
+
+    Example::
+
+        if not paddle_compat.distributed.is_initialized():
+            paddle_compat.distributed.init_parallel_env()
+    """
     return dist.is_available() and dist.is_initialized()
 
 
@@ -28,6 +34,9 @@ def get_rank(group: Any = None) -> int:
 
     Before the default group exists, torchrun's ``RANK`` (0 when unset), as Paddle reads its
     launcher's variable. A process outside ``group`` gets -1.
+
+    Args:
+        group: a torch process group; ``None``: the default group (only ``None`` before it exists).
 
     Example::
 
@@ -46,6 +55,13 @@ def get_world_size(group: Any = None) -> int:
 
     Before the default group exists, torchrun's ``WORLD_SIZE`` (1 when unset). A process outside
     ``group`` gets -1 (torch's answer).
+
+    Args:
+        group: a torch process group; ``None``: the default group (only ``None`` before it exists).
+
+    Example::
+
+        per_rank_batch = global_batch // paddle_compat.distributed.get_world_size()
     """
     if is_initialized():
         return dist.get_world_size(group)
@@ -108,6 +124,7 @@ def start(backend: str | None, timeout: datetime.timedelta | None, *, single_pro
 
 
 def check_options(backend: Any, timeout: Any) -> None:
+    """``TypeError`` for a ``backend`` that is not a str, a ``timeout`` that is not a timedelta."""
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"backend must be a str such as 'gloo' or 'cpu:gloo,cuda:nccl', got {type(backend).__name__}")
     if timeout is not None and not isinstance(timeout, datetime.timedelta):
@@ -115,6 +132,7 @@ def check_options(backend: Any, timeout: Any) -> None:
 
 
 def env_int(name: str, default: int) -> int:
+    """The launcher's integer variable ``name`` (``default`` when unset or empty)."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default

@@ -13,4 +13,9 @@ __all__ = ["PaddleMixedPrecision"]
 class PaddleMixedPrecision(PaddleAmpPlugin, MixedPrecision):  # type: ignore[misc]  # see _paddle_amp
     """``pytorch_lightning.Trainer`` plugin: as ``paddle_compat.integrations.lightning.
     PaddleMixedPrecision`` (Paddle's ``auto_cast`` around every forward, a ``paddle_compat``
-    ``GradScaler`` driven by Lightning). Arguments: see ``__init__``."""
+    ``GradScaler`` driven by Lightning). Arguments: see ``__init__``.
+
+    Example::
+
+        trainer = pytorch_lightning.Trainer(plugins=[PaddleMixedPrecision("float16")])
+    """

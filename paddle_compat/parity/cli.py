@@ -87,7 +87,15 @@ def _formats(requested: str | None) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line (``python -m paddle_compat.parity``); returns the exit status.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Example::
+
+        status = main(["compare", "traces/paddle", "traces/port", "--exact"])
+    """
     args = _parser().parse_args(argv)
     try:
         if args.command == "record":

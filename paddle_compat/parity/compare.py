@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import as_float, bits, is_float, tolerances, ulp_distance
-from .trace import SCALARS, Series, Trace, load_trace
+from .trace import SCALARS, Series, Trace, json_float, load_trace
 
 __all__ = ["Comparison", "Divergence", "TensorMetrics", "compare"]
 
@@ -64,7 +64,8 @@ class TensorMetrics:
     ok: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: _json_float(v) for k, v in dataclasses.asdict(self).items()}
+        """The fields as JSON-ready values (non-finite floats as strings)."""
+        return {k: json_float(v) for k, v in dataclasses.asdict(self).items()}
 
 
 @dataclasses.dataclass
@@ -82,6 +83,7 @@ class Divergence:
     metrics: TensorMetrics | None = None
 
     def describe(self) -> str:
+        """One line for people: where, why, both values, how many ulps apart."""
         where = f"step {self.step}, {self.name}"
         if self.index is not None:
             where += f"[{', '.join(map(str, self.index))}]"
@@ -89,17 +91,18 @@ class Divergence:
         if self.reference is not None or self.candidate is not None:
             text += f"; reference {self.reference!r}, candidate {self.candidate!r}"
         if self.ulps is not None:
-            text += f" ({_fmt_ulps(self.ulps)} ulps apart)"
+            text += f" ({fmt_ulps(self.ulps)} ulps apart)"
         m = self.metrics
         if m is not None and not m.bitwise_equal and m.max_ulps is not None:
             scope = "sampled elements" if m.sampled else "elements"
             text += (
-                f"; over the tensor: {m.mismatched} of {m.compared} {scope} differ, max {_fmt_ulps(m.max_ulps)} ulps, "
+                f"; over the tensor: {m.mismatched} of {m.compared} {scope} differ, max {fmt_ulps(m.max_ulps)} ulps, "
                 f"max abs {m.max_abs:.3g}, max rel {m.max_rel:.3g}"
             )
         return text
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields and the description, JSON-ready."""
         return {
             "step": self.step,
             "name": self.name,
@@ -107,7 +110,7 @@ class Divergence:
             "index": list(self.index) if self.index is not None else None,
             "reference": _json_value(self.reference),
             "candidate": _json_value(self.candidate),
-            "ulps": _json_float(self.ulps),
+            "ulps": json_float(self.ulps),
             "description": self.describe(),
         }
 
@@ -116,7 +119,15 @@ class Divergence:
 class Comparison:
     """The result of :func:`compare`: ``ok`` (within tolerance everywhere), ``first_divergence``,
     per-step ``scalars`` (``[{name: (reference, candidate, ok)}]``), ``tensors`` (every
-    :class:`TensorMetrics`), and ``notes`` on structural differences."""
+    :class:`TensorMetrics`), and ``notes`` on structural differences.
+
+    Example::
+
+        result = compare("golden/paddle", "port", exact=True)
+        if not result.ok:
+            print(result.summary())
+            print(result.max_ulps_per_step("param/"))
+    """
 
     exact: bool
     rtol: float | None
@@ -131,10 +142,24 @@ class Comparison:
 
     @property
     def ok(self) -> bool:
+        """Whether the runs agree (bitwise, or within tolerance) at every step compared."""
         return self.first_divergence is None
 
+    @property
+    def mode(self) -> str:
+        """How values were compared, in words."""
+        if self.exact:
+            return "exact (bitwise)"
+        if self.rtol is None:
+            return "torch.testing's per-dtype tolerances"
+        return f"rtol={self.rtol:g}, atol={self.atol:g}"
+
     def max_ulps_per_step(self, prefix: str = "param/") -> list[float | None]:
-        """Per step, the largest ulp distance over the tensors named ``prefix...`` (``None``: none)."""
+        """Per step, the largest ulp distance over some tensors (``None``: none compared).
+
+        Args:
+            prefix: the tensors whose name starts with it (``"param/"``, ``"opt/"``, ``"grad/"``...).
+        """
         out: list[float | None] = [None] * self.steps
         for m in self.tensors:
             if m.name.startswith(prefix) and m.max_ulps is not None:
@@ -142,16 +167,10 @@ class Comparison:
         return out
 
     def summary(self) -> str:
-        mode = (
-            "exact (bitwise)"
-            if self.exact
-            else (
-                "per-dtype torch.testing tolerances" if self.rtol is None else f"rtol={self.rtol:g}, atol={self.atol:g}"
-            )
-        )
+        """A few lines: the verdict, how many tensors differ, the first divergence, the notes."""
         differing = sorted({m.name for m in self.tensors if not m.bitwise_equal})
         lines = [
-            f"{self.steps} steps compared, {mode}: "
+            f"{self.steps} steps compared, {self.mode}: "
             + (("bitwise equal" if self.exact else "within tolerance") if self.ok else "DIVERGED"),
             f"{len({m.name for m in self.tensors})} tensors, {len(differing)} not bitwise equal at some step",
         ]
@@ -161,6 +180,7 @@ class Comparison:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
+        """Everything, JSON-ready (what ``report.to_json`` writes)."""
         return {
             "ok": self.ok,
             "exact": self.exact,
@@ -182,19 +202,14 @@ class Comparison:
         }
 
 
-def _json_float(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
-
-
 def _json_value(x: Any) -> Any:
     if isinstance(x, np.generic):
         x = x.item()
-    return _json_float(x)
+    return json_float(x)
 
 
-def _fmt_ulps(u: float) -> str:
+def fmt_ulps(u: float) -> str:
+    """An ulp distance for people: an integer, or ``inf``."""
     return "inf" if math.isinf(u) else str(int(u))
 
 

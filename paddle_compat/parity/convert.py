@@ -228,6 +228,11 @@ class Plan:
     accumulators, which are shaped like their parameters; ``scalar=True`` is for per-parameter
     accumulators of shape ``[1]`` (Adam's beta powers): split parameters get copies, merged ones
     must agree.
+
+    Example::
+
+        plan = Plan.of(model)
+        paddle_moments = plan.to_paddle({"0.weight": moment}, partial=True)
     """
 
     def __init__(self, entries: list[Entry], torch_shapes: dict[str, tuple[int, ...]], module_paths: dict[str, str]):
@@ -244,7 +249,16 @@ class Plan:
 
     @classmethod
     def of(cls, module: nn.Module, name_map: NameMap | None = None) -> Plan:
-        """The plan for ``module`` (see the module docstring for the rules)."""
+        """The plan for ``module`` (see the module docstring for the rules).
+
+        Args:
+            module: the torch port.
+            name_map: torch names -> Paddle names where they differ (module paths or full keys).
+
+        Example::
+
+            plan = Plan.of(model, {"encoder": "enc"})
+        """
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         names = _check_name_map(name_map)
@@ -286,6 +300,7 @@ class Plan:
 
     # --- shapes ----------------------------------------------------------------------------------
     def paddle_shapes(self, entry: Entry) -> list[tuple[int, ...]]:
+        """The shapes of ``entry``'s Paddle tensors, in ``paddle_keys`` order."""
         if entry not in self._paddle_shapes:
             probes = [_shape_probe(self.torch_shapes[k]) for k in entry.torch_keys]
             self._paddle_shapes[entry] = [tuple(x.shape) for x in entry.to_paddle(probes)]
@@ -302,11 +317,21 @@ class Plan:
     ) -> dict[str, np.ndarray]:
         """Paddle-keyed arrays -> torch-keyed arrays.
 
-        ``partial=False``: every Paddle key the module needs must be there and nothing else (Paddle's
-        ``"StructuredToParameterName@@"`` table aside). ``partial=True``: entries absent from
-        ``arrays`` are skipped (gradients, accumulators); unknown keys still raise.
+        Args:
+            arrays: ``{Paddle key: numpy array}``.
+            partial: ``False``: every Paddle key the module needs must be there and nothing else
+                (Paddle's ``"StructuredToParameterName@@"`` table aside); ``True``: entries
+                absent from ``arrays`` are skipped (gradients, accumulators); unknown keys still
+                raise.
+            scalar: per-parameter ``[1]`` accumulators (see the class doc).
+            what: how errors name ``arrays``.
+
         Raises ``ValueError`` naming every missing, unexpected or misshapen tensor; nothing is
         returned half-converted.
+
+        Example::
+
+            state = Plan.of(model).to_torch(pdio.load("model.pdparams"))
         """
         consumed: set[str] = set()
         missing: list[str] = []
@@ -359,8 +384,17 @@ class Plan:
     ) -> dict[str, np.ndarray]:
         """Torch-keyed arrays -> Paddle-keyed arrays (the inverse of :meth:`to_torch`).
 
-        ``aliases=True`` also writes Paddle's second names of recurrent weights, as Paddle's own
-        state dicts have them. Torch-only entries (``num_batches_tracked``) are dropped.
+        Args:
+            arrays: ``{torch key: numpy array}``.
+            partial, scalar: as for :meth:`to_torch`.
+            aliases: also write Paddle's second names of recurrent weights, as Paddle's own
+                state dicts have them.
+
+        Torch-only entries (``num_batches_tracked``) are dropped.
+
+        Example::
+
+            grads = Plan.of(model).to_paddle({k: p.grad.numpy() for k, p in model.named_parameters()}, partial=True)
         """
         known = {k for e in self.entries for k in e.torch_keys}
         unexpected = [k for k in arrays if k not in known]
@@ -418,7 +452,15 @@ class Plan:
         return [values[0].copy() for _ in e.paddle_keys]
 
     def paddle_key(self, torch_key: str) -> str | None:
-        """The Paddle key of a torch key held 1:1 (``None`` when split, merged or torch-only)."""
+        """The Paddle key of a torch key held 1:1 (``None`` when split, merged or torch-only).
+
+        Args:
+            torch_key: a key of the module's ``state_dict()``.
+
+        Example::
+
+            Plan.of(model).paddle_key("fc.bn.running_mean")   # "fc.bn._mean"
+        """
         for e in self.entries:
             if e.torch_keys == (torch_key,) and len(e.paddle_keys) == 1:
                 return e.paddle_keys[0]
@@ -451,7 +493,15 @@ def _raise_if(what: str, missing: list[str], unexpected: list[str], problems: li
 
 
 def paddle_arrays(state: Any) -> dict[str, np.ndarray]:
-    """A Paddle state dict (tensors or arrays) or a ``.pdparams`` path as ``{key: numpy array}``."""
+    """A Paddle state dict (tensors or arrays) or a ``.pdparams`` path as ``{key: numpy array}``.
+
+    Args:
+        state: the dict, or the path (read with ``pdio.load``).
+
+    Example::
+
+        arrays = paddle_arrays("model.pdparams")
+    """
     if isinstance(state, (str, os.PathLike)):
         state = pdio.load(state)
     if not isinstance(state, Mapping):

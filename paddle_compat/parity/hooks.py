@@ -93,6 +93,7 @@ class LayerWatcher:
         return out, grads
 
     def remove(self) -> None:
+        """Remove every hook."""
         for h in self._handles:
             h.remove()
         self._handles = []

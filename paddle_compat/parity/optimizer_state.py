@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..amp.grad_scaler import STATE_DICT_KEYS
 from ..optimizer import Adam, Momentum
 from ..optimizer import Optimizer as PaddleStyleOptimizer
 from . import pdio
@@ -426,6 +427,13 @@ def lr_scheduler_state_to_paddle(scheduler: Any) -> dict[str, Any]:
     A Paddle-style scheduler (``paddle_compat.optimizer.lr``, or anything with ``set_state_dict``)
     already has it. For a ``torch.optim.lr_scheduler`` one, only what both keep carries over:
     ``last_epoch`` and the last rate (``last_lr``, of the first group).
+
+    Args:
+        scheduler: a Paddle-style or ``torch.optim.lr_scheduler`` scheduler.
+
+    Example::
+
+        paddle_scheduler.set_state_dict(lr_scheduler_state_to_paddle(scheduler))
     """
     sd = scheduler.state_dict()
     if callable(getattr(scheduler, "set_state_dict", None)):
@@ -441,6 +449,14 @@ def lr_scheduler_state_to_torch(state: Mapping[str, Any], scheduler: Any) -> dic
     For a Paddle-style scheduler it is the same dict. For a ``torch.optim.lr_scheduler`` one the
     scheduler's own state is kept and ``last_epoch``, ``_step_count`` and ``_last_lr`` (every group)
     are set from Paddle's ``last_epoch`` and ``last_lr``: the schedules' hyper-parameters must match.
+
+    Args:
+        state: Paddle's scheduler state (with ``last_epoch`` and ``last_lr``).
+        scheduler: the torch-side scheduler that will load it.
+
+    Example::
+
+        scheduler.load_state_dict(lr_scheduler_state_to_torch(paddle_scheduler.state_dict(), scheduler))
     """
     for key in ("last_epoch", "last_lr"):
         if key not in state:
@@ -458,26 +474,24 @@ def lr_scheduler_state_to_torch(state: Mapping[str, Any], scheduler: Any) -> dic
 
 def scaler_state_to_paddle(scaler_or_state: Any) -> dict[str, Any]:
     """A ``paddle_compat.amp.GradScaler`` state (or the scaler) in Paddle's format: its 8 keys, with
-    ``scale`` a float32 numpy array of shape ``[1]``. (The other way needs nothing:
-    ``GradScaler.load_state_dict`` takes Paddle's dict as it is.)"""
+    ``scale`` a float32 numpy array of shape ``[1]`` (``{}`` for a disabled scaler). The other way
+    needs nothing: ``GradScaler.load_state_dict`` takes Paddle's dict as it is.
+
+    Args:
+        scaler_or_state: the scaler, or its ``state_dict()``.
+
+    Example::
+
+        paddle_scaler.load_state_dict(scaler_state_to_paddle(scaler))
+    """
     state = scaler_or_state.state_dict() if callable(getattr(scaler_or_state, "state_dict", None)) else scaler_or_state
     if not isinstance(state, Mapping):
         raise TypeError(f"expected a GradScaler or its state_dict(), got {type(scaler_or_state).__name__}")
     if not state:
         return {}
-    keys = (
-        "scale",
-        "incr_ratio",
-        "decr_ratio",
-        "incr_every_n_steps",
-        "decr_every_n_nan_or_inf",
-        "incr_count",
-        "decr_count",
-        "use_dynamic_loss_scaling",
-    )
-    missing = [k for k in keys if k not in state]
+    missing = [k for k in STATE_DICT_KEYS if k not in state]
     if missing:
         raise ValueError(f"not a GradScaler state: missing {', '.join(map(repr, missing))}")
-    out = {k: state[k] for k in keys}
+    out = {k: state[k] for k in STATE_DICT_KEYS}
     out["scale"] = np.asarray(array_of(state["scale"])[0], np.float32).reshape(1)
     return out

@@ -46,6 +46,13 @@ def set_amp_dtype(dtype: str = "float16") -> None:
 
     Paddle's ``GradScaler.scale`` turns dynamic scaling off unless the recorded dtype is float16;
     a CPU script that never enters ``auto_cast`` needs this to keep it on.
+
+    Args:
+        dtype: ``"float16"``, ``"bfloat16"`` or ``"float32"``.
+
+    Example::
+
+        paddle_side.set_amp_dtype("float16")
     """
     importlib.import_module("paddle.amp.auto_cast").amp_global_state().amp_dtype = dtype
 
@@ -56,6 +63,10 @@ def scaler(cls: str = "GradScaler", **kwargs: Any) -> Any:
     Paddle enables its scaler only when the tracer's place is a GPU, XPU or custom device; its
     logic is plain Python and its kernels run on CPU, so only the constructor is shown a GPU place.
     Also records float16 as the AMP dtype (see :func:`set_amp_dtype`).
+
+    Args:
+        cls: ``"GradScaler"`` or ``"AmpScaler"``.
+        **kwargs: the scaler's arguments.
 
     Example::
 
@@ -102,6 +113,11 @@ def gpu_unscale_semantics() -> Iterator[None]:
     Without it, a CPU run differs on two counts that are Paddle's CPU kernel's, not the scaler's:
     a subnormal unscaled gradient becomes 0, and on a skipped step the gradients after the first bad
     tensor are zeroed (the parameters agree either way).
+
+    Example::
+
+        with paddle_side.gpu_unscale_semantics():
+            pscaler.minimize(popt, pscaled)
     """
     grad_scaler = importlib.import_module("paddle.amp.grad_scaler")
     with mock.patch.object(grad_scaler, "_legacy_C_ops", _GpuKernelSemantics(grad_scaler._legacy_C_ops)):
@@ -110,7 +126,19 @@ def gpu_unscale_semantics() -> Iterator[None]:
 
 def copy_grads(port: torch.nn.Module, layer: Any, *, name_map: NameMap | None = None) -> None:
     """Give each Paddle parameter exactly the gradient its twin in ``port`` holds (converted to
-    Paddle's layout); parameters without a gradient keep none."""
+    Paddle's layout); parameters without a gradient keep none.
+
+    Args:
+        port: the torch port, after its backward pass.
+        layer: the Paddle layer.
+        name_map: torch names -> Paddle names where they differ.
+
+    Example::
+
+        port_loss.backward()
+        paddle_side.copy_grads(port, layer)
+        pscaler.minimize(popt, pscaled)
+    """
     paddle = importlib.import_module("paddle")
     grads = {k: copy_of(g) for k, p in port.named_parameters() if (g := grad_of(p)) is not None}
     converted = Plan.of(port, name_map).to_paddle(grads, partial=True)
@@ -122,11 +150,31 @@ def copy_grads(port: torch.nn.Module, layer: Any, *, name_map: NameMap | None = 
 
 
 def copy_params(layer: Any, port: torch.nn.Module, *, name_map: NameMap | None = None) -> None:
-    """Load the Paddle layer's current parameters and buffers into the torch port, bit for bit."""
+    """Load the Paddle layer's current parameters and buffers into the torch port, bit for bit.
+
+    Args:
+        layer: the Paddle layer.
+        port: the torch port.
+        name_map: torch names -> Paddle names where they differ.
+
+    Example::
+
+        paddle_side.copy_params(layer, port)   # before each forward of the port
+    """
     with torch.no_grad():
         port.load_state_dict(paddle_to_torch(layer.state_dict(), port, name_map=name_map))
 
 
 def copy_params_to_paddle(port: torch.nn.Module, layer: Any, *, name_map: NameMap | None = None) -> None:
-    """Load the torch port's parameters and buffers into the Paddle layer, bit for bit."""
+    """Load the torch port's parameters and buffers into the Paddle layer, bit for bit.
+
+    Args:
+        port: the torch port.
+        layer: the Paddle layer.
+        name_map: torch names -> Paddle names where they differ.
+
+    Example::
+
+        paddle_side.copy_params_to_paddle(port, layer)   # both start from the same weights
+    """
     layer.set_state_dict(torch_to_paddle(port, name_map=name_map))

@@ -194,8 +194,14 @@ def parameter_names(source: str | os.PathLike[str] | bytes | BinaryIO | Mapping[
     """The structured name -> Paddle parameter name table of a ``.pdparams`` file.
 
     ``{"0.weight": "linear_0.w_0", ...}``: the names a ``.pdopt`` file's accumulators are keyed by
-    (``linear_0.w_0_moment1_0``). ``source`` is a file as for :func:`load`, or a dict read from one
-    with its table still in it.
+    (``linear_0.w_0_moment1_0``).
+
+    Args:
+        source: a file as for :func:`load`, or a dict read from one with its table still in it.
+
+    Example::
+
+        names = pdio.parameter_names("model.pdparams")   # {"0.weight": "linear_0.w_0", ...}
     """
     obj = source if isinstance(source, Mapping) else _read(source)
     table = obj.get(NAME_TABLE) if isinstance(obj, Mapping) else None

@@ -25,7 +25,13 @@ from .trace import Trace
 
 @pytest.fixture
 def golden_trace(request: pytest.FixtureRequest) -> Callable[[str], Trace]:
-    """A loader of the golden traces stored in a ``golden/`` folder beside the test file."""
+    """A loader of the golden traces stored in a ``golden/`` folder beside the test file.
+
+    Example::
+
+        def test_port(golden_trace):
+            assert_same_trajectory(golden_trace("demo"), run_port())
+    """
     folder = Path(request.path).parent / "golden"
 
     def load(name: str) -> Trace:
@@ -37,7 +43,14 @@ def golden_trace(request: pytest.FixtureRequest) -> Callable[[str], Trace]:
 @pytest.fixture
 def paddle_trace(tmp_path: Path) -> Callable[..., Trace]:
     """Run a Paddle script that records a trace, in a child process (Paddle never enters the test
-    process); skips the test when Paddle is not installed."""
+    process); skips the test when Paddle is not installed. The runner takes the script, its
+    arguments, and ``record_script``'s keywords.
+
+    Example::
+
+        def test_port(paddle_trace):
+            assert_same_trajectory(paddle_trace("paddle_side.py", "--steps", "20"), run_port())
+    """
     if importlib.util.find_spec("paddle") is None:
         pytest.skip("Paddle is not installed: only the golden traces are checked")
     count = iter(range(1_000_000))

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .compare import Comparison
+from .compare import Comparison, fmt_ulps
 
 __all__ = ["plot", "to_json", "to_markdown", "write_report"]
 
@@ -22,7 +22,15 @@ _MAX_ROWS = 200
 
 
 def to_json(comparison: Comparison) -> str:
-    """Everything :func:`compare` found, as a JSON document (non-finite floats as strings)."""
+    """Everything :func:`compare` found, as a JSON document (non-finite floats as strings).
+
+    Args:
+        comparison: what ``compare`` returned.
+
+    Example::
+
+        Path("parity.json").write_text(to_json(compare(reference, candidate)))
+    """
     return json.dumps(comparison.to_dict(), indent=1, allow_nan=False) + "\n"
 
 
@@ -39,23 +47,24 @@ def _num(x: Any) -> str:
 
 
 def _ulps(x: float | None) -> str:
-    if x is None:
-        return "–"
-    return "inf" if math.isinf(x) else str(int(x))
+    return "–" if x is None else fmt_ulps(x)
 
 
 def to_markdown(comparison: Comparison) -> str:
-    """A human summary: verdict, first divergence, the runs, per-step scalars, the differing tensors."""
+    """A human summary: verdict, first divergence, the runs, per-step scalars, the differing tensors.
+
+    Args:
+        comparison: what ``compare`` returned.
+
+    Example::
+
+        Path("parity.md").write_text(to_markdown(compare(reference, candidate)))
+    """
     c = comparison
-    mode = (
-        "exact (bitwise)"
-        if c.exact
-        else ("torch.testing's per-dtype tolerances" if c.rtol is None else f"rtol={c.rtol:g}, atol={c.atol:g}")
-    )
     lines = [
         "# Parity report",
         "",
-        f"**{'Within tolerance' if c.ok else 'Diverged'}** over {c.steps} steps ({mode}).",
+        f"**{'Within tolerance' if c.ok else 'Diverged'}** over {c.steps} steps ({c.mode}).",
         "",
     ]
     if c.first_divergence is not None:
@@ -131,6 +140,14 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
     """Write the PNG figure: scale trajectories with skipped steps marked, and per-step max ulps.
 
     Uses matplotlib's object API (no pyplot, no global backend change).
+
+    Args:
+        comparison: what ``compare`` returned.
+        path: the PNG file to write; returned as a ``Path``.
+
+    Example::
+
+        plot(compare(reference, candidate), "parity.png")
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -167,7 +184,8 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
     top.set_ylabel("loss scale")
     top.set_title("Loss scale (skipped steps marked)")
     for prefix, label in (("param/", "parameters"), ("opt/", "optimizer state"), ("grad/", "gradients")):
-        points = [(s, min(u, 2.0**64)) for s, u in zip(steps, c.max_ulps_per_step(prefix), strict=True) if u is not None]
+        ulps = c.max_ulps_per_step(prefix)
+        points = [(s, min(u, 2.0**64)) for s, u in zip(steps, ulps, strict=True) if u is not None]
         if points:  # inf (a NaN against a number) drawn at 2**64
             bottom.plot([s for s, _ in points], [u for _, u in points], marker=".", label=label)
     bottom.set_yscale("symlog", linthresh=1)
@@ -192,6 +210,13 @@ def write_report(
     comparison: Comparison, directory: str | os.PathLike[str], formats: Iterable[str] = ("json", "md", "png")
 ) -> dict[str, Path]:
     """Write ``report.json``, ``report.md`` and ``report.png`` (those in ``formats``) into ``directory``.
+
+    Args:
+        comparison: what ``compare`` returned.
+        directory: the folder (created if missing).
+        formats: any of ``"json"``, ``"md"``, ``"png"`` (the PNG needs matplotlib).
+
+    Returns ``{format: path written}``.
 
     Example::
 

@@ -46,7 +46,11 @@ ENV_OUT = "PADDLE_COMPAT_PARITY_TRACE"
 
 
 def dtype_name(arr: np.ndarray) -> str:
-    """The dtype of a recorded array: ``uint16`` is bfloat16's bits (Paddle's convention)."""
+    """The dtype of a recorded array: ``uint16`` is bfloat16's bits (Paddle's convention).
+
+    Args:
+        arr: a recorded array.
+    """
     return "bfloat16" if arr.dtype == np.uint16 else arr.dtype.name
 
 
@@ -63,9 +67,11 @@ class Series:
 
     @property
     def full(self) -> bool:
+        """Whether every element is kept (else a sample, at ``index``)."""
         return self.index is None
 
     def add(self, step: int, arr: np.ndarray) -> None:
+        """Record ``arr`` (of the series' shape) at ``step``."""
         if tuple(arr.shape) != self.shape:
             raise ValueError(f"shape changed from {list(self.shape)} to {list(arr.shape)} at step {step}")
         self.steps.append(step)
@@ -80,10 +86,6 @@ class Series:
         except ValueError:
             return None
 
-    def values(self, pos: int) -> np.ndarray | None:
-        """The full values at position ``pos`` (flat), or ``None`` when only a sample was kept."""
-        return self.data[pos] if self.full else None
-
     def elements(self, pos: int, index: np.ndarray) -> np.ndarray | None:
         """The values of the flat elements ``index`` at position ``pos``, when they were kept."""
         if self.full:
@@ -93,7 +95,8 @@ class Series:
         return None
 
 
-def _encode_float(x: Any) -> Any:
+def json_float(x: Any) -> Any:
+    """``x``, or a non-finite float as ``"nan"``, ``"inf"`` or ``"-inf"`` (JSON has none)."""
     if isinstance(x, float) and not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return x
@@ -132,7 +135,19 @@ class Trace:
         full_max_elements: int | None = None,
         sample: int = 16,
     ) -> None:
-        """Append one step: its scalars and ``{name: array}`` (bfloat16 as ``uint16`` bits)."""
+        """Append one step.
+
+        Args:
+            scalars: the step's scalars by name (those of ``SCALARS``; a missing one is ``None``).
+            tensors: ``{name: numpy array}`` (bfloat16 as ``uint16`` bits).
+            full_max_elements: a tensor with more elements, seen for the first time, is kept
+                as a digest plus ``sample`` elements (``None``: everything in full).
+            sample: how many elements such a tensor keeps.
+
+        Example::
+
+            trace.add_step({"loss": 0.25, "scale": 1024.0}, {"param/w": w.numpy()})
+        """
         step = len(self.steps)
         self.steps.append({k: scalars.get(k) for k in SCALARS})
         for name, arr in tensors.items():
@@ -145,7 +160,15 @@ class Trace:
             s.add(step, np.asarray(arr))
 
     def final(self, name: str) -> np.ndarray | None:
-        """The last recorded full value of ``name`` (reshaped), or ``None`` when sampled or absent."""
+        """The last recorded full value of ``name`` (reshaped), or ``None`` when sampled or absent.
+
+        Args:
+            name: a tensor's name, e.g. ``"param/0.weight"``.
+
+        Example::
+
+            model[0].weight.data = torch.from_numpy(trace.final("param/0.weight"))
+        """
         s = self.series.get(name)
         if s is None or not s.steps or not s.full:
             return None
@@ -161,7 +184,15 @@ class Trace:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``PATH.json`` and ``PATH.npz`` (a ``.json``/``.npz`` suffix on ``path`` is dropped);
-        returns the JSON file's path."""
+        returns the JSON file's path.
+
+        Args:
+            path: where, without suffix; missing folders are created.
+
+        Example::
+
+            trace.save("tests/golden/demo")
+        """
         jpath, npath = self._paths(path)
         jpath.parent.mkdir(parents=True, exist_ok=True)
         # numpy arrays; typed Any for savez, whose stub reserves the keyword "allow_pickle"
@@ -181,7 +212,7 @@ class Trace:
             "format": FORMAT,
             "version": VERSION,
             "meta": self.meta,
-            "steps": [{k: _encode_float(v) for k, v in st.items()} for st in self.steps],
+            "steps": [{k: json_float(v) for k, v in st.items()} for st in self.steps],
             "tensors": listing,
         }
         jpath.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
@@ -190,7 +221,15 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Trace:
-        """Read a trace written by :meth:`save` (``path`` with or without its suffix)."""
+        """Read a trace written by :meth:`save`.
+
+        Args:
+            path: the trace's path, with or without its ``.json``/``.npz`` suffix.
+
+        Example::
+
+            trace = Trace.load("tests/golden/demo")
+        """
         jpath, npath = cls._paths(path)
         if not jpath.is_file():
             raise FileNotFoundError(f"no trace at {jpath}")
@@ -213,7 +252,15 @@ class Trace:
 
 
 def load_trace(path: str | os.PathLike[str] | Trace) -> Trace:
-    """``Trace.load(path)``, or the trace itself."""
+    """``Trace.load(path)``, or the trace itself.
+
+    Args:
+        path: a trace, or the path of a saved one.
+
+    Example::
+
+        reference = load_trace("tests/golden/demo")
+    """
     return path if isinstance(path, Trace) else Trace.load(path)
 
 
@@ -460,7 +507,16 @@ class TraceRecorder:
         )
 
     def record(self, loss: Any = None) -> None:
-        """Record the step just taken (``loss``: the unscaled loss, any tensor or float)."""
+        """Record the step just taken.
+
+        Args:
+            loss: the unscaled loss (any tensor or float), or ``None``.
+
+        Example::
+
+            scaler.minimize(opt, scaled)
+            recorder.record(loss)
+        """
         tensors: dict[str, np.ndarray] = {}
         if self._watcher is not None:
             outputs, grads_in = self._watcher.drain()
@@ -482,8 +538,16 @@ class TraceRecorder:
         self.trace.add_step(scalars, tensors, full_max_elements=self._full_max_elements, sample=self._sample)
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
-        """Write the trace (``PATH.json`` + ``PATH.npz``). Without ``path``, where
-        ``python -m paddle_compat.parity record`` asked (the ``PADDLE_COMPAT_PARITY_TRACE`` variable)."""
+        """Write the trace (``PATH.json`` + ``PATH.npz``); returns the JSON file's path.
+
+        Args:
+            path: where; ``None``: where ``python -m paddle_compat.parity record`` asked (the
+                ``PADDLE_COMPAT_PARITY_TRACE`` variable).
+
+        Example::
+
+            recorder.save("traces/port")
+        """
         if path is None:
             path = os.environ.get(ENV_OUT)
             if not path:
@@ -491,7 +555,12 @@ class TraceRecorder:
         return self.trace.save(path)
 
     def close(self) -> None:
-        """Remove the layer hooks (if any)."""
+        """Remove the layer hooks (if any); the trace stays.
+
+        Example::
+
+            recorder.close()
+        """
         if self._watcher is not None:
             self._watcher.remove()
             self._watcher = None

@@ -195,7 +195,17 @@ class DistributedStrategy:
                 configs[key] = item
 
     def unhonoured_settings(self) -> list[str]:
-        """The fields (and config keys) set to a non-default value that paddle_compat ignores."""
+        """The fields (and config keys) set to a non-default value that paddle_compat ignores
+        (``fleet.init`` names them in a warning).
+
+        Example::
+
+            >>> from paddle_compat.distributed.fleet import DistributedStrategy
+            >>> strategy = DistributedStrategy()
+            >>> strategy.recompute = True
+            >>> strategy.unhonoured_settings()
+            ['recompute']
+        """
         found = [name for name, default in _FLAGS.items() if name not in HONOURED and self._values[name] != default]
         for name, defaults in _CONFIGS.items():
             acted_on = HONOURED.get(name, ())

@@ -156,27 +156,55 @@ def get_hybrid_communicate_group() -> HybridCommunicateGroup:
 
 
 def worker_index() -> int:
-    """This process's rank (torchrun's ``RANK`` before ``init``)."""
+    """This process's rank (torchrun's ``RANK`` before ``init``).
+
+    Example::
+
+        print(f"worker {fleet.worker_index()} of {fleet.worker_num()}")
+    """
     return parallel.get_rank()
 
 
 def worker_num() -> int:
-    """The number of processes (torchrun's ``WORLD_SIZE`` before ``init``)."""
+    """The number of processes (torchrun's ``WORLD_SIZE`` before ``init``).
+
+    Example::
+
+        steps_per_epoch = len(dataset) // (batch_size * fleet.worker_num())
+    """
     return parallel.get_world_size()
 
 
 def is_first_worker() -> bool:
-    """Whether this is rank 0."""
+    """Whether this is rank 0.
+
+    Example::
+
+        if fleet.is_first_worker():
+            torch.save(model.state_dict(), "model.pt")
+    """
     return worker_index() == 0
 
 
 def local_rank() -> int:
-    """This process's rank on its machine (torchrun's ``LOCAL_RANK``, 0 when unset).
-    Paddle returns it as a string."""
+    """This process's rank on its machine (torchrun's ``LOCAL_RANK``, 0 when unset). Paddle
+    returns it as a string.
+
+    Example::
+
+        device = torch.device("cuda", fleet.local_rank())
+    """
     return parallel.env_int("LOCAL_RANK", 0)
 
 
 def barrier_worker() -> None:
-    """Wait for every rank (nothing to wait for in a single process without a group)."""
+    """Wait for every rank (nothing to wait for in a single process without a group).
+
+    Example::
+
+        if fleet.is_first_worker():
+            write_vocabulary()
+        fleet.barrier_worker()
+    """
     if parallel.is_initialized():
         dist.barrier()

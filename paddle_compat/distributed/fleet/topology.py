@@ -25,7 +25,13 @@ AXIS_NAMES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "sep": "sep", 
 
 
 class ParallelMode:
-    """Paddle's parallel modes, as ``HybridCommunicateGroup.get_parallel_mode()`` returns them."""
+    """Paddle's parallel modes, as ``HybridCommunicateGroup.get_parallel_mode()`` returns them.
+
+    Example::
+
+        if hcg.get_parallel_mode() == ParallelMode.TENSOR_PARALLEL:
+            ...
+    """
 
     DATA_PARALLEL = 0
     TENSOR_PARALLEL = 1
@@ -44,8 +50,10 @@ class CommunicateTopology:
 
     Example::
 
-        topo = CommunicateTopology(["data", "model"], [2, 2])
-        topo.get_comm_list("model")   # [[0, 1], [2, 3]]
+        >>> from paddle_compat.distributed.fleet import CommunicateTopology
+        >>> topo = CommunicateTopology(["data", "model"], [2, 2])
+        >>> topo.get_comm_list("model")
+        [[0, 1], [2, 3]]
     """
 
     def __init__(
@@ -66,31 +74,85 @@ class CommunicateTopology:
         self._ranks = {c: r for r, c in enumerate(self._coords)}
 
     def get_hybrid_group_names(self) -> list[str]:
+        """The axis names, outermost first."""
         return list(self._names)
 
     def get_dim(self, axis_name: str) -> int:
+        """The size of one axis (also ``get_dim_size``).
+
+        Args:
+            axis_name: e.g. ``"model"``; ``ValueError`` for a name not in the topology.
+
+        Example::
+
+            >>> from paddle_compat.distributed.fleet import CommunicateTopology
+            >>> CommunicateTopology(["data", "model"], [4, 2]).get_dim("data")
+            4
+        """
         return self._dims[self._axis(axis_name)]
 
     get_dim_size = get_dim
 
     def world_size(self) -> int:
+        """The number of ranks: the product of the axis sizes."""
         return math.prod(self._dims)
 
     def get_rank(self, **coordinates: int) -> int:
-        """The rank at the given coordinate on every axis."""
+        """The rank at the given coordinate on every axis.
+
+        Args:
+            **coordinates: one index per axis, by axis name.
+
+        Example::
+
+            >>> from paddle_compat.distributed.fleet import CommunicateTopology
+            >>> CommunicateTopology(["data", "model"], [2, 2]).get_rank(data=1, model=0)
+            2
+        """
         return self._ranks[self.coordinate(**coordinates)]
 
     def get_coord(self, rank: int) -> Any:
-        """The coordinate (a namedtuple with one field per axis) of ``rank``."""
+        """The coordinate (a namedtuple with one field per axis) of ``rank``.
+
+        Args:
+            rank: a global rank.
+
+        Example::
+
+            >>> from paddle_compat.distributed.fleet import CommunicateTopology
+            >>> CommunicateTopology(["data", "model"], [2, 2]).get_coord(3)
+            Coordinate(data=1, model=1)
+        """
         return self._coords[rank]
 
     def get_axis_list(self, axis_name: str, index: int) -> list[int]:
-        """The ranks whose coordinate on ``axis_name`` is ``index``, ascending."""
+        """The ranks whose coordinate on ``axis_name`` is ``index``, ascending.
+
+        Args:
+            axis_name: the axis.
+            index: the coordinate on it.
+
+        Example::
+
+            >>> from paddle_compat.distributed.fleet import CommunicateTopology
+            >>> CommunicateTopology(["data", "model"], [2, 2]).get_axis_list("model", 1)
+            [1, 3]
+        """
         axis = self._axis(axis_name)
         return [r for r, c in enumerate(self._coords) if c[axis] == index]
 
     def get_comm_list(self, axis_name: str) -> list[list[int]]:
-        """The groups along ``axis_name``: ranks that differ only on that axis, one list each."""
+        """The groups along ``axis_name``: ranks that differ only on that axis, one list each.
+
+        Args:
+            axis_name: the axis.
+
+        Example::
+
+            >>> from paddle_compat.distributed.fleet import CommunicateTopology
+            >>> CommunicateTopology(["data", "model"], [2, 2]).get_comm_list("data")
+            [[0, 2], [1, 3]]
+        """
         axis = self._axis(axis_name)
         return [
             [self._ranks[c._replace(**{axis_name: i})] for i in range(self._dims[axis])]
@@ -99,6 +161,18 @@ class CommunicateTopology:
         ]
 
     def get_rank_from_stage(self, global_rank: int, **kwargs: int) -> int:
+        """The rank whose coordinate is ``global_rank``'s with the axes in ``kwargs`` replaced.
+
+        Args:
+            global_rank: the rank to start from.
+            **kwargs: new indices, by axis name (e.g. ``pipe=0``).
+
+        Example::
+
+            >>> from paddle_compat.distributed.fleet import CommunicateTopology
+            >>> CommunicateTopology(["data", "model"], [2, 2]).get_rank_from_stage(3, model=0)
+            2
+        """
         return self._ranks[self._coords[global_rank]._replace(**kwargs)]
 
     def _axis(self, axis_name: str) -> int:
@@ -117,6 +191,12 @@ class HybridCommunicateGroup:
     Args:
         topology: the layout; its world size must be the default group's.
         timeout: the timeout of the groups created (torch's default when ``None``).
+
+    Example::
+
+        hcg = fleet.get_hybrid_communicate_group()
+        if hcg.get_model_parallel_world_size() > 1:
+            torch.distributed.all_reduce(partial, group=hcg.get_model_parallel_group())
 
     Differences from Paddle: the getters return torch ``ProcessGroup`` objects, so a Paddle
     ``group.nranks``/``group.rank``/``group.ranks`` is ``torch.distributed.get_world_size(group)``,
@@ -182,8 +262,8 @@ class HybridCommunicateGroup:
         return mine
 
     def get_parallel_mode(self) -> int | None:
-        """Paddle's rule: pipeline > tensor > segment > sharding > data; ``None`` when every
-        degree is 1 (a single process), as in Paddle."""
+        """The ``ParallelMode`` by Paddle's rule: pipeline > tensor > segment > sharding > data;
+        ``None`` when every degree is 1 (a single process), as in Paddle."""
         if self._pp_degree > 1:
             return ParallelMode.PIPELINE_PARALLEL
         if self._mp_degree > 1:
@@ -197,79 +277,118 @@ class HybridCommunicateGroup:
         return None
 
     def topology(self) -> CommunicateTopology:
+        """The layout the groups were built from."""
         return self._topo
 
     def get_global_rank(self) -> int:
+        """This rank in the default group."""
         return self.global_rank
 
     # data parallel
     def get_data_parallel_rank(self) -> int:
+        """This rank's index on the data-parallel axis."""
         return self._data_parallel_id
 
     def get_data_parallel_world_size(self) -> int:
+        """The data-parallel degree."""
         return self._dp_degree
 
     def get_data_parallel_group(self) -> Any:
+        """The torch process group of this rank's data-parallel replicas."""
         return self._dp_comm_group
 
     def get_data_parallel_group_src_rank(self) -> int:
+        """The global rank of that group's first member (e.g. a broadcast's source)."""
         return self._dp_ranks[0]
 
     # model (tensor) parallel
     def get_model_parallel_rank(self) -> int:
+        """This rank's index on the model-parallel axis."""
         return self._model_parallel_id
 
     def get_model_parallel_world_size(self) -> int:
+        """The model (tensor) parallel degree."""
         return self._mp_degree
 
     def get_model_parallel_group(self) -> Any:
+        """The torch process group of this rank's model-parallel partners."""
         return self._mp_comm_group
 
     def get_model_parallel_group_src_rank(self) -> int:
+        """The global rank of that group's first member."""
         return self._mp_ranks[0]
 
     # pipeline parallel
     def get_stage_id(self) -> int:
+        """This rank's pipeline stage."""
         return self.stage_id
 
     def get_pipe_parallel_world_size(self) -> int:
+        """The pipeline-parallel degree (the number of stages)."""
         return self._pp_degree
 
     def get_pipe_parallel_group(self) -> Any:
+        """The torch process group of this rank's pipeline (one rank per stage)."""
         return self._pp_comm_group
 
     def get_rank_from_stage(self, stage_id: int, **kwargs: int) -> int:
+        """The global rank of stage ``stage_id`` in this rank's pipeline.
+
+        Args:
+            stage_id: the stage.
+            **kwargs: other axes to move along too, by axis name (e.g. ``model=0``).
+
+        Example::
+
+            next_stage = hcg.get_rank_from_stage(hcg.get_stage_id() + 1)
+        """
         return self._topo.get_rank_from_stage(self.global_rank, pipe=stage_id, **kwargs)
 
     # sharding parallel
     def get_sharding_parallel_rank(self) -> int:
+        """This rank's index on the sharding axis."""
         return self._sharding_parallel_id
 
     def get_sharding_parallel_world_size(self) -> int:
+        """The sharding degree."""
         return self._sharding_degree
 
     def get_sharding_parallel_group(self) -> Any:
+        """The torch process group this rank shards its optimizer state over."""
         return self._sharding_comm_group
 
     def get_sharding_parallel_group_src_rank(self) -> int:
+        """The global rank of that group's first member."""
         return self._sharding_ranks[0]
 
     # segment (sequence) parallel: only when its degree is above 1, as in Paddle
     def get_sep_parallel_rank(self) -> int:
+        """This rank's index on the segment-parallel axis."""
         return self._sep_parallel_id
 
     def get_sep_parallel_world_size(self) -> int:
+        """The segment (sequence) parallel degree."""
         return self._sep_degree
 
     def get_sep_parallel_group(self) -> Any:
+        """The torch process group of the segment-parallel axis; ``RuntimeError`` when its
+        degree is 1, as in Paddle."""
         if self._sep_comm_group is None:
             raise RuntimeError("sep not exist: sep_degree is 1")
         return self._sep_comm_group
 
     # the check group: where inf/NaN flags and global norms are reduced
     def get_check_parallel_group(self, sharding: bool = False) -> Any:
-        """The ranks that hold this rank's dp replica (every axis but dp); with ``sharding=True``
-        every axis but sharding (only when sharding_degree > 1)."""
+        """The group Paddle reduces inf/NaN flags and global norms over: the ranks that hold
+        this rank's dp replica (every axis but dp).
+
+        Args:
+            sharding: every axis but sharding instead (only when sharding_degree > 1).
+
+        Example::
+
+            torch.distributed.all_reduce(found_inf, op=ReduceOp.MAX, group=hcg.get_check_parallel_group())
+        """
         if sharding:
             if self.sharding_check_comm_group is None:
                 raise RuntimeError("the sharding check group exists only when sharding_degree > 1")
