@@ -21,14 +21,17 @@ import functools
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import torch
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)  # None: a torch without Dynamo
 
 
-def eager_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+def eager_only(fn: Callable[P, R]) -> Callable[P, R]:
     """Make Dynamo run ``fn`` as plain Python instead of tracing it.
 
     Like ``torch.compiler.disable``: the wrapper is marked so that Dynamo breaks the graph at
@@ -39,7 +42,7 @@ def eager_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     set_eval_frame = _eval_frame.set_eval_frame
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         prior = set_eval_frame(None)
         try:
             return fn(*args, **kwargs)

@@ -69,9 +69,9 @@ def amp_guard(
     custom_white_list: CustomList = None,
     custom_black_list: CustomList = None,
     level: str = "O1",
-    dtype: str = "float16",
+    dtype: str | torch.dtype = "float16",
     use_promote: bool = True,
-) -> contextlib.AbstractContextManager:
+) -> contextlib.AbstractContextManager[None]:
     """Paddle's older name of ``auto_cast``: same arguments, same behaviour.
 
     Example::
@@ -110,9 +110,9 @@ def auto_cast(
     custom_white_list: CustomList = None,
     custom_black_list: CustomList = None,
     level: str = "O1",
-    dtype: str = "float16",
+    dtype: str | torch.dtype = "float16",
     use_promote: bool = True,
-) -> contextlib.AbstractContextManager:
+) -> contextlib.AbstractContextManager[None]:
     """Context in which each op computes in the precision Paddle's eager AMP would choose.
 
     Args:
@@ -147,10 +147,10 @@ def auto_cast(
 
 def autocast(
     device_type: str | None,
-    dtype: str = "float16",
+    dtype: str | torch.dtype = "float16",
     enabled: bool = True,
     cache_enabled: bool = True,
-) -> contextlib.AbstractContextManager:
+) -> contextlib.AbstractContextManager[None]:
     """``auto_cast(enable=enabled, dtype=dtype)``.
 
     Args:

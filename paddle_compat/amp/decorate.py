@@ -183,7 +183,7 @@ class _StateDictCast:
     def __init__(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
 
-    def __call__(self, module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any) -> None:
+    def __call__(self, module: nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
         for name in (*module._parameters, *module._buffers):
             value = state_dict.get(prefix + name)
             if isinstance(value, torch.Tensor) and value.is_floating_point():

@@ -278,7 +278,7 @@ class AmpScaler:
         return result
 
     @never_traced
-    def _before_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> _Run:
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Run:
         _check_optimizer(optimizer)
         if not self._enable:
             return _Run.PASS

@@ -81,13 +81,13 @@ class PaddleAmpPlugin:
         self.custom_black_list = tuple(custom_black_list or ())
         self.use_promote = bool(use_promote)
 
-    def forward_context(self) -> AbstractContextManager:
+    def forward_context(self) -> AbstractContextManager[None]:
         """Paddle's ``auto_cast`` with this plugin's settings, entered around every forward."""
         return auto_cast(
             True, self.custom_white_list, self.custom_black_list, self.amp_level, self.amp_dtype, self.use_promote
         )
 
-    def autocast_context_manager(self) -> AbstractContextManager:
+    def autocast_context_manager(self) -> AbstractContextManager[None]:
         """The same context (Lightning's Trainer plugin names it so)."""
         return self.forward_context()
 

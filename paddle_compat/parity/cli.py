@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from .compare import Comparison, compare
 from .record import RecordingError, record_script
-from .report import to_json, write_report
+from .report import available_formats, to_json, write_report
 
 __all__ = ["main"]
 
@@ -78,12 +78,10 @@ def _formats(requested: str | None) -> list[str]:
         if unknown or not formats:
             raise _Usage(f"--format: choose among json, md, png (got {requested!r})")
         return formats
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    formats = list(available_formats())
+    if "png" not in formats:
         print("note: matplotlib is not installed, so no PNG (pip install 'paddle_compat[plot]')", file=sys.stderr)
-        return ["json", "md"]
-    return ["json", "md", "png"]
+    return formats
 
 
 def main(argv: Sequence[str] | None = None) -> int:

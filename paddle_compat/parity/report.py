@@ -16,7 +16,7 @@ from typing import Any
 
 from .compare import Comparison, fmt_ulps
 
-__all__ = ["plot", "to_json", "to_markdown", "write_report"]
+__all__ = ["available_formats", "plot", "to_json", "to_markdown", "write_report"]
 
 _MAX_ROWS = 200
 
@@ -204,6 +204,16 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
     out = Path(path)
     fig.savefig(out, format="png")
     return out
+
+
+def available_formats() -> tuple[str, ...]:
+    """The report formats this installation can write: ``"json"``, ``"md"``, and ``"png"`` when
+    matplotlib is installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return ("json", "md")
+    return ("json", "md", "png")
 
 
 def write_report(

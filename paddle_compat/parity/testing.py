@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from .compare import Comparison, compare
-from .report import write_report
+from .report import available_formats, write_report
 from .trace import Trace
 
 __all__ = ["assert_same_trajectory"]
@@ -43,17 +42,6 @@ def assert_same_trajectory(
     result = compare(reference, candidate, exact=exact, rtol=rtol, atol=atol, steps=steps)
     if not result.ok:
         if report_dir is not None:
-            _write(result, report_dir)
+            write_report(result, report_dir, available_formats())
         raise AssertionError(result.summary())
     return result
-
-
-def _write(result: Comparison, report_dir: Any) -> None:
-    formats: tuple[str, ...]
-    try:
-        import matplotlib  # noqa: F401
-
-        formats = ("json", "md", "png")
-    except ImportError:
-        formats = ("json", "md")
-    write_report(result, report_dir, formats)
