@@ -14,7 +14,7 @@ import torch
 
 import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
-from paddle_compat.optimizer import _numerics
+from paddle_compat import _numerics
 
 f32 = np.float32
 

@@ -10,8 +10,8 @@ import torch
 from torch import Tensor
 
 from ..regularizer import WeightDecayRegularizer
-from . import _numerics
-from ._numerics import fma, fma_into, sqrt_rn, sqrt_rn_into
+from .. import _numerics
+from .._numerics import fma, fma_into, sqrt_rn, sqrt_rn_into
 from .optimizer import Optimizer, compute_dtype, round_to
 
 __all__ = ["Adam"]

@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 
 from ..regularizer import L2Decay, WeightDecayRegularizer
-from . import _numerics
-from ._numerics import fma
+from .. import _numerics
+from .._numerics import fma
 from .optimizer import Optimizer, round_to
 
 __all__ = ["Momentum"]

@@ -22,7 +22,8 @@ import torch
 from torch import Tensor
 
 from ..amp.master_grad import grad_of
-from ..regularizer import L2Decay, WeightDecayRegularizer
+from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
+from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 
 __all__ = ["Optimizer"]
 
@@ -78,8 +79,6 @@ class Optimizer(torch.optim.Optimizer):
         defaults: dict[str, Any],
         name: str | None = None,
     ) -> None:
-        from ..nn.clip import ClipGradBase  # here, not at module level: nn.clip imports this package
-
         if learning_rate is None:
             raise ValueError("learning_rate is not set")
         if _is_lr_scheduler(learning_rate):
@@ -122,8 +121,6 @@ class Optimizer(torch.optim.Optimizer):
     # --- parameter groups ----------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """torch's ``add_param_group``, checking Paddle's group options first."""
-        from ..nn.clip import ClipGradBase
-
         group = dict(param_group)
         if "weight_decay" in group:
             group["weight_decay"] = self._check_weight_decay(group["weight_decay"])
@@ -417,8 +414,6 @@ _TAG = "paddle_compat_object"
 
 def _encode(value: Any) -> Any:
     """A clip or regularizer object as a plain dict (other values as they are)."""
-    from ..nn.clip import ClipGradBase
-
     if isinstance(value, (ClipGradBase, WeightDecayRegularizer)):
         return {_TAG: type(value).__name__, **vars(value)}
     return value
@@ -428,9 +423,6 @@ def _decode(value: Any) -> Any:
     """The inverse of ``_encode``."""
     if not (isinstance(value, dict) and _TAG in value):
         return value
-    from ..nn.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
-    from ..regularizer import L1Decay
-
     known = {c.__name__: c for c in (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, L1Decay, L2Decay)}
     fields = dict(value)
     name = fields.pop(_TAG)

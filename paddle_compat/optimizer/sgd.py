@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import _numerics
-from ._numerics import fma
+from .. import _numerics
+from .._numerics import fma
 from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["SGD"]
