@@ -25,7 +25,7 @@ __all__ = ["cpu_kernels_use_fma", "fma", "fma_into", "gpu_kernels", "sqrt_rn", "
 
 def gpu_kernels(t: Tensor) -> bool:
     """Whether updates of ``t`` follow Paddle's GPU kernels (CUDA tensors) rather than its CPU ones."""
-    return t.device.type == "cuda"
+    return t.is_cuda
 
 
 def fma(a: Tensor | float, b: Tensor | float, c: Tensor) -> Tensor:

@@ -14,11 +14,13 @@ norm can differ from Paddle's by a few ulps.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+from .. import _native
 from .._numerics import sqrt_rn
 
 __all__ = ["ClipGradBase", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "GradientClipBase"]
@@ -110,6 +112,30 @@ def _sum(x: Tensor) -> Tensor:
 
 def squared_l2_norm(x: Tensor) -> Tensor:
     """``sum(x*x)`` in ``x``'s dtype, as Paddle's ``squared_l2_norm`` kernel."""
+    return squared_l2_norms([x])[0]
+
+
+def squared_l2_norms(xs: Sequence[Tensor]) -> list[Tensor]:
+    """``squared_l2_norm`` of each tensor (0-D tensors); on CPU the compiled kernels sum them all
+    in one call, in Eigen's order as ``_eigen_sum``."""
+    out: list[Tensor | None] = [None] * len(xs)
+    kern = _native.kernels()
+    if kern is not None:
+        rows, where = array("q"), []
+        for i, x in enumerate(xs):
+            if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and x.is_contiguous():
+                rows.extend((x.numel(), x.data_ptr(), _native.DTYPE[x.dtype]))
+                where.append(i)
+        if where:
+            for i, total in zip(where, kern.sumsq(rows)):
+                out[i] = torch.tensor(total, dtype=xs[i].dtype)
+    for i, x in enumerate(xs):
+        if out[i] is None:
+            out[i] = _squared_l2_norm_torch(x)
+    return out
+
+
+def _squared_l2_norm_torch(x: Tensor) -> Tensor:
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         return _eigen_sum((x * x).reshape(-1))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -205,8 +231,7 @@ class ClipGradByGlobalNorm(ClipGradBase):
     def global_norm(self, grads: Sequence[Tensor]) -> Tensor:
         """The global norm Paddle would compute for these gradients (a 0-D tensor)."""
         low, fp32, fp64 = [], [], []
-        for g in grads:
-            sq = squared_l2_norm(g)
+        for sq in squared_l2_norms(grads):
             bucket = low if sq.dtype in (torch.float16, torch.bfloat16) else fp32 if sq.dtype == torch.float32 else fp64
             bucket.append(sq)
         sum_dtype = torch.float64 if fp64 else torch.float32
@@ -223,7 +248,10 @@ class ClipGradByGlobalNorm(ClipGradBase):
         total = _sum(torch.stack([t.to(device) for t in parts]))
         return sqrt_rn(total)
 
-    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]]) -> ParamsGrads:
+    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]], skip: Tensor | None = None) -> ParamsGrads:
+        """Scale the gradients in place. ``skip``: a GradScaler's inf/NaN flag on the device, read
+        by no one on the host: where it is set the factor becomes 1, leaving the gradients alone
+        on a step the optimizer skips."""
         present = [(p, g) for p, g in params_grads if g is not None]
         grads = [g for p, g in present if getattr(p, "need_clip", True)]
         if not grads:
@@ -236,6 +264,8 @@ class ClipGradByGlobalNorm(ClipGradBase):
             factor = max_norm / norm
         else:
             factor = max_norm / torch.maximum(norm, max_norm)
+        if skip is not None:
+            factor = torch.where(skip.to(factor.device).reshape(()) != 0, torch.ones_like(factor), factor)
         for g in grads:
             g.mul_(factor.to(device=g.device, dtype=g.dtype))  # in place, as Paddle
         return present

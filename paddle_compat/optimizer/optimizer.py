@@ -16,18 +16,24 @@ import math
 import struct
 import warnings
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .. import _native, _numerics
 from ..amp.master_grad import grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
+from . import _multi_tensor
 
 __all__ = ["Optimizer"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+# (param, grad, state, master weight or None): one parameter's share of a step
+_Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
 
 
 def round_to(dtype: torch.dtype) -> Callable[[float], float]:
@@ -68,6 +74,12 @@ class Optimizer(torch.optim.Optimizer):
 
     # Accumulators Paddle keeps on the host whatever the parameter's device (Adam's beta powers).
     _host_state: tuple[str, ...] = ()
+
+    # A GradScaler (torch's or paddle_compat's) hands over the scale and its inf/NaN flag as
+    # ``grad_scale`` and ``found_inf`` instead of unscaling and skipping itself: the step unscales
+    # as Paddle does and skips on the flag without reading it on the host (``_scaler_handover``).
+    _step_supports_amp_scaling = True
+    _unscales_like_paddle = True
 
     def __init__(
         self,
@@ -224,30 +236,160 @@ class Optimizer(torch.optim.Optimizer):
         return None, self._apply_optimize(selected)
 
     def _apply_optimize(self, selected: set[int] | None) -> list[tuple[Tensor, Tensor]]:
+        """One step over the selected parameters; returns their ``(param, grad)`` pairs as
+        Paddle's ``minimize`` does (the gradients before clipping, unscaled)."""
         if self._lr_scheduler is not None:
             lr = float(self._lr_scheduler())
             for group in self.param_groups:
                 group["lr"] = lr
-        applied = []
+        work = []
         for group in self.param_groups:
             pairs = [
-                (p, grad_of(p))
+                (p, g)
                 for p in group["params"]
-                if p.requires_grad and grad_of(p) is not None and (selected is None or id(p) in selected)
+                if p.requires_grad and (g := grad_of(p)) is not None and (selected is None or id(p) in selected)
             ]
-            if not pairs:
-                continue
             for _, g in pairs:
                 if g.is_sparse:
                     raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
-            if group["grad_clip"] is not None:
-                pairs = group["grad_clip"](pairs)
-            pairs = [(p, self._regularize(p, g, group)) for p, g in pairs]
-            lr = self._group_lr(group)
-            for p, g in pairs:
-                self._update_param(p, g, group, lr)
+            if pairs:
+                work.append((group, pairs))
+        skip, device_flag = self._scaler_handover([g for _, pairs in work for _, g in pairs])
+        applied = []
+        for group, pairs in work:
             applied.extend(pairs)
+            if not skip:
+                self._step_group(group, pairs, device_flag)
         return applied
+
+    def _scaler_handover(self, grads: list[Tensor]) -> tuple[bool, Tensor | None]:
+        """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags.
+
+        Unscales the gradients in place when ``grad_scale`` is set, as Paddle's kernel does:
+        ``g = T(f32(g) * reciprocal(f32(scale)))``, on a skipped step too. Returns whether to skip
+        the update (a flag on the CPU: read, which costs nothing) and the flag to skip on where it
+        lives on a GPU (never read there: the update kernels test it themselves).
+        """
+        scale = getattr(self, "grad_scale", None)
+        if scale is not None and grads:
+            _unscale_(grads, scale)
+        found_inf = getattr(self, "found_inf", None)
+        if found_inf is None:
+            return False, None
+        if not _numerics.gpu_kernels(found_inf):
+            return bool(found_inf.item()), None
+        return False, found_inf
+
+    def _step_group(self, group: dict[str, Any], pairs: list[tuple[Tensor, Tensor]], found_inf: Tensor | None) -> None:
+        """clip -> regularization -> update for one parameter group (``found_inf``: a device flag)."""
+        clip = group["grad_clip"]
+        if clip is not None:
+            if isinstance(clip, ClipGradByGlobalNorm):
+                pairs = clip._clip(pairs, skip=found_inf)  # scales in place: not on a skipped step
+            else:
+                pairs = clip(pairs)
+        lr = self._group_lr(group)
+        items = []
+        for p, g in pairs:
+            state, master = self._prepare_state(p, group)
+            items.append((p, g, state, master))
+        for p, g, state, master in self._update_many(items, group, lr, found_inf):
+            if found_inf is not None and bool(found_inf.item()):  # a host sync, only on this path
+                continue
+            g = self._regularize(p, g, group)
+            new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
+            # When the kernel updated its input in place, new *is* the master weight, or a view of
+            # p's own data: copy_ then returns at once.
+            if master is not None:
+                master.copy_(new)
+            p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
+
+    def _update_many(self, items: list[_Item], group: dict[str, Any], lr: float, found_inf: Tensor | None) -> list[_Item]:
+        """Update at once what a compiled CPU kernel or a multi-tensor GPU pass can take
+        (regularization included) and return the other items, for the per-tensor ``_kernel``.
+
+        An item is ``(param, grad, state, master weight or None)``, with the state created and the
+        gradient not regularized yet. Which formulas apply (Paddle's GPU or CPU kernels) follows
+        ``_numerics.gpu_kernels`` of the parameter.
+        """
+        on_gpu: dict[torch.device, list[_Item]] = {}
+        on_cpu = []
+        for item in items:
+            if _numerics.gpu_kernels(item[0]):
+                on_gpu.setdefault(item[0].device, []).append(item)
+            else:
+                on_cpu.append(item)
+        rest = []
+        if on_cpu:
+            # a flag on a GPU is for GPU tensors; CPU tensors with one go the per-tensor way
+            rest += on_cpu if found_inf is not None else self._update_batched(on_cpu, group, lr, None)
+        for device, device_items in on_gpu.items():
+            flag = found_inf.to(device, non_blocking=True) if found_inf is not None else None
+            rest += self._update_batched(device_items, group, lr, flag, device)
+        return rest
+
+    def _update_batched(
+        self, items: list[_Item], group: dict[str, Any], lr: float, found_inf: Tensor | None,
+        gpu: torch.device | None = None,
+    ) -> list[_Item]:
+        """Update the items the compiled CPU kernels (``_native``), or with ``gpu`` the Triton
+        kernels (``_multi_tensor``) on that device, take; return the others.
+
+        The rows handed to the kernels are kept from one step to the next while nothing they
+        depend on changed: the rate, the group's options, the parameters', master weights' and
+        gradients' addresses, dtypes and layouts, and the state (replaced as a whole by
+        ``load_state_dict``). Rows that needed a fresh tensor (a regularized gradient) or
+        per-parameter callbacks are rebuilt at every step. On a GPU the kept rows are device
+        tables: an unchanged step uploads nothing.
+        """
+        kern = _native.kernels() if gpu is None else _multi_tensor.kernels(gpu)
+        if kern is None:
+            return items
+        key = (
+            lr,
+            tuple(v for k, v in group.items() if k != "params"),
+            tuple((p.data_ptr(), g.data_ptr(), g.dtype, g.is_contiguous(), m is None) for p, g, _, m in items),
+        )
+        cache = self.__dict__.setdefault("_batches", {})
+        hit = cache.get((id(group), gpu))
+        if hit is not None and hit[0] is self.state and hit[1] == key:
+            batch, rest = hit[2], [items[i] for i in hit[3]]
+            batch.grads = [item[1] for i, item in enumerate(items) if i not in hit[4]]
+        else:
+            batch, rest_index, cacheable = _native.Batch(), [], True
+            for i, item in enumerate(items):
+                added = self._compiled_row(item, group, lr, batch, gpu is not None)
+                if added is None:
+                    rest_index.append(i)
+                else:
+                    cacheable = cacheable and added
+            rest = [items[i] for i in rest_index]
+            cache[(id(group), gpu)] = (self.state, key, batch, rest_index, set(rest_index)) if cacheable else None
+        if len(batch):
+            if gpu is None:
+                self._compiled_call(kern, batch, group)
+            else:
+                for launch in _multi_tensor.launches(batch, gpu):
+                    self._multi_tensor_call(kern, launch, group, found_inf)
+        batch.release_grads()
+        return rest
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        """Add ``item``'s row to ``batch`` (for the GPU kernels with ``gpu``): ``None`` if the
+        kernels cannot take it, else whether the row may be kept for the next step."""
+        return None
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        """Run the optimizer's compiled CPU kernel on ``batch``."""
+        raise NotImplementedError
+
+    def _multi_tensor_call(
+        self, kern: ModuleType, launch: _multi_tensor.Launch, group: dict[str, Any], found_inf: Tensor | None
+    ) -> None:
+        """Run the optimizer's Triton kernel on ``launch``."""
+        raise NotImplementedError
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
         """The regularizer added to the gradient before the kernel (Momentum fuses L2Decay instead).
@@ -267,30 +409,41 @@ class Optimizer(torch.optim.Optimizer):
             target = master if master is not None else p.to(g.dtype)
         return g + reg(target, g)
 
+    def _grad_for_kernel(self, p: Tensor, g: Tensor, group: dict[str, Any]) -> tuple[Tensor, float, bool]:
+        """The gradient to hand a compiled kernel, the L2 coefficient the kernel adds itself (NaN
+        for none), and whether the gradient is a fresh tensor: an ``L2Decay`` on a float32/float64
+        gradient is fused (``g + param*coeff``, the same two roundings as ``_regularize``); any
+        other regularizer is applied here.
+        """
+        reg = self._regularizer(group)
+        if reg is None:
+            return g, math.nan, False
+        if type(reg) is L2Decay and g.dtype in (torch.float32, torch.float64):
+            return g, reg._coeff_in(g.dtype), False
+        return self._regularize(p, g, group), math.nan, True
+
     def _uses_master(self, p: Tensor) -> bool:
         return self._multi_precision and p.dtype in _LOW_PRECISION
 
-    def _update_param(self, p: Tensor, g: Tensor, group: dict[str, Any], lr: float) -> None:
+    def _prepare_state(self, p: Tensor, group: dict[str, Any]) -> tuple[dict[str, Any], Tensor | None]:
+        """``p``'s state, created at its first update, and its master weight (``None`` without)."""
         state = self.state[p]
         if not state:
             if p.dtype in _LOW_PRECISION and not self._multi_precision:  # Paddle's warning
                 warnings.warn(
                     "Accumulating with FP16/BF16 in optimizer can lead to poor accuracy or slow convergence."
                     f"Consider using multi_precision=True option of the {type(self).__name__} optimizer.",
-                    stacklevel=3,
+                    stacklevel=7,  # step()'s caller: torch's two step wrappers, step, and the helpers
                 )
             self._init_state(p, state, group)
-        if self._uses_master(p) and "master_weight" not in state:
+        if not self._uses_master(p):
+            return state, None
+        master = state.get("master_weight")
+        if master is None:
             # Paddle creates it lazily too, at the first update: decorate() may switch
             # multi-precision on after construction.
-            state["master_weight"] = p.detach().to(torch.float32, copy=True)
-        master = state.get("master_weight") if self._uses_master(p) else None
-        new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
-        # When the kernel updated its input in place, new *is* the master weight, or a view of p's
-        # own data: copy_ then returns at once.
-        if master is not None:
-            master.copy_(new)
-        p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
+            master = state["master_weight"] = p.detach().to(torch.float32, copy=True)
+        return state, master
 
     @staticmethod
     def _same_layout(*tensors: Tensor) -> bool:
@@ -432,6 +585,60 @@ def _decode(value: Any) -> Any:
     obj = cls.__new__(cls)
     obj.__dict__.update(fields)
     return obj
+
+
+def _native_dtypes(value: Tensor, grad: Tensor) -> bool:
+    """Whether the compiled kernels take this pair of dtypes: float64 with float64, else a
+    float32/bfloat16/float16 value with a float32/bfloat16/float16 gradient."""
+    if value.dtype == torch.float64:
+        return grad.dtype == torch.float64
+    return value.dtype in _native.DTYPE and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
+    """Whether the GPU kernels take this pair and rate: they compute in float32 (a float32 value,
+    the parameter or its master weight), on a float32/bfloat16/float16 gradient, with a float32 rate."""
+    return (
+        value.dtype == torch.float32
+        and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and _round_f32(lr) == lr
+    )
+
+
+def dense_like(value: Tensor, *tensors: Tensor) -> bool:
+    """Whether the tensors suit the GPU kernels: contiguous, on ``value``'s device, of its size."""
+    device, n = value.device, value.numel()
+    if not value.is_contiguous():
+        return False
+    for t in tensors:
+        if not (t.is_contiguous() and t.numel() == n and t.device == device):
+            return False
+    return True
+
+
+def dense_cpu(n: int, *tensors: Tensor) -> bool:
+    """Whether the tensors suit the compiled CPU kernels: on the CPU, contiguous, ``n`` elements."""
+    for t in tensors:
+        if not (t.is_cpu and t.is_contiguous() and t.numel() == n):
+            return False
+    return True
+
+
+def _unscale_(grads: list[Tensor], scale: Tensor) -> None:
+    """``g = T(f32(g) * reciprocal(f32(scale)))`` in place, one pass per (device, dtype) bucket.
+
+    torch's AMP unscale kernel computes exactly that product (its inf/NaN flag is not wanted here:
+    the scaler has set ``found_inf`` already).
+    """
+    buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
+    for g in grads:
+        buckets.setdefault((g.device, g.dtype), []).append(g)
+    inverses: dict[torch.device, Tensor] = {}
+    for (device, _), bucket in buckets.items():
+        if device not in inverses:
+            inverses[device] = torch.reciprocal(scale.detach().to(device=device, dtype=torch.float32).reshape(1))
+        unused_flag = torch.zeros(1, device=device)
+        torch._amp_foreach_non_finite_check_and_unscale_(bucket, unused_flag, inverses[device])
 
 
 def _check_lr_value(value: float) -> None:
