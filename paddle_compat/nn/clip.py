@@ -116,19 +116,33 @@ def squared_l2_norm(x: Tensor) -> Tensor:
 
 
 def squared_l2_norms(xs: Sequence[Tensor]) -> list[Tensor]:
-    """``squared_l2_norm`` of each tensor (0-D tensors); on CPU the compiled kernels sum them all
-    in one call, in Eigen's order as ``_eigen_sum``."""
+    """``squared_l2_norm`` of each tensor (0-D tensors), a few calls for many tensors.
+
+    On CPU the compiled kernels sum float32/float64 tensors in one call, in Eigen's order as
+    ``_eigen_sum``; on CUDA one multi-tensor norm per (device, dtype) computes ``sqrt(sum(x*x))``
+    in float32 (float64 for float64), squared back: within an ulp or two of the sum of squares,
+    whose order on the GPU is not Paddle's anyway.
+    """
     out: list[Tensor | None] = [None] * len(xs)
     kern = _native.kernels()
     if kern is not None:
-        rows, where = array("q"), []
-        for i, x in enumerate(xs):
-            if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and x.is_contiguous():
-                rows.extend((x.numel(), x.data_ptr(), _native.DTYPE[x.dtype]))
-                where.append(i)
-        if where:
-            for i, total in zip(where, kern.sumsq(rows)):
-                out[i] = torch.tensor(total, dtype=xs[i].dtype)
+        for dtype in (torch.float32, torch.float64):
+            picked = [i for i, x in enumerate(xs) if x.is_cpu and x.dtype == dtype and x.is_contiguous()]
+            if picked:
+                rows = array("q")
+                for i in picked:
+                    rows.extend((xs[i].numel(), xs[i].data_ptr(), _native.DTYPE[dtype]))
+                for i, total in zip(picked, torch.tensor(kern.sumsq(rows), dtype=dtype).unbind()):
+                    out[i] = total  # a float32 sum is exact as the double the kernel returns
+    buckets: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, x in enumerate(xs):
+        if out[i] is None and x.is_cuda:
+            buckets.setdefault((x.device, x.dtype), []).append(i)
+    for (_, dtype), picked in buckets.items():
+        acc = torch.float64 if dtype == torch.float64 else torch.float32
+        norms = torch.stack(torch._foreach_norm([xs[i] for i in picked], 2, dtype=acc))
+        for i, sq in zip(picked, (norms * norms).to(dtype).unbind()):
+            out[i] = sq
     for i, x in enumerate(xs):
         if out[i] is None:
             out[i] = _squared_l2_norm_torch(x)
@@ -266,6 +280,9 @@ class ClipGradByGlobalNorm(ClipGradBase):
             factor = max_norm / torch.maximum(norm, max_norm)
         if skip is not None:
             factor = torch.where(skip.to(factor.device).reshape(()) != 0, torch.ones_like(factor), factor)
+        buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
         for g in grads:
-            g.mul_(factor.to(device=g.device, dtype=g.dtype))  # in place, as Paddle
+            buckets.setdefault((g.device, g.dtype), []).append(g)
+        for (device, dtype), bucket in buckets.items():  # in place, as Paddle; one pass per bucket
+            torch._foreach_mul_(bucket, factor.to(device=device, dtype=dtype))
         return present

@@ -78,8 +78,8 @@ def sgd_kernel(blocks, rows, per, found, W: tl.constexpr, G: tl.constexpr, P: tl
     t, offs = _block(blocks, BLOCK)
     row = rows + t * ROW
     mask = offs < tl.load(row)
-    if HAS_FOUND:
-        mask = mask & (tl.load(found) == 0)
+    if HAS_FOUND:  # (the flag widened to a block first: the interpreter cannot mix the two)
+        mask = mask & ((tl.load(found) + tl.full([BLOCK], 0.0, tl.float32)) == 0)
     lr = tl.load(per + t * PER)
     l2 = tl.load(per + t * PER + 2)
     w_ptr = _ptr(row, 1, W)
@@ -101,8 +101,8 @@ def momentum_kernel(blocks, rows, per, found, mu, coeff, rescale, W: tl.constexp
     t, offs = _block(blocks, BLOCK)
     row = rows + t * ROW
     mask = offs < tl.load(row)
-    if HAS_FOUND:
-        mask = mask & (tl.load(found) == 0)
+    if HAS_FOUND:  # (the flag widened to a block first: the interpreter cannot mix the two)
+        mask = mask & ((tl.load(found) + tl.full([BLOCK], 0.0, tl.float32)) == 0)
     lr = tl.load(per + t * PER)
     w_ptr = _ptr(row, 1, W)
     v_ptr = _ptr(row, 4, W)
@@ -132,8 +132,8 @@ def adam_kernel(blocks, rows, per, found, b1, b2, c1, c2, eps, W: tl.constexpr, 
     t, offs = _block(blocks, BLOCK)
     row = rows + t * ROW
     mask = offs < tl.load(row)
-    if HAS_FOUND:
-        mask = mask & (tl.load(found) == 0)
+    if HAS_FOUND:  # (the flag widened to a block first: the interpreter cannot mix the two)
+        mask = mask & ((tl.load(found) + tl.full([BLOCK], 0.0, tl.float32)) == 0)
     lr = tl.load(per + t * PER)
     keep = tl.load(per + t * PER + 1)
     l2 = tl.load(per + t * PER + 2)
