@@ -112,7 +112,11 @@ class Adam(Optimizer):
             for key in ("beta1_pow_acc", "beta2_pow_acc"):  # on the device: a step reads nothing on the host
                 if state[key].device != value.device:
                     state[key] = state[key].to(value.device)
-        elif not (dense_cpu(value.numel(), value, g, p, *present) and _native_dtypes(value, g)):
+        elif not (
+            dense_cpu(value.numel(), value, g, p, *present)
+            and dense_cpu(1, state["beta1_pow_acc"], state["beta2_pow_acc"])
+            and _native_dtypes(value, g)
+        ):
             return None
         pows = (state["beta1_pow_acc"], state["beta2_pow_acc"])
         if not (pows[0].is_contiguous() and pows[1].is_contiguous()):

@@ -293,9 +293,10 @@ class Optimizer(torch.optim.Optimizer):
         for p, g in pairs:
             state, master = self._prepare_state(p, group)
             items.append((p, g, state, master))
-        for p, g, state, master in self._update_many(items, group, lr, found_inf):
-            if found_inf is not None and bool(found_inf.item()):  # a host sync, only on this path
-                continue
+        rest = self._update_many(items, group, lr, found_inf)
+        if rest and found_inf is not None and bool(found_inf.item()):  # a host sync, only on this path
+            return
+        for p, g, state, master in rest:
             g = self._regularize(p, g, group)
             new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
             # When the kernel updated its input in place, new *is* the master weight, or a view of
