@@ -329,6 +329,22 @@ def test_multi_tensor_kernels_match_the_per_tensor_gpu_formulas(
     assert_same_run(multi, per_tensor)
 
 
+def test_a_failing_gpu_kernel_falls_back_to_the_per_tensor_path(
+    interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such instruction")
+
+    monkeypatch.setattr(_multi_tensor, "adam", broken)
+    monkeypatch.setattr(_multi_tensor, "_modules", dict(_multi_tensor._modules))  # restored afterwards
+    make = lambda ps: OPTIMIZERS["adamw"](ps, False)  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="paddle_compat"):
+        fell_back = train(make, torch.float32, torch.float32, False, GPU_SIZES)
+    assert "failed" in caplog.text and _multi_tensor.kernels(torch.device("cpu")) is None
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    assert_same_run(fell_back, train(make, torch.float32, torch.float32, False, GPU_SIZES))
+
+
 def test_multi_tensor_adam_keeps_the_beta_powers_on_the_device(interpreted_gpu_path) -> None:
     p = torch.nn.Parameter(torch.randn(10))
     p.grad = torch.randn(10)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .. import _native
 
-__all__ = ["BLOCK", "Launch", "kernels", "launches"]
+__all__ = ["BLOCK", "Launch", "disable", "kernels", "launches"]
 
 logger = logging.getLogger("paddle_compat")
 
@@ -49,6 +49,12 @@ def kernels(device: torch.device) -> ModuleType | None:
     if interpret not in _modules:
         _modules[interpret] = _load(interpret)
     return _modules[interpret]
+
+
+def disable() -> None:
+    """Turn the kernels off in this process after a failure to build or launch them (logged)."""
+    logger.warning("paddle_compat: the multi-tensor GPU kernels failed; using per-tensor updates", exc_info=True)
+    _modules[_interpreting()] = None
 
 
 def _interpreting() -> bool:

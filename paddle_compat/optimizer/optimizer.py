@@ -12,6 +12,7 @@ optimizer's own options).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 import warnings
@@ -370,8 +371,18 @@ class Optimizer(torch.optim.Optimizer):
             if gpu is None:
                 self._compiled_call(kern, batch, group)
             else:
-                for launch in _multi_tensor.launches(batch, gpu):
-                    self._multi_tensor_call(kern, launch, group, found_inf)
+                i = 0
+                try:
+                    with torch.cuda.device(gpu) if gpu.type == "cuda" else contextlib.nullcontext():
+                        for i, launch in enumerate(_multi_tensor.launches(batch, gpu)):
+                            if launch.grid[0]:
+                                self._multi_tensor_call(kern, launch, group, found_inf)
+                except Exception:
+                    if i > 0:  # some tensors are updated already: nothing to fall back to
+                        raise
+                    _multi_tensor.disable()  # a kernel that does not build here: the per-tensor path
+                    cache.pop((id(group), gpu), None)
+                    return items
         batch.release_grads()
         return rest
 
