@@ -10,9 +10,9 @@
  * Tensors are described by rows of ROW int64 values (see enum slot): element count, data
  * pointers, and the dtypes packed in one value. The value updated ("w") is the float32 master
  * weight or the parameter itself; "p" is a low-precision parameter refreshed from the master.
- * Per-tensor float arguments come in rows of PER doubles. Elements are processed in chunks of
- * CHUNK: operands stored in another dtype than the compute type are widened into a local buffer
- * and narrowed back, so the arithmetic loops run on plain float/double arrays and vectorise.
+ * Per-tensor float arguments come in rows of PER doubles. Operands stored in another dtype than
+ * the compute type are widened into local buffers of CHUNK elements and narrowed back, so the
+ * arithmetic loops always run on plain float/double arrays, and vectorise.
  */
 #include <math.h>
 #include <pthread.h>
@@ -112,7 +112,7 @@ static void *run_range(void *arg) {
     for (int64_t t = 0; t < r->count && start < r->hi; t++) {
         int64_t n = r->rows[t * ROW + S_N], end = start + n;
         int64_t a = r->lo > start ? r->lo - start : 0, b = r->hi < end ? r->hi - start : n;
-        for (int64_t off = a; off < b; off += CHUNK) r->fn(r->ctx, t, off, b - off < CHUNK ? b - off : CHUNK);
+        if (b > a) r->fn(r->ctx, t, a, b - a);
         start = end;
     }
     return NULL;
@@ -142,6 +142,10 @@ static void for_all(const void *ctx, piece_fn fn, const int64_t *rows, int64_t c
         else run_range(&ranges[k]); /* no thread to be had: do it here */
     }
 }
+
+/* Elements per call of an update loop: all at once when every operand is used in place, else
+ * CHUNK (the size of the local buffers operands are widened into). */
+static inline int64_t chunk_size(int64_t len, int in_place) { return in_place && len > 0 ? len : CHUNK; }
 
 static inline int dt_w(int64_t packed) { return (int)(packed & 15); }
 static inline int dt_g(int64_t packed) { return (int)((packed >> 4) & 15); }
@@ -192,8 +196,12 @@ static void sgd_piece(const void *ctx, int64_t t, int64_t off, int64_t len) {
     const sgd_ctx *c = (const sgd_ctx *)ctx;
     int64_t dt = c->rows[t * ROW + S_DT];
     if (dt_w(dt) == DT_F64) { sgd_f64(c, t, off, len); return; }
-    sgd_f32(c, t, off, len, dt_w(dt), dt_g(dt));
-    if (dt_p(dt) != DT_NONE) store_f(PTR(t, S_P), dt_p(dt), off, len, (float *)PTR(t, S_W) + off);
+    int64_t step = chunk_size(len, dt_w(dt) == DT_F32 && dt_g(dt) == DT_F32);
+    for (int64_t o = off, end = off + len; o < end; o += step) {
+        int64_t n = end - o < step ? end - o : step;
+        sgd_f32(c, t, o, n, dt_w(dt), dt_g(dt));
+        if (dt_p(dt) != DT_NONE) store_f(PTR(t, S_P), dt_p(dt), o, n, (float *)PTR(t, S_W) + o);
+    }
 }
 
 int pc_sgd(int64_t count, const int64_t *rows, const double *per, int nthreads) {
@@ -252,8 +260,12 @@ static void momentum_piece(const void *ctx, int64_t t, int64_t off, int64_t len)
     const momentum_ctx *c = (const momentum_ctx *)ctx;
     int64_t dt = c->rows[t * ROW + S_DT];
     if (dt_w(dt) == DT_F64) { momentum_f64(c, t, off, len); return; }
-    momentum_f32(c, t, off, len, dt_w(dt), dt_g(dt));
-    if (dt_p(dt) != DT_NONE) store_f(PTR(t, S_P), dt_p(dt), off, len, (float *)PTR(t, S_W) + off);
+    int64_t step = chunk_size(len, dt_w(dt) == DT_F32 && dt_g(dt) == DT_F32);
+    for (int64_t o = off, end = off + len; o < end; o += step) {
+        int64_t n = end - o < step ? end - o : step;
+        momentum_f32(c, t, o, n, dt_w(dt), dt_g(dt));
+        if (dt_p(dt) != DT_NONE) store_f(PTR(t, S_P), dt_p(dt), o, n, (float *)PTR(t, S_W) + o);
+    }
 }
 
 int pc_momentum(int64_t count, const int64_t *rows, const double *per, double mu, double coeff, int nesterov,
@@ -354,8 +366,9 @@ static void adam_f32(const adam_ctx *c, int64_t t, int64_t off, int64_t len, int
 static void adam_piece(const void *ctx, int64_t t, int64_t off, int64_t len) {
     const adam_ctx *c = (const adam_ctx *)ctx;
     int64_t dt = c->rows[t * ROW + S_DT];
-    if (dt_w(dt) == DT_F64) adam_f64(c, t, off, len);
-    else adam_f32(c, t, off, len, dt);
+    if (dt_w(dt) == DT_F64) { adam_f64(c, t, off, len); return; }
+    int64_t step = chunk_size(len, dt_w(dt) == DT_F32 && dt_g(dt) == DT_F32 && dt_s(dt) == DT_F32);
+    for (int64_t o = off, end = off + len; o < end; o += step) adam_f32(c, t, o, end - o < step ? end - o : step, dt);
 }
 
 /* b1, b2, eps: the group's values (rounded to float32 here for float32 tensors); scratch: 2*count
