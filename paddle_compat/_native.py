@@ -230,7 +230,8 @@ def _cpu_signature() -> str:
     """The host CPU's model and feature flags (``-march=native`` builds for them)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            return "".join(line for line in f if line.startswith(("flags", "model name", "Features", "CPU part")))[:8192]
+            keys = ("flags", "model name", "Features", "CPU part")
+            return "".join(line for line in f if line.startswith(keys))[:8192]
     except OSError:
         return platform.processor()
 

@@ -48,8 +48,29 @@ def fma(a: Tensor | float, b: Tensor | float, c: Tensor) -> Tensor:
     else:
         if isinstance(a, Tensor):
             a, b = b, a
-        product = b.double() * float(a) if isinstance(b, Tensor) else torch.tensor(float(a) * float(b), dtype=torch.float64)
-    return _sum_round_to_odd(product, c.double()).to(c.dtype)
+        if isinstance(b, Tensor):
+            product = b.double() * float(a)
+        else:
+            product = torch.tensor(float(a) * float(b), dtype=torch.float64)
+    return _narrow(_sum_round_to_odd(product, c.double()), c.dtype)
+
+
+def _narrow(odd: Tensor, dtype: torch.dtype) -> Tensor:
+    """A float64 value rounded to odd, rounded to nearest in ``dtype`` (float32 or narrower).
+
+    torch casts float64 to bfloat16/float16 through float32, rounding twice: the float32 step is
+    made a rounding to odd too (nudged off an even neighbour when inexact), so that the last
+    rounding is the only one that counts.
+    """
+    nearest = odd.float()
+    if dtype == torch.float32:
+        return nearest
+    bits = nearest.view(torch.int32)
+    inexact = (nearest.double() != odd) & torch.isfinite(nearest)
+    nudge = inexact & ((bits & 1) == 0)
+    away = odd.abs() > nearest.double().abs()
+    step = (torch.where(away, 1, -1) * nudge).to(torch.int32)
+    return (bits + step).view(torch.float32).to(dtype)
 
 
 def _sum_round_to_odd(x: Tensor, y: Tensor) -> Tensor:

@@ -283,6 +283,31 @@ def test_the_cache_key_follows_source_flags_and_compiler(tmp_path) -> None:
     assert key != _native._key(b"source", str(cc), ["-O3"])
 
 
+# --- the torch forms' exact building blocks ---------------------------------------------------------
+def test_the_fma_emulation_rounds_once() -> None:
+    """Cases where rounding the float64 sum, then to the target, would round twice wrongly."""
+    a = torch.tensor([1 + 2**-12] * 3)  # a*a = 1 + 2**-11 + 2**-24: a float32 tie, moved by c
+    c = torch.tensor([2.0**-60, -(2.0**-60), 0.0])
+    assert _numerics.fma(a, a, c).tolist() == [1 + 2**-11 + 2**-23, 1 + 2**-11, 1 + 2**-11]
+    assert _numerics.fma(a, a[0].item(), c).tolist() == [1 + 2**-11 + 2**-23, 1 + 2**-11, 1 + 2**-11]
+    b = torch.tensor([1 + 2**-4] * 2)  # b*b = 1 + 2**-3 + 2**-8: a bfloat16 tie
+    low = _numerics.fma(b, b, torch.tensor([2.0**-40, -(2.0**-40)], dtype=torch.bfloat16))
+    assert low.dtype == torch.bfloat16 and low.tolist() == [1 + 2**-3 + 2**-7, 1 + 2**-3]
+    inf = _numerics.fma(torch.tensor([3e38]), torch.tensor([10.0]), torch.tensor([1.0]))
+    assert inf.tolist() == [math.inf]
+
+
+def test_float64_square_roots_are_correctly_rounded() -> None:
+    from fractions import Fraction
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(400, generator=gen, dtype=torch.float64) * 10.0 ** torch.randint(-30, 30, (400,), generator=gen)
+    for xi, si in zip(x.tolist(), _numerics.sqrt_rn(x).tolist()):
+        ulp = Fraction(math.ulp(si))
+        low, high = Fraction(si) - ulp / 2, Fraction(si) + ulp / 2
+        assert low * low < Fraction(xi) < high * high
+
+
 # --- Paddle's CPU sum of squares ------------------------------------------------------------------
 @needs_compiler
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -85,7 +85,9 @@ class Launch:
 
     __slots__ = ("blocks", "dtypes", "grid", "per", "pows", "rows")
 
-    def __init__(self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], device: torch.device) -> None:
+    def __init__(
+        self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], device: torch.device
+    ) -> None:
         count = len(rows) // _native.ROW
         blocks = []
         for t in range(count):

@@ -13,7 +13,7 @@ from .. import _native, _numerics
 from .._numerics import fma, fma_into, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
 from . import _multi_tensor
-from .optimizer import Optimizer, _gpu_dtypes, _native_dtypes, compute_dtype, dense_cpu, dense_like, round_to
+from .optimizer import Optimizer, compute_dtype, dense_cpu, dense_like, gpu_dtypes, native_dtypes, round_to
 
 __all__ = ["Adam"]
 
@@ -107,7 +107,7 @@ class Adam(Optimizer):
         ):
             return None
         if gpu:
-            if not (dense_like(value, g, p, *present) and _gpu_dtypes(value, g, lr)):
+            if not (dense_like(value, g, p, *present) and gpu_dtypes(value, g, lr)):
                 return None
             for key in ("beta1_pow_acc", "beta2_pow_acc"):  # on the device: a step reads nothing on the host
                 if state[key].device != value.device:
@@ -115,7 +115,7 @@ class Adam(Optimizer):
         elif not (
             dense_cpu(value.numel(), value, g, p, *present)
             and dense_cpu(1, state["beta1_pow_acc"], state["beta2_pow_acc"])
-            and _native_dtypes(value, g)
+            and native_dtypes(value, g)
         ):
             return None
         pows = (state["beta1_pow_acc"], state["beta2_pow_acc"])

@@ -3,7 +3,11 @@
 What every optimizer shares lives here: parameter groups, the learning rate Paddle's kernels see,
 the order inside a step (clip -> regularization -> update), fp32 master weights, and the methods
 Paddle code calls (``step``, ``minimize``, ``clear_grad``, ``get_lr``, ``set_lr``, ``state_dict``,
-``set_state_dict``). Subclasses only hold their update formula (``_init_state`` and ``_kernel``).
+``set_state_dict``), and the update machinery: a step hands the tensors of a group to a compiled
+CPU kernel (``paddle_compat._native``) or to the GPU multi-tensor kernels (``_multi_tensor``) at
+once, and what those do not take to the per-tensor torch forms. Subclasses hold their update
+formula in each form: ``_init_state`` and ``_kernel`` (torch, per tensor), ``_compiled_row`` and
+``_compiled_call`` / ``_multi_tensor_call`` (the kernels' rows and calls).
 
 Parameter groups keep torch's keys (``lr``, read by torch's LR schedulers) and Paddle's keys
 (``learning_rate``: a ratio applied to the base rate; ``weight_decay``; ``grad_clip``; the
@@ -306,7 +310,9 @@ class Optimizer(torch.optim.Optimizer):
                 master.copy_(new)
             p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
 
-    def _update_many(self, items: list[_Item], group: dict[str, Any], lr: float, found_inf: Tensor | None) -> list[_Item]:
+    def _update_many(
+        self, items: list[_Item], group: dict[str, Any], lr: float, found_inf: Tensor | None
+    ) -> list[_Item]:
         """Update at once what a compiled CPU kernel or a multi-tensor GPU pass can take
         (regularization included) and return the other items, for the per-tensor ``_kernel``.
 
@@ -599,7 +605,7 @@ def _decode(value: Any) -> Any:
     return obj
 
 
-def _native_dtypes(value: Tensor, grad: Tensor) -> bool:
+def native_dtypes(value: Tensor, grad: Tensor) -> bool:
     """Whether the compiled kernels take this pair of dtypes: float64 with float64, else a
     float32/bfloat16/float16 value with a float32/bfloat16/float16 gradient."""
     if value.dtype == torch.float64:
@@ -607,7 +613,7 @@ def _native_dtypes(value: Tensor, grad: Tensor) -> bool:
     return value.dtype in _native.DTYPE and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
+def gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
     """Whether the GPU kernels take this pair and rate: they compute in float32 (a float32 value,
     the parameter or its master weight), on a float32/bfloat16/float16 gradient, with a float32 rate."""
     return (

@@ -11,7 +11,7 @@ from torch import Tensor
 from .. import _native, _numerics
 from .._numerics import fma
 from . import _multi_tensor
-from .optimizer import Optimizer, _gpu_dtypes, _native_dtypes, compute_dtype, dense_cpu, dense_like
+from .optimizer import Optimizer, compute_dtype, dense_cpu, dense_like, gpu_dtypes, native_dtypes
 
 __all__ = ["SGD"]
 
@@ -46,11 +46,11 @@ class SGD(Optimizer):
         p, g, _, master = item
         value = master if master is not None else p
         if gpu:
-            if not (dense_like(value, g, p) and _gpu_dtypes(value, g, lr)):
+            if not (dense_like(value, g, p) and gpu_dtypes(value, g, lr)):
                 return None
             rate = lr
         else:
-            if not (dense_cpu(value.numel(), value, g, p) and _native_dtypes(value, g)):
+            if not (dense_cpu(value.numel(), value, g, p) and native_dtypes(value, g)):
                 return None
             # the rate as Paddle's CPU kernel casts it to the dtype
             rate = lr if value.dtype == torch.float64 else torch.tensor(lr, dtype=value.dtype).item()
