@@ -15,22 +15,23 @@
  * arithmetic loops always run on plain float/double arrays, and vectorise.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 enum dtype { DT_F32 = 0, DT_F64 = 1, DT_BF16 = 2, DT_F16 = 3, DT_NONE = 15 };
 enum slot { S_N, S_W, S_G, S_P, S_S1, S_S2, S_S3, S_POW1, S_POW2, S_DT, ROW };
 enum per { P_LR, P_DECAY, P_L2, PER = 4 }; /* P_DECAY, P_L2: NaN when absent */
 
 #define CHUNK 1024
-/* Elements per thread below which another thread costs more (its start) than it saves: the
+/* Elements per thread below which handing work to another thread costs more than it saves: the
  * cheaper the update per element, the more elements a thread needs. */
-#define GRAIN_SGD (1 << 20)
-#define GRAIN_MOMENTUM (1 << 19)
-#define GRAIN_ADAM (1 << 17)
-#define MAX_THREADS 64
+#define GRAIN_SGD (1 << 18)
+#define GRAIN_MOMENTUM (1 << 17)
+#define GRAIN_ADAM (1 << 16)
 
 /* --- float32 <-> bfloat16 / float16 conversions, as torch's vectorised casts ------------------ */
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -106,8 +107,7 @@ typedef struct {
     int64_t count, lo, hi; /* the range of the concatenated elements this worker updates */
 } range_t;
 
-static void *run_range(void *arg) {
-    const range_t *r = (const range_t *)arg;
+static void run_range(const range_t *r) {
     int64_t start = 0;
     for (int64_t t = 0; t < r->count && start < r->hi; t++) {
         int64_t n = r->rows[t * ROW + S_N], end = start + n;
@@ -115,32 +115,32 @@ static void *run_range(void *arg) {
         if (b > a) r->fn(r->ctx, t, a, b - a);
         start = end;
     }
-    return NULL;
 }
 
-/* Apply fn to every element range of every tensor, on up to nthreads threads (this one included). */
+/* Apply fn to every element range of every tensor, on up to nthreads threads (this one included).
+ * The threads are OpenMP's: built with -fopenmp, this library binds to the OpenMP runtime torch has
+ * loaded already (same soname), so it shares torch's thread pool, warm from torch's own ops,
+ * instead of adding threads that would compete with it for the cores. */
 static void for_all(const void *ctx, piece_fn fn, const int64_t *rows, int64_t count, int nthreads, int64_t grain) {
     int64_t total = 0;
     for (int64_t t = 0; t < count; t++) total += rows[t * ROW + S_N];
     int64_t workers = total / grain;
     if (workers > nthreads) workers = nthreads;
-    if (workers > MAX_THREADS) workers = MAX_THREADS;
-    if (workers < 1) workers = 1;
-    range_t ranges[MAX_THREADS];
-    pthread_t threads[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    int64_t per = (total + workers - 1) / workers;
-    per = (per + 63) & ~(int64_t)63; /* whole cache lines per worker */
-    for (int64_t k = 0; k < workers; k++) {
-        int64_t lo = k * per, hi = lo + per;
-        ranges[k] = (range_t){ctx, fn, rows, count, lo < total ? lo : total, hi < total ? hi : total};
+#ifdef _OPENMP
+    if (workers > 1) {
+#pragma omp parallel num_threads((int)workers)
+        {
+            int64_t n = omp_get_num_threads(), k = omp_get_thread_num();
+            int64_t per = ((total + n - 1) / n + 63) & ~(int64_t)63; /* whole cache lines per thread */
+            int64_t lo = k * per < total ? k * per : total, hi = lo + per < total ? lo + per : total;
+            range_t mine = {ctx, fn, rows, count, lo, hi};
+            run_range(&mine);
+        }
+        return;
     }
-    for (int64_t k = 1; k < workers; k++) started[k] = pthread_create(&threads[k], NULL, run_range, &ranges[k]) == 0;
-    run_range(&ranges[0]);
-    for (int64_t k = 1; k < workers; k++) {
-        if (started[k]) pthread_join(threads[k], NULL);
-        else run_range(&ranges[k]); /* no thread to be had: do it here */
-    }
+#endif
+    range_t all = {ctx, fn, rows, count, 0, total};
+    run_range(&all);
 }
 
 /* Elements per call of an update loop: all at once when every operand is used in place, else

@@ -52,8 +52,10 @@ NO_DTYPE = 15
 _SOURCE = Path(__file__).with_name("_native.c")
 # IEEE semantics: no contraction into FMAs the source does not spell out, no fast-math; errno is
 # not needed from sqrt (letting it vectorise), which changes no value.
-_FLAGS = ["-O3", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-fPIC", "-shared", "-pthread"]
-_TUNED = ["-march=native"]  # tried first; dropped if this compiler does not know the host
+_FLAGS = ["-O3", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-fPIC", "-shared"]
+# Tried in turn: tuned for this CPU and threaded with OpenMP (the runtime torch has loaded, see
+# for_all in _native.c), then without -march=native, then single-threaded.
+_VARIANTS = [["-march=native", "-fopenmp"], ["-fopenmp"], []]
 
 _lock = threading.Lock()
 _loaded: Kernels | None = None
@@ -180,7 +182,7 @@ def _build() -> Path:
     compiler = _compiler()
     source = _SOURCE.read_bytes()
     errors = []
-    for flags in (_FLAGS + _TUNED, _FLAGS):
+    for flags in (_FLAGS + extra for extra in _VARIANTS):
         target = _cache_dir() / f"kernels-{_key(source, compiler, flags)}{_suffix()}"
         if target.exists():
             return target
