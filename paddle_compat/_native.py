@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["DTYPE", "NO_DTYPE", "PER", "ROW", "Batch", "Kernels", "kernels"]
+__all__ = ["DTYPE", "NO_DTYPE", "PER", "ROW", "Batch", "Kernels", "enabled", "kernels"]
 
 logger = logging.getLogger("paddle_compat")
 
@@ -154,9 +154,14 @@ class Batch:
         self.grads.clear()
 
 
+def enabled() -> bool:
+    """Whether compiled kernels may be used (``PADDLE_COMPAT_NATIVE`` is not ``0``)."""
+    return os.environ.get("PADDLE_COMPAT_NATIVE") != "0"
+
+
 def kernels() -> Kernels | None:
     """The compiled kernels, built and loaded at the first call; ``None`` to use the torch path."""
-    if os.environ.get("PADDLE_COMPAT_NATIVE") == "0":
+    if not enabled():
         return None
     if _loaded is not None or _failed:
         return _loaded

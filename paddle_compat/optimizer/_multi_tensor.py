@@ -37,7 +37,7 @@ _modules: dict[bool, ModuleType | None] = {}
 
 def kernels(device: torch.device) -> ModuleType | None:
     """The Triton kernels for tensors on ``device`` (interpreted off CUDA), or ``None``."""
-    if os.environ.get("PADDLE_COMPAT_NATIVE") == "0":
+    if not _native.enabled():
         return None
     try:
         import triton  # noqa: F401

@@ -294,14 +294,35 @@ class Optimizer(torch.optim.Optimizer):
             else:
                 pairs = clip(pairs)
         lr = self._group_lr(group)
-        items = []
-        for p, g in pairs:
-            state, master = self._prepare_state(p, group)
-            items.append((p, g, state, master))
-        rest = self._update_many(items, group, lr, found_inf)
+        # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
+        # the rate, the group's options, the parameters' and gradients' addresses, dtypes and
+        # layouts, master weights, the kernels' availability, and the state (replaced as a whole
+        # by load_state_dict). A steady step then only checks that and calls the kernels.
+        key = (
+            lr,
+            tuple(v for k, v in group.items() if k != "params"),
+            tuple((p.data_ptr(), g.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs),
+            self._multi_precision,
+            found_inf is not None,
+            _native.enabled(),
+        )
+        plans = self.__dict__.setdefault("_plans", {})
+        plan = plans.get(id(group))
+        if plan is None or plan.key != key or plan.state is not self.state:
+            plan = _Plan(key, self.state, *self._plan(group, pairs, lr, found_inf))
+            plans[id(group)] = plan if plan.reusable else None
+        rest = plan.rest
+        if plan.compiled is not None:
+            self._compiled_call(plan.kernels[None], plan.compiled, group)
+        if plan.multi_tensor and not self._run_multi_tensor(plan, group, found_inf):
+            plans.pop(id(group), None)  # the GPU kernels failed to build: per tensor from now on
+            rest = rest + [i for _, indices in plan.multi_tensor.values() for i in indices]
+        plan.release_grads()
         if rest and found_inf is not None and bool(found_inf.item()):  # a host sync, only on this path
             return
-        for p, g, state, master in rest:
+        for i in sorted(rest):
+            p, g = pairs[i]
+            state, master = self._prepare_state(p, group)
             g = self._regularize(p, g, group)
             new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
             # When the kernel updated its input in place, new *is* the master weight, or a view of
@@ -310,87 +331,58 @@ class Optimizer(torch.optim.Optimizer):
                 master.copy_(new)
             p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
 
-    def _update_many(
-        self, items: list[_Item], group: dict[str, Any], lr: float, found_inf: Tensor | None
-    ) -> list[_Item]:
-        """Update at once what a compiled CPU kernel or a multi-tensor GPU pass can take
-        (regularization included) and return the other items, for the per-tensor ``_kernel``.
+    def _plan(
+        self, group: dict[str, Any], pairs: list[tuple[Tensor, Tensor]], lr: float, found_inf: Tensor | None
+    ) -> tuple:
+        """Create the missing state, and sort the parameters: the rows of the compiled CPU kernel
+        (``_native``), the rows of the GPU multi-tensor kernels per device (``_multi_tensor``), and
+        the rest, for the per-tensor ``_kernel``. Which formulas apply (Paddle's GPU or CPU
+        kernels) follows ``_numerics.gpu_kernels`` of the parameter.
 
-        An item is ``(param, grad, state, master weight or None)``, with the state created and the
-        gradient not regularized yet. Which formulas apply (Paddle's GPU or CPU kernels) follows
-        ``_numerics.gpu_kernels`` of the parameter.
+        Returns ``(kernels by device (None: CPU), CPU batch or None, GPU batches by device,
+        indices of the rest, whether the plan may be kept)``.
         """
-        on_gpu: dict[torch.device, list[_Item]] = {}
-        on_cpu = []
-        for item in items:
-            if _numerics.gpu_kernels(item[0]):
-                on_gpu.setdefault(item[0].device, []).append(item)
+        kernels: dict[torch.device | None, Any] = {None: _native.kernels()}
+        compiled, multi_tensor, rest, reusable = _native.Batch(), {}, [], True
+        for i, (p, g) in enumerate(pairs):
+            state, master = self._prepare_state(p, group)
+            item = (p, g, state, master)
+            if _numerics.gpu_kernels(p):
+                device = p.device
+                if device not in kernels:
+                    kernels[device] = _multi_tensor.kernels(device)
+                batch, indices = multi_tensor.setdefault(device, (_native.Batch(), []))
+                if kernels[device] is None:
+                    batch = None
             else:
-                on_cpu.append(item)
-        rest = []
-        if on_cpu:
-            # a flag on a GPU is for GPU tensors; CPU tensors with one go the per-tensor way
-            rest += on_cpu if found_inf is not None else self._update_batched(on_cpu, group, lr, None)
-        for device, device_items in on_gpu.items():
-            flag = found_inf.to(device, non_blocking=True) if found_inf is not None else None
-            rest += self._update_batched(device_items, group, lr, flag, device)
-        return rest
-
-    def _update_batched(
-        self, items: list[_Item], group: dict[str, Any], lr: float, found_inf: Tensor | None,
-        gpu: torch.device | None = None,
-    ) -> list[_Item]:
-        """Update the items the compiled CPU kernels (``_native``), or with ``gpu`` the Triton
-        kernels (``_multi_tensor``) on that device, take; return the others.
-
-        The rows handed to the kernels are kept from one step to the next while nothing they
-        depend on changed: the rate, the group's options, the parameters', master weights' and
-        gradients' addresses, dtypes and layouts, and the state (replaced as a whole by
-        ``load_state_dict``). Rows that needed a fresh tensor (a regularized gradient) or
-        per-parameter callbacks are rebuilt at every step. On a GPU the kept rows are device
-        tables: an unchanged step uploads nothing.
-        """
-        kern = _native.kernels() if gpu is None else _multi_tensor.kernels(gpu)
-        if kern is None:
-            return items
-        key = (
-            lr,
-            tuple(v for k, v in group.items() if k != "params"),
-            tuple((p.data_ptr(), g.data_ptr(), g.dtype, g.is_contiguous(), m is None) for p, g, _, m in items),
-        )
-        cache = self.__dict__.setdefault("_batches", {})
-        hit = cache.get((id(group), gpu))
-        if hit is not None and hit[0] is self.state and hit[1] == key:
-            batch, rest = hit[2], [items[i] for i in hit[3]]
-            batch.grads = [item[1] for i, item in enumerate(items) if i not in hit[4]]
-        else:
-            batch, rest_index, cacheable = _native.Batch(), [], True
-            for i, item in enumerate(items):
-                added = self._compiled_row(item, group, lr, batch, gpu is not None)
-                if added is None:
-                    rest_index.append(i)
-                else:
-                    cacheable = cacheable and added
-            rest = [items[i] for i in rest_index]
-            cache[(id(group), gpu)] = (self.state, key, batch, rest_index, set(rest_index)) if cacheable else None
-        if len(batch):
-            if gpu is None:
-                self._compiled_call(kern, batch, group)
+                # a GradScaler's flag on a GPU is for GPU tensors: CPU ones with it go per tensor
+                batch, indices = (compiled, None) if kernels[None] is not None and found_inf is None else (None, None)
+            added = self._compiled_row(item, group, lr, batch, batch is not compiled) if batch is not None else None
+            if added is None:
+                rest.append(i)
             else:
-                i = 0
-                try:
-                    with torch.cuda.device(gpu) if gpu.type == "cuda" else contextlib.nullcontext():
-                        for i, launch in enumerate(_multi_tensor.launches(batch, gpu)):
-                            if launch.grid[0]:
-                                self._multi_tensor_call(kern, launch, group, found_inf)
-                except Exception:
-                    if i > 0:  # some tensors are updated already: nothing to fall back to
-                        raise
-                    _multi_tensor.disable()  # a kernel that does not build here: the per-tensor path
-                    cache.pop((id(group), gpu), None)
-                    return items
-        batch.release_grads()
-        return rest
+                reusable = reusable and added
+                if indices is not None:
+                    indices.append(i)
+        multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
+        return kernels, compiled if len(compiled) else None, multi_tensor, rest, reusable
+
+    def _run_multi_tensor(self, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
+        """Launch the GPU kernels of ``plan``; ``False`` if they failed before updating anything."""
+        launched = False
+        try:
+            for device, (batch, _) in plan.multi_tensor.items():
+                with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+                    for launch in _multi_tensor.launches(batch, device):
+                        if launch.grid[0]:
+                            self._multi_tensor_call(plan.kernels[device], launch, group, found_inf)
+                            launched = True
+        except Exception:
+            if launched:  # some tensors are updated already: nothing to fall back to
+                raise
+            _multi_tensor.disable()  # logs the error
+            return False
+        return True
 
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
@@ -621,6 +613,25 @@ def gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
         and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
         and _round_f32(lr) == lr
     )
+
+
+class _Plan:
+    """The kernels' share of a group's step (see ``_step_group``), and what it was made for."""
+
+    __slots__ = ("compiled", "key", "kernels", "multi_tensor", "rest", "reusable", "state")
+
+    def __init__(
+        self, key: tuple, state: Any, kernels: dict, compiled: Any, multi_tensor: dict, rest: list[int], reusable: bool
+    ) -> None:
+        self.key, self.state, self.kernels, self.reusable = key, state, kernels, reusable
+        self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest
+
+    def release_grads(self) -> None:
+        """Drop the batches' references to the gradients (a kept plan must not keep them alive)."""
+        if self.compiled is not None:
+            self.compiled.release_grads()
+        for batch, _ in self.multi_tensor.values():
+            batch.release_grads()
 
 
 def dense_like(value: Tensor, *tensors: Tensor) -> bool:
