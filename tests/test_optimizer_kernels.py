@@ -30,6 +30,9 @@ from paddle_compat.optimizer import _multi_tensor
 from paddle_compat.optimizer.optimizer import Optimizer
 from paddle_compat.regularizer import L1Decay
 
+# bf16/fp16 parameters without master weights are part of the matrix (Paddle's warning is expected)
+pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16:UserWarning")
+
 needs_compiler = pytest.mark.skipif(_native.kernels() is None, reason="no C compiler: the compiled kernels are off")
 
 
