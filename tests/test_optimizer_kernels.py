@@ -373,6 +373,50 @@ def test_a_failing_gpu_kernel_falls_back_to_the_per_tensor_path(
     assert_same_run(fell_back, train(make, torch.float32, torch.float32, False, GPU_SIZES))
 
 
+def _ptx(kernel, signature: dict, constexprs: dict) -> str:
+    """The kernel compiled for an H100 (sm_90) without a GPU: Triton's compiler runs on the host."""
+    triton = pytest.importorskip("triton")
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError:
+        pytest.skip("this Triton has no host-side compile API")
+    signature = {**signature, **{name: "constexpr" for name in constexprs}}
+    source = ASTSource(kernel, signature, constexprs=constexprs, attrs={(0,): [["tt.divisibility", 16]]})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "enable_fp_fusion": False})
+    return compiled.asm["ptx"]
+
+
+@pytest.mark.parametrize(
+    ("name", "fmas_per_element", "extra", "constexprs"),
+    [
+        ("sgd_kernel", 1, {}, {"W": 0, "G": 2, "P": 2}),
+        ("momentum_kernel", 4, {"mu": "fp32", "coeff": "fp32", "rescale": "fp32"},
+         {"W": 0, "G": 3, "P": 3, "HAS_COEFF": True, "NESTEROV": True}),
+        ("adam_kernel", 3, {"b1": "fp32", "b2": "fp32", "c1": "fp32", "c2": "fp32", "eps": "fp32"},
+         {"W": 0, "G": 2, "P": 2, "S": 2, "AMSGRAD": True}),
+    ],
+)
+@pytest.mark.parametrize("aligned", [False, True])
+def test_gpu_kernels_compile_with_ieee_arithmetic(name, fmas_per_element, extra, constexprs, aligned) -> None:
+    """Compiled (not interpreted): exactly the FMAs of Paddle's GPU formulas and nothing else
+    contracted, IEEE division and square root, no flushing of subnormals, and vector memory
+    accesses for aligned tensors."""
+    pytest.importorskip("triton")
+    mod = _multi_tensor._load(interpret=False)
+    if mod is None:
+        pytest.skip("this Triton cannot build the kernels")
+    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "per": "*fp32", "found": "*fp32", **extra}
+    ptx = _ptx(getattr(mod, name), signature,
+               {**constexprs, "HAS_FOUND": True, "ALIGNED": aligned, "BLOCK": _multi_tensor.BLOCK})
+    elements_per_thread = _multi_tensor.BLOCK // (8 * 32)
+    assert ptx.count("fma.rn.f32") == fmas_per_element * elements_per_thread
+    assert ".ftz" not in ptx and "approx" not in ptx
+    if name == "adam_kernel":
+        assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx
+    assert ("ld.global.v4.b32" in ptx) == aligned
+
+
 def test_multi_tensor_adam_keeps_the_beta_powers_on_the_device(interpreted_gpu_path) -> None:
     p = torch.nn.Parameter(torch.randn(10))
     p.grad = torch.randn(10)

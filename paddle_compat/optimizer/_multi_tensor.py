@@ -81,14 +81,23 @@ def _load(interpret: bool) -> ModuleType | None:
 
 
 class Launch:
-    """The device tables of one kernel launch: rows, per-tensor numbers, blocks; and the dtypes."""
+    """The device tables of one kernel launch: rows (pointers as byte offsets from ``base``),
+    per-tensor numbers, blocks; the dtypes, and whether every tensor is aligned for vector access."""
 
-    __slots__ = ("blocks", "dtypes", "grid", "per", "pows", "rows")
+    __slots__ = ("aligned", "base", "blocks", "dtypes", "grid", "per", "pows", "rows")
 
     def __init__(
-        self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], device: torch.device
+        self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], aligned: bool, device: torch.device
     ) -> None:
         count = len(rows) // _native.ROW
+        self.base = torch.empty(16, dtype=torch.uint8, device=device)  # allocations are 16-byte aligned
+        origin = self.base.data_ptr()
+        relative = list(rows)
+        for t in range(count):
+            for slot in range(1, _native.ROW - 1):  # the pointer slots (0 = absent, never read)
+                i = t * _native.ROW + slot
+                if relative[i]:
+                    relative[i] -= origin
         blocks = []
         for t in range(count):
             n = rows[t * _native.ROW]
@@ -97,7 +106,8 @@ class Launch:
         self.grid = (len(blocks) // 2,)
         packed = rows[_native.ROW - 1]
         self.dtypes = (packed & 15, (packed >> 4) & 15, (packed >> 8) & 15, (packed >> 12) & 15)
-        self.rows = _upload(torch.tensor(rows, dtype=torch.int64), device)
+        self.aligned = aligned
+        self.rows = _upload(torch.tensor(relative, dtype=torch.int64), device)
         self.per = _upload(torch.tensor(per, dtype=torch.float32), device)
         self.blocks = _upload(torch.tensor(blocks, dtype=torch.int32), device)
         self.pows = pows
@@ -110,37 +120,41 @@ def _upload(t: Tensor, device: torch.device) -> Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
+def _aligned(row: list[int]) -> bool:
+    """Whether the tensor's data (not its beta powers) is 16-byte aligned and its size a multiple of 4."""
+    return row[0] % 4 == 0 and all(ptr % 16 == 0 for ptr in row[1:7])
+
+
 def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
-    """The batch's rows split by dtype combination, as device tables (kept on the batch)."""
-    cached = getattr(batch, "launches", None)
-    if cached is not None:
-        return cached
-    groups: dict[int, tuple[list[int], list[float], list]] = {}
+    """The batch's rows split by dtype combination and alignment, as device tables (kept on the batch)."""
+    if batch.launches is not None:
+        return batch.launches
+    groups: dict[tuple[int, bool], tuple[list[int], list[float], list]] = {}
     rows, per = batch.rows, batch.per
     for t in range(len(batch)):
         row = list(rows[t * _native.ROW : (t + 1) * _native.ROW])
-        rows_, per_, pows_ = groups.setdefault(row[-1], ([], [], []))
+        rows_, per_, pows_ = groups.setdefault((row[-1], _aligned(row)), ([], [], []))
         rows_ += row
         per_ += per[t * _native.PER : (t + 1) * _native.PER]
         if batch.pows:
             pows_.append(batch.pows[t])
-    batch.launches = [Launch(r, p, w, device) for r, p, w in groups.values()]
+    batch.launches = [Launch(r, p, w, aligned, device) for (_, aligned), (r, p, w) in groups.items()]
     return batch.launches
 
 
 _OPTIONS = {"BLOCK": BLOCK, "num_warps": 8, "enable_fp_fusion": False}
 
 
-def _flag(found_inf: Tensor | None, launch: Launch) -> dict:
-    # without a flag the kernels never read the pointer: any tensor will do
-    return {"found": found_inf if found_inf is not None else launch.per, "HAS_FOUND": found_inf is not None}
+def _common(found_inf: Tensor | None, launch: Launch) -> dict:
+    # without a flag the kernels never read its pointer: any tensor will do
+    found = found_inf if found_inf is not None else launch.per
+    return {"base": launch.base, "blocks": launch.blocks, "rows": launch.rows, "per": launch.per, "found": found,
+            "HAS_FOUND": found_inf is not None, "ALIGNED": launch.aligned, **_OPTIONS}
 
 
 def sgd(mod: ModuleType, launch: Launch, found_inf: Tensor | None) -> None:
     w, g, p, _ = launch.dtypes
-    mod.sgd_kernel[launch.grid](
-        launch.blocks, launch.rows, launch.per, W=w, G=g, P=p, **_flag(found_inf, launch), **_OPTIONS
-    )
+    mod.sgd_kernel[launch.grid](W=w, G=g, P=p, **_common(found_inf, launch))
 
 
 def momentum(
@@ -148,8 +162,8 @@ def momentum(
 ) -> None:
     w, g, p, _ = launch.dtypes
     mod.momentum_kernel[launch.grid](
-        launch.blocks, launch.rows, launch.per, mu=mu, coeff=coeff, rescale=rescale, W=w, G=g, P=p,
-        HAS_COEFF=coeff != 0.0, NESTEROV=bool(nesterov), **_flag(found_inf, launch), **_OPTIONS,
+        mu=mu, coeff=coeff, rescale=rescale, W=w, G=g, P=p, HAS_COEFF=coeff != 0.0, NESTEROV=bool(nesterov),
+        **_common(found_inf, launch),
     )
 
 
@@ -164,8 +178,8 @@ def adam(
     w, g, p, s = launch.dtypes
     b1, b2 = round_(b1), round_(b2)
     mod.adam_kernel[launch.grid](
-        launch.blocks, launch.rows, launch.per, b1=b1, b2=b2, c1=round_(1 - b1), c2=round_(1 - b2), eps=round_(eps),
-        W=w, G=g, P=p, S=s, AMSGRAD=bool(amsgrad), **_flag(found_inf, launch), **_OPTIONS,
+        b1=b1, b2=b2, c1=round_(1 - b1), c2=round_(1 - b2), eps=round_(eps), W=w, G=g, P=p, S=s,
+        AMSGRAD=bool(amsgrad), **_common(found_inf, launch),
     )
     first, second = [a for a, _ in launch.pows], [b for _, b in launch.pows]
     if found_inf is None:
