@@ -98,18 +98,19 @@ class Launch:
                 i = t * _native.ROW + slot
                 if relative[i]:
                     relative[i] -= origin
-        blocks = []
-        for t in range(count):
-            n = rows[t * _native.ROW]
-            for b in range(-(-n // BLOCK)):
-                blocks += (t, b)
-        self.grid = (len(blocks) // 2,)
+        # (tensor, block) for every block of every tensor, made with torch: a large model has
+        # hundreds of thousands of blocks
+        per_tensor = -(-torch.tensor(rows[:: _native.ROW], dtype=torch.int64) // BLOCK)
+        tensor_of = torch.repeat_interleave(torch.arange(count), per_tensor)
+        first = torch.repeat_interleave(torch.cumsum(per_tensor, 0) - per_tensor, per_tensor)
+        blocks = torch.stack([tensor_of, torch.arange(len(tensor_of)) - first], 1).to(torch.int32).reshape(-1)
+        self.grid = (len(tensor_of),)
         packed = rows[_native.ROW - 1]
         self.dtypes = (packed & 15, (packed >> 4) & 15, (packed >> 8) & 15, (packed >> 12) & 15)
         self.aligned = aligned
         self.rows = _upload(torch.tensor(relative, dtype=torch.int64), device)
         self.per = _upload(torch.tensor(per, dtype=torch.float32), device)
-        self.blocks = _upload(torch.tensor(blocks, dtype=torch.int32), device)
+        self.blocks = _upload(blocks, device)
         self.pows = pows
 
 

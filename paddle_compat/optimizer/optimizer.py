@@ -295,13 +295,14 @@ class Optimizer(torch.optim.Optimizer):
                 pairs = clip(pairs)
         lr = self._group_lr(group)
         # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
-        # the rate, the group's options, the parameters' and gradients' addresses, dtypes and
+        # the rate, the group's options, the parameters' addresses, the gradients' dtypes and
         # layouts, master weights, the kernels' availability, and the state (replaced as a whole
-        # by load_state_dict). A steady step then only checks that and calls the kernels.
+        # by load_state_dict). A steady step then only checks that, points the rows at the
+        # gradients (new tensors after zero_grad(set_to_none=True)) and calls the kernels.
         key = (
             lr,
             tuple(v for k, v in group.items() if k != "params"),
-            tuple((p.data_ptr(), g.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs),
+            tuple((p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs),
             self._multi_precision,
             found_inf is not None,
             _native.enabled(),
@@ -311,6 +312,8 @@ class Optimizer(torch.optim.Optimizer):
         if plan is None or plan.key != key or plan.state is not self.state:
             plan = _Plan(key, self.state, *self._plan(group, pairs, lr, found_inf))
             plans[id(group)] = plan if plan.reusable else None
+        else:
+            plan.point_at([g for _, g in pairs])
         rest = plan.rest
         if plan.compiled is not None:
             self._compiled_call(plan.kernels[None], plan.compiled, group)
@@ -343,7 +346,7 @@ class Optimizer(torch.optim.Optimizer):
         indices of the rest, whether the plan may be kept)``.
         """
         kernels: dict[torch.device | None, Any] = {None: _native.kernels()}
-        compiled, multi_tensor, rest, reusable = _native.Batch(), {}, [], True
+        compiled, multi_tensor, rest, reusable, slots = _native.Batch(), {}, [], True, []
         for i, (p, g) in enumerate(pairs):
             state, master = self._prepare_state(p, group)
             item = (p, g, state, master)
@@ -357,15 +360,19 @@ class Optimizer(torch.optim.Optimizer):
             else:
                 # a GradScaler's flag on a GPU is for GPU tensors: CPU ones with it go per tensor
                 batch, indices = (compiled, None) if kernels[None] is not None and found_inf is None else (None, None)
+            row = len(batch) if batch is not None else None
             added = self._compiled_row(item, group, lr, batch, batch is not compiled) if batch is not None else None
             if added is None:
                 rest.append(i)
+                slots.append(None)
             else:
                 reusable = reusable and added
+                slots.append((batch, row))
                 if indices is not None:
                     indices.append(i)
         multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
-        return kernels, compiled if len(compiled) else None, multi_tensor, rest, reusable
+        grads = tuple(g.data_ptr() for _, g in pairs)
+        return kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
 
     def _run_multi_tensor(self, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
         """Launch the GPU kernels of ``plan``; ``False`` if they failed before updating anything."""
@@ -618,13 +625,27 @@ def gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
 class _Plan:
     """The kernels' share of a group's step (see ``_step_group``), and what it was made for."""
 
-    __slots__ = ("compiled", "key", "kernels", "multi_tensor", "rest", "reusable", "state")
+    __slots__ = ("compiled", "grads", "key", "kernels", "multi_tensor", "rest", "reusable", "slots", "state")
 
     def __init__(
-        self, key: tuple, state: Any, kernels: dict, compiled: Any, multi_tensor: dict, rest: list[int], reusable: bool
+        self, key: tuple, state: Any, kernels: dict, compiled: Any, multi_tensor: dict, rest: list[int],
+        slots: list, grads: tuple[int, ...], reusable: bool,
     ) -> None:
         self.key, self.state, self.kernels, self.reusable = key, state, kernels, reusable
         self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest
+        self.slots, self.grads = slots, grads  # each pair's (batch, row) or None; the gradients' addresses
+
+    def point_at(self, grads: list[Tensor]) -> None:
+        """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
+        addresses = tuple(g.data_ptr() for g in grads)
+        if addresses == self.grads:
+            return
+        for address, slot in zip(addresses, self.slots):
+            if slot is not None:
+                batch, row = slot
+                batch.rows[row * _native.ROW + 2] = address
+                batch.launches = None  # the GPU tables are made again from the rows
+        self.grads = addresses
 
     def release_grads(self) -> None:
         """Drop the batches' references to the gradients (a kept plan must not keep them alive)."""
