@@ -387,7 +387,8 @@ def _ptx(kernel, signature: dict, constexprs: dict) -> str:
         pytest.skip("this Triton has no host-side compile API")
     signature = {**signature, **{name: "constexpr" for name in constexprs}}
     source = ASTSource(kernel, signature, constexprs=constexprs, attrs={(0,): [["tt.divisibility", 16]]})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "enable_fp_fusion": False})
+    options = {"num_warps": 8, "enable_fp_fusion": False}
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     return compiled.asm["ptx"]
 
 
