@@ -778,10 +778,25 @@ class Optimizer(torch.optim.Optimizer):
                 + " or ".join(str(d) for d in allowed)
             )
 
+    # --- pickling and copies -------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """torch's keys plus our attributes, so a pickled or deep-copied optimizer resumes the same
+        trajectory (torch's own ``__getstate__`` keeps only ``defaults``, ``state`` and
+        ``param_groups``)."""
+        state = super().__getstate__()
+        for key, value in self.__dict__.items():
+            if key not in state and key not in _TRANSIENT and not key.startswith(("_optimizer_", "_zero_grad", "_warned")):
+                state[key] = value
+        return state
+
     def set_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Paddle's name for ``load_state_dict``."""
         self.load_state_dict(state_dict)
 
+
+# What a copy does not take: the step's caches (kernel plans, scratch buffers: rebuilt at the next
+# step), and what torch's LR schedulers install on the instance (they install it again).
+_TRANSIENT = frozenset({"_plans", "_scratch", "_scratch_views", "step", "_opt_called"})
 
 _TAG = "paddle_compat_object"
 
