@@ -36,6 +36,7 @@ import tempfile
 import threading
 from array import array
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -109,7 +110,7 @@ class Batch:
         self.grads: list[torch.Tensor] = []
         self.tensors: list[torch.Tensor] = []
         self.pows: list[tuple[torch.Tensor, ...]] = []
-        self.launches = None  # the GPU path's device tables, made at the first launch
+        self.launches: list[Any] | None = None  # the GPU path's device tables, made at the first launch
 
     def __len__(self) -> int:
         return len(self.rows) // ROW
@@ -247,7 +248,7 @@ def _suffix() -> str:
     return ".dylib" if sys.platform == "darwin" else ".dll" if os.name == "nt" else ".so"
 
 
-def _bind(fn: ctypes._CFuncPtr, argtypes: list) -> ctypes._CFuncPtr:
+def _bind(fn: Any, argtypes: list[Any]) -> Any:  # a ctypes function of the loaded library
     fn.argtypes = argtypes
     fn.restype = ctypes.c_int
     return fn

@@ -12,11 +12,16 @@ from __future__ import annotations
 import functools
 import os
 
+from types import ModuleType
+
 import torch
 from torch import Tensor
 
+_np: ModuleType | None
 try:  # only for correctly rounded square roots of CPU tensors; torch itself warns without numpy
-    import numpy as _np
+    import numpy
+
+    _np = numpy
 except ImportError:  # pragma: no cover - numpy comes with nearly every torch install
     _np = None
 
@@ -111,6 +116,7 @@ def sqrt_rn_into(out: Tensor, x: Tensor, wide: Tensor | None) -> Tensor:
         return out
     if x.dtype == torch.float64:
         return torch.sqrt(x, out=out)
+    assert wide is not None, "a float64 buffer is needed for a float32 root"
     return out.copy_(torch.sqrt(wide.copy_(x), out=wide))
 
 

@@ -144,10 +144,7 @@ def squared_l2_norms(xs: Sequence[Tensor]) -> list[Tensor]:
         norms = torch.stack(torch._foreach_norm([xs[i] for i in picked], 2, dtype=acc))
         for i, sq in zip(picked, (norms * norms).to(dtype).unbind()):
             out[i] = sq
-    for i, x in enumerate(xs):
-        if out[i] is None:
-            out[i] = _squared_l2_norm_torch(x)
-    return out
+    return [sq if sq is not None else _squared_l2_norm_torch(x) for sq, x in zip(out, xs)]
 
 
 def _squared_l2_norm_torch(x: Tensor) -> Tensor:
@@ -267,7 +264,9 @@ class ClipGradByGlobalNorm(ClipGradBase):
 
     def global_norm(self, grads: Sequence[Tensor]) -> Tensor:
         """The global norm Paddle would compute for these gradients (a 0-D tensor)."""
-        low, fp32, fp64 = [], [], []
+        low: list[Tensor] = []
+        fp32: list[Tensor] = []
+        fp64: list[Tensor] = []
         for sq in squared_l2_norms(grads):
             bucket = low if sq.dtype in (torch.float16, torch.bfloat16) else fp32 if sq.dtype == torch.float32 else fp64
             bucket.append(sq)

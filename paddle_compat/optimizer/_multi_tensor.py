@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -72,6 +73,7 @@ def _load(interpret: bool) -> ModuleType | None:
     name = f"{__package__}._triton_kernels{'_interpreted' if interpret else ''}"
     try:
         spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_triton_kernels.py"))
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
@@ -139,8 +141,9 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
         per_ += per[t * _native.PER : (t + 1) * _native.PER]
         if batch.pows:
             pows_.append(batch.pows[t])
-    batch.launches = [Launch(r, p, w, aligned, device) for (_, aligned), (r, p, w) in groups.items()]
-    return batch.launches
+    launches = [Launch(r, p, w, aligned, device) for (_, aligned), (r, p, w) in groups.items()]
+    batch.launches = launches
+    return launches
 
 
 _OPTIONS = {"BLOCK": BLOCK, "num_warps": 8, "enable_fp_fusion": False}
@@ -170,7 +173,7 @@ def momentum(
 
 def adam(
     mod: ModuleType, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, amsgrad: bool,
-    round_: callable,
+    round_: Callable[[float], float],
 ) -> None:
     """Adam's kernel, then the beta powers times ``b1``/``b2`` (times 1 where ``found_inf`` is set).
 

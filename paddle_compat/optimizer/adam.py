@@ -47,7 +47,7 @@ class Adam(Optimizer):
         beta2: float = 0.999,
         epsilon: float = 1e-8,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
-        weight_decay: float | WeightDecayRegularizer | None = None,
+        weight_decay: float | Tensor | WeightDecayRegularizer | None = None,  # a Tensor: AdamW's coefficient
         grad_clip: Any = None,
         lazy_mode: bool = False,
         multi_precision: bool = False,
@@ -220,6 +220,7 @@ class Adam(Optimizer):
         wide2 = self._buffer(w, torch.float64, "wide2") if fused else None
 
         if fused:
+            assert wide is not None and wide2 is not None  # fused: float32 (Paddle's AVX-512 kernel)
             if decay is not None:
                 fma_into(w, -decay, w, w, wide, wide2)  # w = fma(-decay, w, w)
             fma_into(m, b1, m, torch.mul(g, rnd(1 - b1), out=tmp), wide, wide2)  # m = fma(b1, m, g*(1-b1))
@@ -243,6 +244,7 @@ class Adam(Optimizer):
         step = sqrt_rn_into(tmp, v_used, wide).add_(eps_t)  # sqrt_rn(v) + eps_t
         torch.div(m, step, out=step)  # m / (sqrt_rn(v) + eps_t)
         if fused:
+            assert wide is not None and wide2 is not None
             fma_into(w, -lr_t, step, w, wide, wide2)  # fma(step, -lr_t, w)
         else:
             w.add_(step.mul_(-lr_t))  # w + step*(-lr_t)

@@ -33,7 +33,7 @@ import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import torch
 
@@ -60,7 +60,7 @@ __all__ = [
 
 
 # --- argument checks -----------------------------------------------------------------------------
-def _is_real(value: object) -> bool:
+def _is_real(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -632,11 +632,11 @@ class ReduceOnPlateau(LRScheduler):
             sched.step(validation_loss(model))
     """
 
-    mode: Literal["min", "max"]
+    mode: str  # "min" or "max"
     factor: float
     patience: int
     threshold: float
-    threshold_mode: Literal["rel", "abs"]
+    threshold_mode: str  # "rel" or "abs"
     cooldown: int
     min_lr: float
     epsilon: float
@@ -644,11 +644,11 @@ class ReduceOnPlateau(LRScheduler):
     def __init__(
         self,
         learning_rate: float,
-        mode: Literal["min", "max"] = "min",
+        mode: str = "min",  # "min" or "max"
         factor: float = 0.1,
         patience: int = 10,
         threshold: float = 1e-4,
-        threshold_mode: Literal["rel", "abs"] = "rel",
+        threshold_mode: str = "rel",  # "rel" or "abs"
         cooldown: int = 0,
         min_lr: float = 0,
         epsilon: float = 1e-8,
@@ -1087,10 +1087,10 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         _real("eta_min", eta_min)
         _real("last_epoch", last_epoch)
         self.T_0 = T_0
-        self.T_i = T_0
+        self.T_i: float = T_0  # a float after a step(epoch) with a fractional epoch, as in Paddle
         self.T_mult = T_mult
         self.eta_min = eta_min
-        self.T_cur = last_epoch
+        self.T_cur: float = last_epoch
         super().__init__(learning_rate, last_epoch, verbose)
 
     def get_lr(self) -> float:
@@ -1098,6 +1098,8 @@ class CosineAnnealingWarmRestarts(LRScheduler):
 
     def step(self, epoch: float | None = None) -> None:
         """Move to the next epoch, or to ``epoch`` (a float allowed, >= 0)."""
+        t_cur: float
+        t_i: float
         if epoch is None and self.last_epoch < 0:
             epoch = 0
         if epoch is None:

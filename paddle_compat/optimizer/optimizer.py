@@ -170,7 +170,7 @@ class Optimizer(torch.optim.Optimizer):
             raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
         params = [_listed(g) for g in parameters]
         # The scheduler driving the rate (None: the groups' ``lr`` is the rate); see ``_learning_rate``.
-        self._compat_lr_scheduler = scheduler
+        self._compat_lr_scheduler: Any = scheduler
         # Whether the parameters came as group dicts (Paddle's ``_param_groups`` is then a list of dicts).
         self._compat_grouped = bool(params) and isinstance(params[0], dict)
         self._dtype = _first_dtype(params)  # Paddle's: the first parameter's dtype; its LR tensor's follows
@@ -489,10 +489,15 @@ class Optimizer(torch.optim.Optimizer):
         indices of the rest, whether the plan may be kept)``.
         """
         kernels: dict[torch.device | None, Any] = {None: _native.kernels()}
-        compiled, multi_tensor, rest, reusable, slots = _native.Batch(), {}, [], True, []
+        compiled, reusable = _native.Batch(), True
+        multi_tensor: dict[torch.device, tuple[_native.Batch, list[int]]] = {}
+        rest: list[int] = []
+        slots: list[tuple[Any, int | None] | None] = []
         for i, (p, g) in enumerate(pairs):
             state, master = self._prepare_state(p, group)
             item = (p, g, state, master)
+            batch: _native.Batch | None
+            indices: list[int] | None
             if _numerics.gpu_kernels(p):
                 device = p.device
                 if device not in kernels:
