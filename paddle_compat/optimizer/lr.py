@@ -1065,10 +1065,10 @@ class CosineAnnealingWarmRestarts(LRScheduler):
     """
 
     T_0: int
-    T_i: int
+    T_i: float  # a float after a step(epoch) with a fractional epoch, as in Paddle
     T_mult: int
     eta_min: float
-    T_cur: int
+    T_cur: float
     _extra_state_keys = ("T_cur", "T_i")
 
     def __init__(
@@ -1087,10 +1087,10 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         _real("eta_min", eta_min)
         _real("last_epoch", last_epoch)
         self.T_0 = T_0
-        self.T_i: float = T_0  # a float after a step(epoch) with a fractional epoch, as in Paddle
+        self.T_i = T_0
         self.T_mult = T_mult
         self.eta_min = eta_min
-        self.T_cur: float = last_epoch
+        self.T_cur = last_epoch
         super().__init__(learning_rate, last_epoch, verbose)
 
     def get_lr(self) -> float:
