@@ -5,6 +5,7 @@ Every ```python block must follow a marker line:
     <!-- run: torch -->                              run by the unit tests
     <!-- run: torch, needs paddle_compat.parity -->  the same, skipped while that module is absent
     <!-- run: paddle -->                             run by the parity tests (real Paddle)
+    <!-- run: sketch -->                             compiled only (needs a launcher, e.g. torchrun)
 
 so that no example in the docs goes untested.
 """
@@ -17,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_MARKER = re.compile(r"<!-- run: (torch|paddle)(?:, needs ([\w.]+))? -->")
+_MARKER = re.compile(r"<!-- run: (torch|paddle|sketch)(?:, needs ([\w.]+))? -->")
 
 
 @dataclass(frozen=True)
 class Block:
     doc: str
     line: int  # of the opening fence, 1-based
-    side: str  # "torch" or "paddle"
+    side: str  # "torch", "paddle" or "sketch"
     needs: str | None  # a module the block imports that may not exist yet
     code: str
 

@@ -12,7 +12,7 @@ import torch
 import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
 from paddle_compat.amp import GradScaler
-from paddle_compat.optimizer import _numerics
+from paddle_compat import _numerics
 from paddle_compat.regularizer import L1Decay, L2Decay
 
 OPTIMIZERS = [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW]

@@ -15,12 +15,14 @@ norm can differ from Paddle's by a few ulps.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from ..optimizer._numerics import sqrt_rn
+from .. import _native
+from .._numerics import sqrt_rn
 
 __all__ = ["ClipGradBase", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "GradientClipBase"]
 
@@ -111,6 +113,41 @@ def _sum(x: Tensor) -> Tensor:
 
 def squared_l2_norm(x: Tensor) -> Tensor:
     """``sum(x*x)`` in ``x``'s dtype, as Paddle's ``squared_l2_norm`` kernel."""
+    return squared_l2_norms([x])[0]
+
+
+def squared_l2_norms(xs: Sequence[Tensor]) -> list[Tensor]:
+    """``squared_l2_norm`` of each tensor (0-D tensors), a few calls for many tensors.
+
+    On CPU the compiled kernels sum float32/float64 tensors in one call, in Eigen's order as
+    ``_eigen_sum``; on CUDA one multi-tensor norm per (device, dtype) computes ``sqrt(sum(x*x))``
+    in float32 (float64 for float64), squared back: within an ulp or two of the sum of squares,
+    whose order on the GPU is not Paddle's anyway.
+    """
+    out: list[Tensor | None] = [None] * len(xs)
+    kern = _native.kernels()
+    if kern is not None:
+        for dtype in (torch.float32, torch.float64):
+            picked = [i for i, x in enumerate(xs) if x.is_cpu and x.dtype == dtype and x.is_contiguous()]
+            if picked:
+                rows = array("q")
+                for i in picked:
+                    rows.extend((xs[i].numel(), xs[i].data_ptr(), _native.DTYPE[dtype]))
+                for i, total in zip(picked, torch.tensor(kern.sumsq(rows), dtype=dtype).unbind()):
+                    out[i] = total  # a float32 sum is exact as the double the kernel returns
+    buckets: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, x in enumerate(xs):
+        if out[i] is None and x.is_cuda:
+            buckets.setdefault((x.device, x.dtype), []).append(i)
+    for (_, dtype), picked in buckets.items():
+        acc = torch.float64 if dtype == torch.float64 else torch.float32
+        norms = torch.stack(torch._foreach_norm([xs[i] for i in picked], 2, dtype=acc))
+        for i, sq in zip(picked, (norms * norms).to(dtype).unbind()):
+            out[i] = sq
+    return [sq if sq is not None else _squared_l2_norm_torch(x) for sq, x in zip(out, xs)]
+
+
+def _squared_l2_norm_torch(x: Tensor) -> Tensor:
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         return _eigen_sum((x * x).reshape(-1))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -227,9 +264,10 @@ class ClipGradByGlobalNorm(ClipGradBase):
 
     def global_norm(self, grads: Sequence[Tensor]) -> Tensor:
         """The global norm Paddle would compute for these gradients (a 0-D tensor)."""
-        low, fp32, fp64 = [], [], []
-        for g in grads:
-            sq = squared_l2_norm(g)
+        low: list[Tensor] = []
+        fp32: list[Tensor] = []
+        fp64: list[Tensor] = []
+        for sq in squared_l2_norms(grads):
             bucket = low if sq.dtype in (torch.float16, torch.bfloat16) else fp32 if sq.dtype == torch.float32 else fp64
             bucket.append(sq)
         sum_dtype = torch.float64 if fp64 else torch.float32
@@ -246,7 +284,10 @@ class ClipGradByGlobalNorm(ClipGradBase):
         total = _sum(torch.stack([t.to(device) for t in parts]))
         return sqrt_rn(total)
 
-    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]]) -> ParamsGrads:
+    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]], skip: Tensor | None = None) -> ParamsGrads:
+        """Scale the gradients in place. ``skip``: a GradScaler's inf/NaN flag on the device, read
+        by no one on the host: where it is set the factor becomes 1, leaving the gradients alone
+        on a step the optimizer skips."""
         present = [(p, g) for p, g in params_grads if g is not None]
         grads = [g for p, g in present if getattr(p, "need_clip", True)]
         if not grads:
@@ -259,6 +300,11 @@ class ClipGradByGlobalNorm(ClipGradBase):
             factor = max_norm / norm
         else:
             factor = max_norm / torch.maximum(norm, max_norm)
+        if skip is not None:
+            factor = torch.where(skip.to(factor.device).reshape(()) != 0, torch.ones_like(factor), factor)
+        buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
         for g in grads:
-            g.mul_(factor.to(device=g.device, dtype=g.dtype))  # in place, as Paddle
+            buckets.setdefault((g.device, g.dtype), []).append(g)
+        for (device, dtype), bucket in buckets.items():  # in place, as Paddle; one pass per bucket
+            torch._foreach_mul_(bucket, factor.to(device=device, dtype=dtype))
         return present

@@ -9,12 +9,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _native, _numerics
+from .._numerics import fma, fma_into, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
-from . import _numerics
-from ._numerics import fma, fma_into, sqrt_rn, sqrt_rn_into
-from .optimizer import Optimizer, compute_dtype, round_to
+from . import _multi_tensor
+from .optimizer import Optimizer, compute_dtype, dense_cpu, dense_like, gpu_dtypes, native_dtypes, round_to
 
 __all__ = ["Adam"]
+
+_f32 = round_to(torch.float32)
 
 
 class Adam(Optimizer):
@@ -44,7 +47,7 @@ class Adam(Optimizer):
         beta2: float = 0.999,
         epsilon: float = 1e-8,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
-        weight_decay: float | WeightDecayRegularizer | None = None,
+        weight_decay: float | Tensor | WeightDecayRegularizer | None = None,  # a Tensor: AdamW's coefficient
         grad_clip: Any = None,
         lazy_mode: bool = False,
         multi_precision: bool = False,
@@ -88,6 +91,62 @@ class Adam(Optimizer):
     def _decay_rate(self, param: Tensor, group: dict[str, Any], lr: float, rnd: Any) -> tuple[float | None, float]:
         """AdamW's decoupled decay: the rate applied to the parameter (``None``: no decay) and Adam's rate."""
         return None, lr
+
+    def _compiled_row(
+        self, item: tuple, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, g, state, master = item
+        value = master if master is not None else p
+        mt = compute_dtype(value)
+        moments = (state["moment1"], state["moment2"], state.get("moment2_max"))
+        present = [m for m in moments if m is not None]
+        low_moments = mt == torch.float32 and moments[0].dtype in (torch.bfloat16, torch.float16)
+        if not (
+            all(m.dtype == moments[0].dtype for m in present)
+            and (moments[0].dtype == mt or low_moments)
+            and state["beta1_pow_acc"].dtype == state["beta2_pow_acc"].dtype == mt
+            and state["beta1_pow_acc"].numel() == 1
+        ):
+            return None
+        if gpu:
+            if not (dense_like(value, g, p, *present) and gpu_dtypes(value, g, lr)):
+                return None
+            for key in ("beta1_pow_acc", "beta2_pow_acc"):  # on the device: a step reads nothing on the host
+                if state[key].device != value.device:
+                    state[key] = state[key].to(value.device)
+        elif not (
+            dense_cpu(value.numel(), value, g, p, *present)
+            and dense_cpu(1, state["beta1_pow_acc"], state["beta2_pow_acc"])
+            and native_dtypes(value, g)
+        ):
+            return None
+        pows = (state["beta1_pow_acc"], state["beta2_pow_acc"])
+        if not (pows[0].is_contiguous() and pows[1].is_contiguous()):
+            return None
+        g, l2, fresh = self._grad_for_kernel(p, g, group)
+        decay, lr_t = self._decay_rate(p, group, lr, round_to(mt))
+        if gpu:  # Paddle's GPU kernel scales by (1 - decay): 1 for none, which leaves the bits
+            decay = _f32(1 - decay) if decay is not None else 1.0
+        batch.add(
+            value, g, p if master is not None else None, moments, pows, lr=lr_t,
+            decay=math.nan if decay is None else decay, l2=l2,
+        )
+        return not (fresh or self._per_param_rates())
+
+    def _per_param_rates(self) -> bool:
+        """Whether ``_decay_rate`` depends on the parameter (AdamW's callbacks), not just its dtype."""
+        return False
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.adam(
+            batch.rows, batch.per, group["beta1"], group["beta2"], group["epsilon"],
+            _numerics.cpu_kernels_use_fma(), self._amsgrad,
+        )
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        _multi_tensor.adam(
+            kern, launch, found_inf, group["beta1"], group["beta2"], group["epsilon"], self._amsgrad, _f32
+        )
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
@@ -161,6 +220,7 @@ class Adam(Optimizer):
         wide2 = self._buffer(w, torch.float64, "wide2") if fused else None
 
         if fused:
+            assert wide is not None and wide2 is not None  # fused: float32 (Paddle's AVX-512 kernel)
             if decay is not None:
                 fma_into(w, -decay, w, w, wide, wide2)  # w = fma(-decay, w, w)
             fma_into(m, b1, m, torch.mul(g, rnd(1 - b1), out=tmp), wide, wide2)  # m = fma(b1, m, g*(1-b1))
@@ -184,6 +244,7 @@ class Adam(Optimizer):
         step = sqrt_rn_into(tmp, v_used, wide).add_(eps_t)  # sqrt_rn(v) + eps_t
         torch.div(m, step, out=step)  # m / (sqrt_rn(v) + eps_t)
         if fused:
+            assert wide is not None and wide2 is not None
             fma_into(w, -lr_t, step, w, wide, wide2)  # fma(step, -lr_t, w)
         else:
             w.add_(step.mul_(-lr_t))  # w + step*(-lr_t)

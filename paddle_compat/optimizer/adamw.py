@@ -94,6 +94,9 @@ class AdamW(Adam):
             )
         return name
 
+    def _per_param_rates(self) -> bool:
+        return self._lr_ratio is not None or self._apply_decay_param_fun is not None
+
     def _decay_rate(self, param: Tensor, group: dict[str, Any], lr: float, rnd: Any) -> tuple[float | None, float]:
         # Paddle passes lr_ratio and the coefficient as float32 attributes, whatever the dtype.
         ratio = _f32(float(self._lr_ratio(param))) if self._lr_ratio is not None else 1.0

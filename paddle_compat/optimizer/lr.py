@@ -33,7 +33,7 @@ import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import torch
 
@@ -60,7 +60,7 @@ __all__ = [
 
 
 # --- argument checks -----------------------------------------------------------------------------
-def _is_real(value: object) -> bool:
+def _is_real(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -632,11 +632,11 @@ class ReduceOnPlateau(LRScheduler):
             sched.step(validation_loss(model))
     """
 
-    mode: Literal["min", "max"]
+    mode: str  # "min" or "max"
     factor: float
     patience: int
     threshold: float
-    threshold_mode: Literal["rel", "abs"]
+    threshold_mode: str  # "rel" or "abs"
     cooldown: int
     min_lr: float
     epsilon: float
@@ -644,11 +644,11 @@ class ReduceOnPlateau(LRScheduler):
     def __init__(
         self,
         learning_rate: float,
-        mode: Literal["min", "max"] = "min",
+        mode: str = "min",  # "min" or "max"
         factor: float = 0.1,
         patience: int = 10,
         threshold: float = 1e-4,
-        threshold_mode: Literal["rel", "abs"] = "rel",
+        threshold_mode: str = "rel",  # "rel" or "abs"
         cooldown: int = 0,
         min_lr: float = 0,
         epsilon: float = 1e-8,
@@ -1065,10 +1065,10 @@ class CosineAnnealingWarmRestarts(LRScheduler):
     """
 
     T_0: int
-    T_i: int
+    T_i: float  # a float after a step(epoch) with a fractional epoch, as in Paddle
     T_mult: int
     eta_min: float
-    T_cur: int
+    T_cur: float
     _extra_state_keys = ("T_cur", "T_i")
 
     def __init__(
@@ -1098,6 +1098,8 @@ class CosineAnnealingWarmRestarts(LRScheduler):
 
     def step(self, epoch: float | None = None) -> None:
         """Move to the next epoch, or to ``epoch`` (a float allowed, >= 0)."""
+        t_cur: float
+        t_i: float
         if epoch is None and self.last_epoch < 0:
             epoch = 0
         if epoch is None:

@@ -9,10 +9,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _native, _numerics
+from .._numerics import fma
 from ..regularizer import L2Decay, WeightDecayRegularizer
-from . import _numerics
-from ._numerics import fma
-from .optimizer import Optimizer, round_to
+from . import _multi_tensor
+from .optimizer import Optimizer, dense_cpu, dense_like, gpu_dtypes, native_dtypes, round_to
 
 __all__ = ["Momentum"]
 
@@ -74,6 +75,36 @@ class Momentum(Optimizer):
         dtype = torch.float32 if self._uses_master(p) else p.dtype
         state["velocity"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
 
+    def _compiled_row(
+        self, item: tuple, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, g, state, master = item
+        value, velocity = master if master is not None else p, state["velocity"]
+        if gpu:
+            usable = dense_like(value, g, p, velocity) and velocity.dtype == value.dtype and gpu_dtypes(value, g, lr)
+        else:
+            usable = (dense_cpu(value.numel(), value, g, p, velocity) and velocity.dtype == value.dtype
+                      and native_dtypes(value, g))
+        if not usable:
+            return None
+        regularized = self._regularize(p, g, group)  # an L1Decay here; L2Decay is the kernel's coeff
+        batch.add(value, regularized, p if master is not None else None, (velocity,), lr=lr)
+        return regularized is g
+
+    def _fused_decay(self, group: dict[str, Any]) -> float:
+        """The L2 coefficient fused into the kernel (0: none): the group's own float/L2Decay."""
+        reg = group["weight_decay"]
+        return _f32(reg.coeff) if isinstance(reg, L2Decay) else 0.0
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.momentum(batch.rows, batch.per, _f32(group["momentum"]), self._fused_decay(group), group["use_nesterov"])
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        _multi_tensor.momentum(
+            kern, launch, found_inf, _f32(group["momentum"]), self._fused_decay(group), _f32(group["rescale_grad"]),
+            group["use_nesterov"],
+        )
+
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
@@ -82,8 +113,7 @@ class Momentum(Optimizer):
         g = grad.to(w.dtype)
         # Paddle passes mu, the L2 coefficient and rescale_grad as float32 attributes.
         mu = _f32(group["momentum"])
-        reg = group["weight_decay"]
-        coeff = _f32(reg.coeff) if isinstance(reg, L2Decay) else 0.0
+        coeff = self._fused_decay(group)
         nesterov = group["use_nesterov"]
         if _numerics.gpu_kernels(w):
             g = g * _f32(group["rescale_grad"])

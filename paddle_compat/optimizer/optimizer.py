@@ -3,8 +3,12 @@
 What every optimizer shares lives here: parameter groups, the learning rate Paddle's kernels see,
 the order inside a step (clip -> regularization -> update), fp32 master weights, and the methods
 Paddle code calls (``step``, ``minimize``, ``clear_grad``, ``get_lr``, ``set_lr``,
-``set_lr_scheduler``, ``state_dict``, ``set_state_dict``). Subclasses only hold their update formula
-(``_init_state`` and ``_kernel``).
+``set_lr_scheduler``, ``state_dict``, ``set_state_dict``), and the update machinery: a step hands
+the tensors of a group to a compiled CPU kernel (``paddle_compat._native``) or to the GPU
+multi-tensor kernels (``_multi_tensor``) at once, and what those do not take to the per-tensor
+torch forms. Subclasses hold their update formula in each form: ``_init_state`` and ``_kernel``
+(torch, per tensor), ``_compiled_row`` and ``_compiled_call`` / ``_multi_tensor_call`` (the
+kernels' rows and calls).
 
 Parameter groups keep torch's keys (``lr``, read by torch's LR schedulers) and Paddle's keys
 (``learning_rate``: a ratio applied to the base rate; ``weight_decay``; ``grad_clip``; the
@@ -18,24 +22,32 @@ or the group dicts), ``_grad_clip``, ``_name``, ``_multi_precision``, ``_dtype``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
 import struct
 import warnings
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .. import _native, _numerics
 from ..amp.master_grad import grad_of
-from ..regularizer import L2Decay, WeightDecayRegularizer
+from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
+from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
+from . import _multi_tensor
 from .lr import LambdaDecay
 
 __all__ = ["Optimizer"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+# (param, grad, state, master weight or None): one parameter's share of a step
+_Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
 
 
 def round_to(dtype: torch.dtype) -> Callable[[float], float]:
@@ -110,6 +122,12 @@ class Optimizer(torch.optim.Optimizer):
     # Accumulators Paddle keeps on the host whatever the parameter's device (Adam's beta powers).
     _host_state: tuple[str, ...] = ()
 
+    # A GradScaler (torch's or paddle_compat's) hands over the scale and its inf/NaN flag as
+    # ``grad_scale`` and ``found_inf`` instead of unscaling and skipping itself: the step unscales
+    # as Paddle does and skips on the flag without reading it on the host (``_scaler_handover``).
+    _step_supports_amp_scaling = True
+    _unscales_like_paddle = True
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "__init__" in cls.__dict__:
@@ -125,8 +143,6 @@ class Optimizer(torch.optim.Optimizer):
         defaults: dict[str, Any],
         name: str | None = None,
     ) -> None:
-        from ..nn.clip import ClipGradBase  # here, not at module level: nn.clip imports this package
-
         if learning_rate is None:
             raise ValueError("learning_rate is not set")
         if _is_lr_scheduler(learning_rate):
@@ -154,7 +170,7 @@ class Optimizer(torch.optim.Optimizer):
             raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
         params = [_listed(g) for g in parameters]
         # The scheduler driving the rate (None: the groups' ``lr`` is the rate); see ``_learning_rate``.
-        self._compat_lr_scheduler = scheduler
+        self._compat_lr_scheduler: Any = scheduler
         # Whether the parameters came as group dicts (Paddle's ``_param_groups`` is then a list of dicts).
         self._compat_grouped = bool(params) and isinstance(params[0], dict)
         self._dtype = _first_dtype(params)  # Paddle's: the first parameter's dtype; its LR tensor's follows
@@ -172,8 +188,6 @@ class Optimizer(torch.optim.Optimizer):
     # --- parameter groups ----------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """torch's ``add_param_group``, checking Paddle's group options first."""
-        from ..nn.clip import ClipGradBase
-
         group = dict(param_group)
         if "weight_decay" in group:
             group["weight_decay"] = self._check_weight_decay(group["weight_decay"])
@@ -373,27 +387,174 @@ class Optimizer(torch.optim.Optimizer):
         return None, self._apply_optimize(selected)
 
     def _apply_optimize(self, selected: set[int] | None) -> list[tuple[Tensor, Tensor]]:
+        """One step over the selected parameters; returns their ``(param, grad)`` pairs as
+        Paddle's ``minimize`` does (the gradients before clipping, unscaled)."""
         self._read_lr_scheduler()
-        applied = []
+        work = []
         for group in self.param_groups:
             pairs = [
-                (p, grad_of(p))
+                (p, g)
                 for p in group["params"]
-                if p.requires_grad and grad_of(p) is not None and (selected is None or id(p) in selected)
+                if p.requires_grad and (g := grad_of(p)) is not None and (selected is None or id(p) in selected)
             ]
-            if not pairs:
-                continue
             for _, g in pairs:
                 if g.is_sparse:
                     raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
-            if group["grad_clip"] is not None:
-                pairs = group["grad_clip"](pairs)
-            pairs = [(p, self._regularize(p, g, group)) for p, g in pairs]
-            lr = self._group_lr(group)
-            for p, g in pairs:
-                self._update_param(p, g, group, lr)
+            if pairs:
+                work.append((group, pairs))
+        skip, device_flag = self._scaler_handover([g for _, pairs in work for _, g in pairs])
+        applied = []
+        for group, pairs in work:
             applied.extend(pairs)
+            if not skip:
+                self._step_group(group, pairs, device_flag)
         return applied
+
+    def _scaler_handover(self, grads: list[Tensor]) -> tuple[bool, Tensor | None]:
+        """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags.
+
+        Unscales the gradients in place when ``grad_scale`` is set, as Paddle's kernel does:
+        ``g = T(f32(g) * reciprocal(f32(scale)))``, on a skipped step too. Returns whether to skip
+        the update (a flag on the CPU: read, which costs nothing) and the flag to skip on where it
+        lives on a GPU (never read there: the update kernels test it themselves).
+        """
+        scale = getattr(self, "grad_scale", None)
+        if scale is not None and grads:
+            _unscale_(grads, scale)
+        found_inf = getattr(self, "found_inf", None)
+        if found_inf is None:
+            return False, None
+        if not _numerics.gpu_kernels(found_inf):
+            return bool(found_inf.item()), None
+        return False, found_inf
+
+    def _step_group(self, group: dict[str, Any], pairs: list[tuple[Tensor, Tensor]], found_inf: Tensor | None) -> None:
+        """clip -> regularization -> update for one parameter group (``found_inf``: a device flag)."""
+        clip = group["grad_clip"]
+        if clip is not None:
+            if isinstance(clip, ClipGradByGlobalNorm):
+                pairs = clip._clip(pairs, skip=found_inf)  # scales in place: not on a skipped step
+            else:
+                pairs = clip(pairs)
+        lr = self._group_lr(group)
+        # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
+        # the rate, the group's options, the parameters' addresses, the gradients' dtypes and
+        # layouts, master weights, the kernels' availability, and the state (replaced as a whole
+        # by load_state_dict). A steady step then only checks that, points the rows at the
+        # gradients (new tensors after zero_grad(set_to_none=True)) and calls the kernels.
+        key = (
+            lr,
+            tuple(v for k, v in group.items() if k != "params"),
+            tuple((p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs),
+            self._multi_precision,
+            found_inf is not None,
+            _native.enabled(),
+        )
+        plans = self.__dict__.setdefault("_plans", {})
+        plan = plans.get(id(group))
+        if plan is None or plan.key != key or plan.state is not self.state:
+            plan = _Plan(key, self.state, *self._plan(group, pairs, lr, found_inf))
+            plans[id(group)] = plan if plan.reusable else None
+        else:
+            plan.point_at([g for _, g in pairs])
+        rest = plan.rest
+        if plan.compiled is not None:
+            self._compiled_call(plan.kernels[None], plan.compiled, group)
+        if plan.multi_tensor and not self._run_multi_tensor(plan, group, found_inf):
+            plans.pop(id(group), None)  # the GPU kernels failed to build: per tensor from now on
+            rest = rest + [i for _, indices in plan.multi_tensor.values() for i in indices]
+        plan.release_grads()
+        if rest and found_inf is not None and bool(found_inf.item()):  # a host sync, only on this path
+            return
+        for i in sorted(rest):
+            p, g = pairs[i]
+            state, master = self._prepare_state(p, group)
+            g = self._regularize(p, g, group)
+            new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
+            # When the kernel updated its input in place, new *is* the master weight, or a view of
+            # p's own data: copy_ then returns at once.
+            if master is not None:
+                master.copy_(new)
+            p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
+
+    def _plan(
+        self, group: dict[str, Any], pairs: list[tuple[Tensor, Tensor]], lr: float, found_inf: Tensor | None
+    ) -> tuple:
+        """Create the missing state, and sort the parameters: the rows of the compiled CPU kernel
+        (``_native``), the rows of the GPU multi-tensor kernels per device (``_multi_tensor``), and
+        the rest, for the per-tensor ``_kernel``. Which formulas apply (Paddle's GPU or CPU
+        kernels) follows ``_numerics.gpu_kernels`` of the parameter.
+
+        Returns ``(kernels by device (None: CPU), CPU batch or None, GPU batches by device,
+        indices of the rest, whether the plan may be kept)``.
+        """
+        kernels: dict[torch.device | None, Any] = {None: _native.kernels()}
+        compiled, reusable = _native.Batch(), True
+        multi_tensor: dict[torch.device, tuple[_native.Batch, list[int]]] = {}
+        rest: list[int] = []
+        slots: list[tuple[Any, int | None] | None] = []
+        for i, (p, g) in enumerate(pairs):
+            state, master = self._prepare_state(p, group)
+            item = (p, g, state, master)
+            batch: _native.Batch | None
+            indices: list[int] | None
+            if _numerics.gpu_kernels(p):
+                device = p.device
+                if device not in kernels:
+                    kernels[device] = _multi_tensor.kernels(device)
+                batch, indices = multi_tensor.setdefault(device, (_native.Batch(), []))
+                if kernels[device] is None:
+                    batch = None
+            else:
+                # a GradScaler's flag on a GPU is for GPU tensors: CPU ones with it go per tensor
+                batch, indices = (compiled, None) if kernels[None] is not None and found_inf is None else (None, None)
+            row = len(batch) if batch is not None else None
+            added = self._compiled_row(item, group, lr, batch, batch is not compiled) if batch is not None else None
+            if added is None:
+                rest.append(i)
+                slots.append(None)
+            else:
+                reusable = reusable and added
+                slots.append((batch, row))
+                if indices is not None:
+                    indices.append(i)
+        multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
+        grads = tuple(g.data_ptr() for _, g in pairs)
+        return kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
+
+    def _run_multi_tensor(self, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
+        """Launch the GPU kernels of ``plan``; ``False`` if they failed before updating anything."""
+        launched = False
+        try:
+            for device, (batch, _) in plan.multi_tensor.items():
+                with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+                    for launch in _multi_tensor.launches(batch, device):
+                        if launch.grid[0]:
+                            self._multi_tensor_call(plan.kernels[device], launch, group, found_inf)
+                            launched = True
+        except Exception:
+            if launched:  # some tensors are updated already: nothing to fall back to
+                raise
+            _multi_tensor.disable()  # logs the error
+            return False
+        return True
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        """Add ``item``'s row to ``batch`` (for the GPU kernels with ``gpu``): ``None`` if the
+        kernels cannot take it, else whether the row may be kept for the next step."""
+        return None
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        """Run the optimizer's compiled CPU kernel on ``batch``."""
+        raise NotImplementedError
+
+    def _multi_tensor_call(
+        self, kern: ModuleType, launch: _multi_tensor.Launch, group: dict[str, Any], found_inf: Tensor | None
+    ) -> None:
+        """Run the optimizer's Triton kernel on ``launch``."""
+        raise NotImplementedError
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
         """The regularizer added to the gradient before the kernel (Momentum fuses L2Decay instead).
@@ -413,30 +574,41 @@ class Optimizer(torch.optim.Optimizer):
             target = master if master is not None else p.to(g.dtype)
         return g + reg(target, g)
 
+    def _grad_for_kernel(self, p: Tensor, g: Tensor, group: dict[str, Any]) -> tuple[Tensor, float, bool]:
+        """The gradient to hand a compiled kernel, the L2 coefficient the kernel adds itself (NaN
+        for none), and whether the gradient is a fresh tensor: an ``L2Decay`` on a float32/float64
+        gradient is fused (``g + param*coeff``, the same two roundings as ``_regularize``); any
+        other regularizer is applied here.
+        """
+        reg = self._regularizer(group)
+        if reg is None:
+            return g, math.nan, False
+        if type(reg) is L2Decay and g.dtype in (torch.float32, torch.float64):
+            return g, reg._coeff_in(g.dtype), False
+        return self._regularize(p, g, group), math.nan, True
+
     def _uses_master(self, p: Tensor) -> bool:
         return self._multi_precision and p.dtype in _LOW_PRECISION
 
-    def _update_param(self, p: Tensor, g: Tensor, group: dict[str, Any], lr: float) -> None:
+    def _prepare_state(self, p: Tensor, group: dict[str, Any]) -> tuple[dict[str, Any], Tensor | None]:
+        """``p``'s state, created at its first update, and its master weight (``None`` without)."""
         state = self.state[p]
         if not state:
             if p.dtype in _LOW_PRECISION and not self._multi_precision:  # Paddle's warning
                 warnings.warn(
                     "Accumulating with FP16/BF16 in optimizer can lead to poor accuracy or slow convergence."
                     f"Consider using multi_precision=True option of the {type(self).__name__} optimizer.",
-                    stacklevel=3,
+                    stacklevel=7,  # step()'s caller: torch's two step wrappers, step, and the helpers
                 )
             self._init_state(p, state, group)
-        if self._uses_master(p) and "master_weight" not in state:
+        if not self._uses_master(p):
+            return state, None
+        master = state.get("master_weight")
+        if master is None:
             # Paddle creates it lazily too, at the first update: decorate() may switch
             # multi-precision on after construction.
-            state["master_weight"] = p.detach().to(torch.float32, copy=True)
-        master = state.get("master_weight") if self._uses_master(p) else None
-        new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
-        # When the kernel updated its input in place, new *is* the master weight, or a view of p's
-        # own data: copy_ then returns at once.
-        if master is not None:
-            master.copy_(new)
-        p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
+            master = state["master_weight"] = p.detach().to(torch.float32, copy=True)
+        return state, master
 
     @staticmethod
     def _same_layout(*tensors: Tensor) -> bool:
@@ -611,18 +783,31 @@ class Optimizer(torch.optim.Optimizer):
                 + " or ".join(str(d) for d in allowed)
             )
 
+    # --- pickling and copies -------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """torch's keys plus our attributes, so a pickled or deep-copied optimizer resumes the same
+        trajectory (torch's own ``__getstate__`` keeps only ``defaults``, ``state`` and
+        ``param_groups``)."""
+        state = super().__getstate__()
+        for key, value in self.__dict__.items():
+            if key not in state and key not in _TRANSIENT and not key.startswith(("_optimizer_", "_zero_grad", "_warned")):
+                state[key] = value
+        return state
+
     def set_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Paddle's name for ``load_state_dict``."""
         self.load_state_dict(state_dict)
 
+
+# What a copy does not take: the step's caches (kernel plans, scratch buffers: rebuilt at the next
+# step), and what torch's LR schedulers install on the instance (they install it again).
+_TRANSIENT = frozenset({"_plans", "_scratch", "_scratch_views", "step", "_opt_called"})
 
 _TAG = "paddle_compat_object"
 
 
 def _encode(value: Any) -> Any:
     """A clip or regularizer object as a plain dict (other values as they are)."""
-    from ..nn.clip import ClipGradBase
-
     if isinstance(value, (ClipGradBase, WeightDecayRegularizer)):
         return {_TAG: type(value).__name__, **vars(value)}
     return value
@@ -632,9 +817,6 @@ def _decode(value: Any) -> Any:
     """The inverse of ``_encode``."""
     if not (isinstance(value, dict) and _TAG in value):
         return value
-    from ..nn.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
-    from ..regularizer import L1Decay
-
     known = {c.__name__: c for c in (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, L1Decay, L2Decay)}
     fields = dict(value)
     name = fields.pop(_TAG)
@@ -649,6 +831,93 @@ def _decode(value: Any) -> Any:
 def _is_valid_lr(value: Any) -> bool:
     """A learning rate (or group ratio) is a finite number >= 0."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0.0 and not math.isinf(value)
+
+
+def native_dtypes(value: Tensor, grad: Tensor) -> bool:
+    """Whether the compiled kernels take this pair of dtypes: float64 with float64, else a
+    float32/bfloat16/float16 value with a float32/bfloat16/float16 gradient."""
+    if value.dtype == torch.float64:
+        return grad.dtype == torch.float64
+    return value.dtype in _native.DTYPE and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
+
+
+def gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
+    """Whether the GPU kernels take this pair and rate: they compute in float32 (a float32 value,
+    the parameter or its master weight), on a float32/bfloat16/float16 gradient, with a float32 rate."""
+    return (
+        value.dtype == torch.float32
+        and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and _round_f32(lr) == lr
+    )
+
+
+class _Plan:
+    """The kernels' share of a group's step (see ``_step_group``), and what it was made for."""
+
+    __slots__ = ("compiled", "grads", "key", "kernels", "multi_tensor", "rest", "reusable", "slots", "state")
+
+    def __init__(
+        self, key: tuple, state: Any, kernels: dict, compiled: Any, multi_tensor: dict, rest: list[int],
+        slots: list, grads: tuple[int, ...], reusable: bool,
+    ) -> None:
+        self.key, self.state, self.kernels, self.reusable = key, state, kernels, reusable
+        self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest
+        self.slots, self.grads = slots, grads  # each pair's (batch, row) or None; the gradients' addresses
+
+    def point_at(self, grads: list[Tensor]) -> None:
+        """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
+        addresses = tuple(g.data_ptr() for g in grads)
+        if addresses == self.grads:
+            return
+        for address, slot in zip(addresses, self.slots):
+            if slot is not None:
+                batch, row = slot
+                batch.rows[row * _native.ROW + 2] = address
+                batch.launches = None  # the GPU tables are made again from the rows
+        self.grads = addresses
+
+    def release_grads(self) -> None:
+        """Drop the batches' references to the gradients (a kept plan must not keep them alive)."""
+        if self.compiled is not None:
+            self.compiled.release_grads()
+        for batch, _ in self.multi_tensor.values():
+            batch.release_grads()
+
+
+def dense_like(value: Tensor, *tensors: Tensor) -> bool:
+    """Whether the tensors suit the GPU kernels: contiguous, on ``value``'s device, of its size."""
+    device, n = value.device, value.numel()
+    if not value.is_contiguous():
+        return False
+    for t in tensors:
+        if not (t.is_contiguous() and t.numel() == n and t.device == device):
+            return False
+    return True
+
+
+def dense_cpu(n: int, *tensors: Tensor) -> bool:
+    """Whether the tensors suit the compiled CPU kernels: on the CPU, contiguous, ``n`` elements."""
+    for t in tensors:
+        if not (t.is_cpu and t.is_contiguous() and t.numel() == n):
+            return False
+    return True
+
+
+def _unscale_(grads: list[Tensor], scale: Tensor) -> None:
+    """``g = T(f32(g) * reciprocal(f32(scale)))`` in place, one pass per (device, dtype) bucket.
+
+    torch's AMP unscale kernel computes exactly that product (its inf/NaN flag is not wanted here:
+    the scaler has set ``found_inf`` already).
+    """
+    buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
+    for g in grads:
+        buckets.setdefault((g.device, g.dtype), []).append(g)
+    inverses: dict[torch.device, Tensor] = {}
+    for (device, _), bucket in buckets.items():
+        if device not in inverses:
+            inverses[device] = torch.reciprocal(scale.detach().to(device=device, dtype=torch.float32).reshape(1))
+        unused_flag = torch.zeros(1, device=device)
+        torch._amp_foreach_non_finite_check_and_unscale_(bucket, unused_flag, inverses[device])
 
 
 def _check_lr_value(value: float) -> None:

@@ -8,9 +8,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import _numerics
-from ._numerics import fma
-from .optimizer import Optimizer, compute_dtype
+from .. import _native, _numerics
+from .._numerics import fma
+from . import _multi_tensor
+from .optimizer import Optimizer, compute_dtype, dense_cpu, dense_like, gpu_dtypes, native_dtypes
 
 __all__ = ["SGD"]
 
@@ -38,6 +39,30 @@ class SGD(Optimizer):
         name: str | None = None,
     ) -> None:
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name)
+
+    def _compiled_row(
+        self, item: tuple, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, g, _, master = item
+        value = master if master is not None else p
+        if gpu:
+            if not (dense_like(value, g, p) and gpu_dtypes(value, g, lr)):
+                return None
+            rate = lr
+        else:
+            if not (dense_cpu(value.numel(), value, g, p) and native_dtypes(value, g)):
+                return None
+            # the rate as Paddle's CPU kernel casts it to the dtype
+            rate = lr if value.dtype == torch.float64 else torch.tensor(lr, dtype=value.dtype).item()
+        g, l2, fresh = self._grad_for_kernel(p, g, group)
+        batch.add(value, g, p if master is not None else None, lr=rate, l2=l2)
+        return not fresh
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.sgd(batch.rows, batch.per)
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        _multi_tensor.sgd(kern, launch, found_inf)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

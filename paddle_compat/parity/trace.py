@@ -406,7 +406,7 @@ class _ScalerReader:
 
 
 def _environment() -> dict[str, Any]:
-    from ..optimizer import _numerics
+    from .. import _numerics
 
     env = {
         "python": platform.python_version(),

@@ -1,0 +1,301 @@
+"""One optimizer step: paddle_compat.optimizer against torch.optim and against Paddle 3.3.1.
+
+    python benchmarks/bench_optimizers.py [--device cpu|cuda] [--sizes 1M,10M,tf] [--rounds 15]
+                                          [--threads 2] [--only SGD,Adam] [--no-paddle]
+
+Parameter sets: ``1M``/``10M``/``100M`` are four float32 tensors of a quarter each; ``tf`` is a
+transformer-shaped list (16 blocks of 12 tensors, embeddings and a final norm: 196 tensors of
+mixed sizes; ``--width`` sets the model width, 256 on CPU, 1024 on CUDA). Gradients are set once
+and every variant steps on its own copy of the same values.
+
+One run, interleaved rounds: every variant steps once per round, in rotating order, and the
+figures are medians. Paddle (CPU only: these machines have no Paddle GPU build) runs in a child
+process, in the same rounds: the parent waits while the child steps, and the other way round, so
+the two never compete for the cores, and Paddle's thread pools do not slow torch in the parent.
+Ratios are ours over each anchor measured in the same run; the A/A line (torch.optim's default
+against a second, identical instance) is the run's noise floor. On CUDA the step's bandwidth
+(bytes the update must move) is compared with a device-to-device copy measured in the same run,
+and host syncs per step are counted with ``paddle_compat``'s GradScaler driving the optimizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SIZES = {"1M": 1_000_000, "10M": 10_000_000, "100M": 100_000_000}
+CONFIGS = ["SGD", "Momentum", "Adam", "Adam+L2", "AdamW", "AdamW+clip"]
+LR = 1e-3
+
+
+def shapes(size: str, width: int) -> list[tuple[int, ...]]:
+    """The parameter shapes of a set (see the module docstring)."""
+    if size in SIZES:
+        return [(SIZES[size] // 4,)] * 4
+    d = width
+    block = [(d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,), (d,), (d,), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]
+    return [(8 * d, d), (512, d)] + block * 16 + [(d,), (d,)]
+
+
+def make_tensors(size: str, width: int, device: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    gen = torch.Generator().manual_seed(0)
+    values = [torch.randn(s, generator=gen) * 0.02 for s in shapes(size, width)]
+    grads = [torch.randn(s, generator=gen) * 1e-3 for s in shapes(size, width)]
+    return [v.to(device) for v in values], [g.to(device) for g in grads]
+
+
+# --- the variants ---------------------------------------------------------------------------------
+def ours(config: str) -> Callable[[list], Callable[[], None]]:
+    import paddle_compat.nn as pnn
+    import paddle_compat.optimizer as popt
+
+    def build(params: list) -> Callable[[], None]:
+        opt = {
+            "SGD": lambda: popt.SGD(LR, parameters=params),
+            "Momentum": lambda: popt.Momentum(LR, 0.9, parameters=params),
+            "Adam": lambda: popt.Adam(LR, parameters=params),
+            "Adam+L2": lambda: popt.Adam(LR, parameters=params, weight_decay=0.01),
+            "AdamW": lambda: popt.AdamW(LR, parameters=params, weight_decay=0.01),
+            "AdamW+clip": lambda: popt.AdamW(
+                LR, parameters=params, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(1.0)
+            ),
+        }[config]()
+        return opt.step
+
+    return build
+
+
+def torch_optim(config: str, mode: str) -> Callable[[list], Callable[[], None]]:
+    """torch.optim's nearest optimizer; ``mode``: default, foreach or fused."""
+
+    def build(params: list) -> Callable[[], None]:
+        kw = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[mode]
+        opt = {
+            "SGD": lambda: torch.optim.SGD(params, lr=LR, **kw),
+            "Momentum": lambda: torch.optim.SGD(params, lr=LR, momentum=0.9, **kw),
+            "Adam": lambda: torch.optim.Adam(params, lr=LR, **kw),
+            "Adam+L2": lambda: torch.optim.Adam(params, lr=LR, weight_decay=0.01, **kw),
+            "AdamW": lambda: torch.optim.AdamW(params, lr=LR, weight_decay=0.01, **kw),
+            "AdamW+clip": lambda: torch.optim.AdamW(params, lr=LR, weight_decay=0.01, **kw),
+        }[config]()
+        if config.endswith("+clip"):
+            def step() -> None:
+                torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=mode != "default" or None)
+                opt.step()
+            return step
+        return opt.step
+
+    return build
+
+
+def instantiate(build: Callable[[list], Callable[[], None]], values: list, grads: list) -> Callable[[], None]:
+    params = [torch.nn.Parameter(v.clone()) for v in values]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    step = build(params)
+    step()  # creates the state (and, for ours, builds or loads the compiled kernels)
+    return step
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(step: Callable[[], None], device: str) -> float:
+    sync(device)
+    start = time.perf_counter()
+    step()
+    sync(device)
+    return time.perf_counter() - start
+
+
+# --- Paddle, in a child process -------------------------------------------------------------------
+class PaddleChild:
+    """A child process holding Paddle optimizers; ``step(config)`` times one step of one."""
+
+    def __init__(self, size: str, width: int, configs: list[str], threads: int) -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--paddle-child", size, "--width", str(width), "--threads", str(threads),
+             "--only", ",".join(configs)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        )
+        assert self._read() == "ready"
+
+    def _read(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the Paddle child process ended")
+        return line.strip()
+
+    def step(self, config: str) -> float:
+        self.proc.stdin.write(config + "\n")
+        self.proc.stdin.flush()
+        return float(self._read())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def paddle_child(size: str, width: int, threads: int, configs: list[str]) -> None:
+    import paddle
+
+    paddle.set_device("cpu")
+    paddle.base.core.set_num_threads(threads)
+    values, grads = make_tensors(size, width, "cpu")
+    steps = {}
+    for config in configs:
+        params = [paddle.create_parameter(list(v.shape), "float32") for v in values]
+        for p, v in zip(params, values):
+            p.set_value(v.numpy())
+        # d/dp sum(p * G) is G: the gradients, set once (never cleared, as on our side)
+        sum((p * paddle.to_tensor(g.numpy())).sum() for p, g in zip(params, grads)).backward()
+        kw = {"learning_rate": LR, "parameters": params}
+        opt = {
+            "SGD": lambda: paddle.optimizer.SGD(**kw),
+            "Momentum": lambda: paddle.optimizer.Momentum(momentum=0.9, **kw),
+            "Adam": lambda: paddle.optimizer.Adam(**kw),
+            "Adam+L2": lambda: paddle.optimizer.Adam(weight_decay=0.01, **kw),
+            "AdamW": lambda: paddle.optimizer.AdamW(weight_decay=0.01, **kw),
+            "AdamW+clip": lambda: paddle.optimizer.AdamW(
+                weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0), **kw
+            ),
+        }[config]()
+        opt.step()
+        steps[config] = opt.step
+    print("ready", flush=True)
+    for line in sys.stdin:
+        start = time.perf_counter()
+        steps[line.strip()]()
+        print(time.perf_counter() - start, flush=True)
+
+
+# --- CUDA extras ----------------------------------------------------------------------------------
+def copy_bandwidth(numel: int, rounds: int) -> float:
+    """Bytes per second of a device-to-device copy of ``numel`` float32 values (read + write)."""
+    src = torch.empty(numel, device="cuda")
+    dst = torch.empty_like(src)
+    times = [timed(lambda: dst.copy_(src), "cuda") for _ in range(rounds)]
+    return 8 * numel / statistics.median(times)
+
+
+def syncs_per_step(values: list, grads: list, config: str, steps: int = 3) -> float:
+    """Host syncs per step of ours driven by paddle_compat's GradScaler (``minimize``)."""
+    from paddle_compat.amp import GradScaler
+
+    params = [torch.nn.Parameter(v.clone()) for v in values]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    opt = ours(config)(params).__self__
+    scaler = GradScaler()
+    loss = torch.zeros((), device="cuda")
+    scaler.minimize(opt, scaler.scale(loss))  # the first step builds the state
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for _ in range(steps):
+                scaler.minimize(opt, scaler.scale(loss))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message).lower() for w in caught) / steps
+
+
+BYTES_PER_ELEMENT = {"SGD": 12, "Momentum": 20, "Adam": 28, "Adam+L2": 28, "AdamW": 28, "AdamW+clip": 36}
+
+
+# --- the run --------------------------------------------------------------------------------------
+def bench(size: str, args: argparse.Namespace) -> None:
+    device, width = args.device, args.width or (1024 if args.device == "cuda" else 256)
+    values, grads = make_tensors(size, width, device)
+    numel = sum(v.numel() for v in values)
+    modes = ["default", "foreach", "fused"]
+    child = None
+    if device == "cpu" and not args.no_paddle:
+        child = PaddleChild(size, width, args.only, args.threads)
+    label = f"{size} ({len(values)} tensors, {numel / 1e6:.1f}M float32 parameters)"
+    print(f"\n## {label}, {device}, {torch.get_num_threads()} threads, median of {args.rounds} rounds")
+    header = "| optimizer | ours ms | torch default | foreach | fused |" + (" Paddle |" if child else "")
+    header += " ours/torch default | ours/foreach | ours/fused |" + (" ours/Paddle |" if child else "") + " A/A |"
+    if device == "cuda":
+        header += " ours GB/s (of copy) | syncs/step |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    bandwidth = copy_bandwidth(numel, args.rounds) if device == "cuda" else None
+    for config in args.only:
+        variants = {"ours": instantiate(ours(config), values, grads)}
+        for mode in modes:
+            try:
+                variants[mode] = instantiate(torch_optim(config, mode), values, grads)
+            except (RuntimeError, ValueError) as exc:  # e.g. no fused kernel for this optimizer here
+                print(f"<!-- torch {mode} {config}: {exc} -->")
+        variants["A/A"] = instantiate(torch_optim(config, "default"), values, grads)
+        if child is not None:
+            variants["Paddle"] = lambda config=config: child.step(config)
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        names = list(variants)
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                if name == "Paddle":
+                    times[name].append(variants[name]())
+                else:
+                    times[name].append(timed(variants[name], device))
+        med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+        ratio = lambda a, b: f"{med[a] / med[b]:.2f}" if b in med else "-"  # noqa: E731
+        row = f"| {config} | {med['ours']:.3f} | " + " | ".join(
+            f"{med[m]:.3f}" if m in med else "-" for m in modes
+        ) + " |"
+        if child:
+            row += f" {med['Paddle']:.3f} |"
+        row += f" {ratio('ours', 'default')} | {ratio('ours', 'foreach')} | {ratio('ours', 'fused')} |"
+        if child:
+            row += f" {ratio('ours', 'Paddle')} |"
+        row += f" {med['A/A'] / med['default']:.2f} |"
+        if device == "cuda":
+            achieved = BYTES_PER_ELEMENT[config] * numel / (med["ours"] / 1e3)
+            row += f" {achieved / 1e9:.0f} ({achieved / bandwidth:.2f}) | {syncs_per_step(values, grads, config):.1f} |"
+        print(row, flush=True)
+        del variants
+    if child is not None:
+        child.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--sizes", default=None, help="comma-separated: 1M, 10M, 100M, tf")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads (torch, the compiled kernels, Paddle)")
+    parser.add_argument("--width", type=int, default=None, help="model width of the tf set")
+    parser.add_argument("--only", default=",".join(CONFIGS), help="comma-separated optimizer configurations")
+    parser.add_argument("--no-paddle", action="store_true", help="skip Paddle (CPU)")
+    parser.add_argument("--paddle-child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.only = args.only.split(",")
+    torch.set_num_threads(args.threads)
+    if args.paddle_child:
+        paddle_child(args.paddle_child, args.width, args.threads, args.only)
+        return
+    sizes = args.sizes or ("100M,tf" if args.device == "cuda" else "1M,10M,tf")
+    print(f"torch {torch.__version__}" + (f", {torch.cuda.get_device_name()}" if args.device == "cuda" else ""))
+    for size in sizes.split(","):
+        bench(size, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Floating-point building blocks that make formulas round exactly as Paddle's kernels do.
+
+Shared by the optimizers and the gradient clips (it imports neither). torch's own CPU ``sqrt`` is
+not correctly rounded (about one float32 result in six, and one float64 result in eighty, differ
+from IEEE), whereas Paddle's kernels use the hardware instruction, which is. And Paddle's AVX-512
+Adam/AdamW kernels and its GPU kernels use fused multiply-adds, which torch has no operation for.
+These are the torch forms; the compiled CPU kernels (``_native``) use the instructions themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+_np: ModuleType | None
+try:  # only for correctly rounded square roots of CPU tensors; torch itself warns without numpy
+    import numpy
+
+    _np = numpy
+except ImportError:  # pragma: no cover - numpy comes with nearly every torch install
+    _np = None
+
+__all__ = ["cpu_kernels_use_fma", "fma", "fma_into", "gpu_kernels", "sqrt_rn", "sqrt_rn_into"]
+
+
+def gpu_kernels(t: Tensor) -> bool:
+    """Whether updates of ``t`` follow Paddle's GPU kernels (CUDA tensors) rather than its CPU ones."""
+    return t.is_cuda
+
+
+def fma(a: Tensor | float, b: Tensor | float, c: Tensor) -> Tensor:
+    """``a*b + c`` with one rounding to ``c``'s dtype (float32 or lower), as an FMA instruction.
+
+    The product of two float32 numbers is exact in float64, and so is the error of the float64
+    sum (``_sum_round_to_odd``); rounding that sum "to odd" before the final rounding to float32
+    makes the two roundings one: the result is the correctly rounded ``fma``, bit for bit.
+    Python-float scalars are used as given: callers pass values already rounded to the dtype.
+    A float64 ``c`` is computed as ``a*b + c`` in float64, two roundings (no float64 FMA).
+    """
+    if c.dtype == torch.float64:
+        if isinstance(a, Tensor) and isinstance(b, Tensor):
+            return torch.addcmul(c, a, b)
+        if isinstance(a, Tensor):
+            a, b = b, a
+        return torch.add(c, b, alpha=float(a)) if isinstance(b, Tensor) else c + float(a) * float(b)
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        product = a.double() * b.double()
+    else:
+        if isinstance(a, Tensor):
+            a, b = b, a
+        if isinstance(b, Tensor):
+            product = b.double() * float(a)
+        else:
+            product = torch.tensor(float(a) * float(b), dtype=torch.float64)
+    return _narrow(_sum_round_to_odd(product, c.double()), c.dtype)
+
+
+def _narrow(odd: Tensor, dtype: torch.dtype) -> Tensor:
+    """A float64 value rounded to odd, rounded to nearest in ``dtype`` (float32 or narrower).
+
+    torch casts float64 to bfloat16/float16 through float32, rounding twice: the float32 step is
+    made a rounding to odd too (nudged off an even neighbour when inexact), so that the last
+    rounding is the only one that counts.
+    """
+    nearest = odd.float()
+    if dtype == torch.float32:
+        return nearest
+    bits = nearest.view(torch.int32)
+    inexact = (nearest.double() != odd) & torch.isfinite(nearest)
+    nudge = inexact & ((bits & 1) == 0)
+    away = odd.abs() > nearest.double().abs()
+    step = (torch.where(away, 1, -1) * nudge).to(torch.int32)
+    return (bits + step).view(torch.float32).to(dtype)
+
+
+def _sum_round_to_odd(x: Tensor, y: Tensor) -> Tensor:
+    """``x + y`` in float64 rounded to odd: the nearest float64 when exact, else of the two float64
+    neighbours of the exact sum the one whose last bit is 1.
+
+    A value rounded to odd with at least two bits more than the target format rounds to nearest
+    (ties to even) in that format exactly as the exact value would: no double-rounding error.
+    The rounding error of the sum comes from Knuth's TwoSum (exact in round-to-nearest).
+    """
+    s = x + y
+    x_part = s - y
+    error = (x - x_part) + (y - (s - x_part))
+    bits = s.view(torch.int64)
+    # error != 0 is false for NaN: a non-finite sum is left alone (its error is NaN)
+    nudge = (error != 0) & ((bits & 1) == 0) & torch.isfinite(s)
+    away = (error > 0) == (s > 0)  # the exact sum is farther from zero than s: next magnitude up
+    step = torch.where(away, 1, -1) * nudge
+    return (bits + step).view(torch.float64)
+
+
+def fma_into(out: Tensor, a: float, b: Tensor, c: Tensor, wide: Tensor, wide2: Tensor) -> Tensor:
+    """``fma(a, b, c)`` for a float scalar ``a`` and float32 tensors, written into ``out``.
+
+    The CPU fallback's form: ``wide`` and ``wide2`` are float64 buffers shaped like ``out`` (the
+    product and the sum); the rounding to odd makes a few temporaries. ``out`` may be ``b`` or ``c``:
+    both are read before ``out`` is written.
+    """
+    product = torch.mul(wide2.copy_(b), float(a), out=wide2)  # exact
+    return out.copy_(_sum_round_to_odd(product, wide.copy_(c)))
+
+
+def sqrt_rn_into(out: Tensor, x: Tensor, wide: Tensor | None) -> Tensor:
+    """``sqrt_rn(x)`` on CPU, written into ``out`` (``wide``: a float64 buffer shaped like ``x``, or
+    ``None`` for float64 ``x``)."""
+    if _np is not None:
+        _np.sqrt(x.numpy(), out=out.numpy())
+        return out
+    if x.dtype == torch.float64:
+        return torch.sqrt(x, out=out)
+    assert wide is not None, "a float64 buffer is needed for a float32 root"
+    return out.copy_(torch.sqrt(wide.copy_(x), out=wide))
+
+
+def sqrt_rn(x: Tensor) -> Tensor:
+    """Correctly rounded square root (IEEE ``sqrt``), as the instruction Paddle's kernels use.
+
+    On CPU it is NumPy's (the hardware instruction). Without NumPy a float32 root goes through
+    float64 (torch's float64 root is within an ulp, and rounding it to float32 is then correct) and
+    a float64 root is torch's own (not always correctly rounded). CUDA's ``sqrt`` is already IEEE.
+    """
+    if x.device.type == "cuda":
+        return torch.sqrt(x)
+    if _np is not None and x.dtype in (torch.float32, torch.float64):
+        out = torch.empty_like(x, requires_grad=False)
+        _np.sqrt(x.detach().numpy(), out=out.numpy())
+        return out
+    if x.dtype == torch.float64:
+        return torch.sqrt(x)
+    return torch.sqrt(x.double()).to(x.dtype)
+
+
+def _cpu_flags() -> set[str] | None:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _detect_avx512f() -> bool:
+    flags = _cpu_flags()
+    if flags is not None:
+        # Paddle's jit picks its Adam/AdamW code on the AVX-512F CPUID bit (with OS support), which is
+        # what the kernel reports as the "avx512f" flag.
+        return "avx512f" in flags
+    # Elsewhere torch's dispatch level is the best available hint (it needs more than AVX-512F).
+    return torch.backends.cpu.get_cpu_capability() == "AVX512"
+
+
+def cpu_kernels_use_fma() -> bool:
+    """Whether Paddle's CPU Adam/AdamW kernels would use their fused AVX-512 form on this host.
+
+    The environment variable ``PADDLE_COMPAT_CPU_FMA`` (``1``/``0``) overrides the detection, e.g. to
+    reproduce on one machine the results of a Paddle run on another.
+    """
+    forced = os.environ.get("PADDLE_COMPAT_CPU_FMA")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return _detect_avx512f()

@@ -1,0 +1,196 @@
+"""The GPU update path: Paddle's GPU formulas over all the tensors of a group in a few launches.
+
+Mechanics only: the optimizers describe their tensors with ``_native.Batch`` rows, as for the CPU
+kernels, and this module turns a batch into device tables and launches the Triton kernels of
+``_triton_kernels``: one launch per dtype combination (parameter, gradient, master weight, state),
+plus one multi-tensor multiply for Adam's beta powers. Nothing is read back to the host, and a
+GradScaler's ``found_inf`` flag is tested on the device, so a step makes no host sync; the tables
+are device tensors kept with the batch, so an unchanged step replays the same launches (as a CUDA
+graph does).
+
+``kernels(device)`` is ``None`` when the path is unavailable: no Triton (torch's CUDA wheels for
+Linux ship it), ``PADDLE_COMPAT_NATIVE=0``, or tensors off CUDA. On the CPU the kernels run only in
+Triton's interpreter (``TRITON_INTERPRET=1``), which the tests use to compare them with the
+per-tensor formulas.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+from .. import _native
+
+__all__ = ["BLOCK", "Launch", "disable", "kernels", "launches"]
+
+logger = logging.getLogger("paddle_compat")
+
+BLOCK = 2048  # elements per program
+_modules: dict[bool, ModuleType | None] = {}
+
+
+def kernels(device: torch.device) -> ModuleType | None:
+    """The Triton kernels for tensors on ``device`` (interpreted off CUDA), or ``None``."""
+    if not _native.enabled():
+        return None
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    interpret = _interpreting()
+    if device.type != "cuda" and not interpret:
+        return None
+    if interpret not in _modules:
+        _modules[interpret] = _load(interpret)
+    return _modules[interpret]
+
+
+def disable() -> None:
+    """Turn the kernels off in this process after a failure to build or launch them (logged)."""
+    logger.warning("paddle_compat: the multi-tensor GPU kernels failed; using per-tensor updates", exc_info=True)
+    _modules[_interpreting()] = None
+
+
+def _interpreting() -> bool:
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _load(interpret: bool) -> ModuleType | None:
+    """A fresh copy of ``_triton_kernels`` (its ``triton.jit`` follows the interpreter setting at
+    load time, so the interpreted and the compiled kernels live in separate modules)."""
+    name = f"{__package__}._triton_kernels{'_interpreted' if interpret else ''}"
+    try:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_triton_kernels.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except Exception as exc:  # an incompatible Triton: the per-tensor path
+        logger.debug("paddle_compat: Triton kernels unavailable, using per-tensor updates: %s", exc)
+        return None
+
+
+class Launch:
+    """The device tables of one kernel launch: rows (pointers as byte offsets from ``base``),
+    per-tensor numbers, blocks; the dtypes, and whether every tensor is aligned for vector access."""
+
+    __slots__ = ("aligned", "base", "blocks", "dtypes", "grid", "per", "pows", "rows")
+
+    def __init__(
+        self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], aligned: bool, device: torch.device
+    ) -> None:
+        count = len(rows) // _native.ROW
+        self.base = torch.empty(16, dtype=torch.uint8, device=device)  # allocations are 16-byte aligned
+        origin = self.base.data_ptr()
+        relative = list(rows)
+        for t in range(count):
+            for slot in range(1, _native.ROW - 1):  # the pointer slots (0 = absent, never read)
+                i = t * _native.ROW + slot
+                if relative[i]:
+                    relative[i] -= origin
+        # (tensor, block) for every block of every tensor, made with torch: a large model has
+        # hundreds of thousands of blocks
+        per_tensor = -(-torch.tensor(rows[:: _native.ROW], dtype=torch.int64) // BLOCK)
+        tensor_of = torch.repeat_interleave(torch.arange(count), per_tensor)
+        first = torch.repeat_interleave(torch.cumsum(per_tensor, 0) - per_tensor, per_tensor)
+        blocks = torch.stack([tensor_of, torch.arange(len(tensor_of)) - first], 1).to(torch.int32).reshape(-1)
+        self.grid = (len(tensor_of),)
+        packed = rows[_native.ROW - 1]
+        self.dtypes = (packed & 15, (packed >> 4) & 15, (packed >> 8) & 15, (packed >> 12) & 15)
+        self.aligned = aligned
+        self.rows = _upload(torch.tensor(relative, dtype=torch.int64), device)
+        self.per = _upload(torch.tensor(per, dtype=torch.float32), device)
+        self.blocks = _upload(blocks, device)
+        self.pows = pows
+
+
+def _upload(t: Tensor, device: torch.device) -> Tensor:
+    """To the device without a host sync (from pinned memory, asynchronously)."""
+    if device.type != "cuda":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def _aligned(row: list[int]) -> bool:
+    """Whether the tensor's data (not its beta powers) is 16-byte aligned and its size a multiple of 4."""
+    return row[0] % 4 == 0 and all(ptr % 16 == 0 for ptr in row[1:7])
+
+
+def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
+    """The batch's rows split by dtype combination and alignment, as device tables (kept on the batch)."""
+    if batch.launches is not None:
+        return batch.launches
+    groups: dict[tuple[int, bool], tuple[list[int], list[float], list]] = {}
+    rows, per = batch.rows, batch.per
+    for t in range(len(batch)):
+        row = list(rows[t * _native.ROW : (t + 1) * _native.ROW])
+        rows_, per_, pows_ = groups.setdefault((row[-1], _aligned(row)), ([], [], []))
+        rows_ += row
+        per_ += per[t * _native.PER : (t + 1) * _native.PER]
+        if batch.pows:
+            pows_.append(batch.pows[t])
+    launches = [Launch(r, p, w, aligned, device) for (_, aligned), (r, p, w) in groups.items()]
+    batch.launches = launches
+    return launches
+
+
+_OPTIONS = {"BLOCK": BLOCK, "num_warps": 8, "enable_fp_fusion": False}
+
+
+def _common(found_inf: Tensor | None, launch: Launch) -> dict:
+    # without a flag the kernels never read its pointer: any tensor will do
+    found = found_inf if found_inf is not None else launch.per
+    return {"base": launch.base, "blocks": launch.blocks, "rows": launch.rows, "per": launch.per, "found": found,
+            "HAS_FOUND": found_inf is not None, "ALIGNED": launch.aligned, **_OPTIONS}
+
+
+def sgd(mod: ModuleType, launch: Launch, found_inf: Tensor | None) -> None:
+    w, g, p, _ = launch.dtypes
+    mod.sgd_kernel[launch.grid](W=w, G=g, P=p, **_common(found_inf, launch))
+
+
+def momentum(
+    mod: ModuleType, launch: Launch, found_inf: Tensor | None, mu: float, coeff: float, rescale: float, nesterov: bool
+) -> None:
+    w, g, p, _ = launch.dtypes
+    mod.momentum_kernel[launch.grid](
+        mu=mu, coeff=coeff, rescale=rescale, W=w, G=g, P=p, HAS_COEFF=coeff != 0.0, NESTEROV=bool(nesterov),
+        **_common(found_inf, launch),
+    )
+
+
+def adam(
+    mod: ModuleType, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, amsgrad: bool,
+    round_: Callable[[float], float],
+) -> None:
+    """Adam's kernel, then the beta powers times ``b1``/``b2`` (times 1 where ``found_inf`` is set).
+
+    ``round_`` rounds a Python float to float32: the kernel's scalars are float32 values.
+    """
+    w, g, p, s = launch.dtypes
+    b1, b2 = round_(b1), round_(b2)
+    mod.adam_kernel[launch.grid](
+        b1=b1, b2=b2, c1=round_(1 - b1), c2=round_(1 - b2), eps=round_(eps), W=w, G=g, P=p, S=s,
+        AMSGRAD=bool(amsgrad), **_common(found_inf, launch),
+    )
+    first, second = [a for a, _ in launch.pows], [b for _, b in launch.pows]
+    if found_inf is None:
+        torch._foreach_mul_(first, b1)
+        torch._foreach_mul_(second, b2)
+    else:
+        skip = found_inf.reshape(()) != 0
+        one = torch.ones((), dtype=torch.float32, device=found_inf.device)
+        torch._foreach_mul_(first, torch.where(skip, one, b1))
+        torch._foreach_mul_(second, torch.where(skip, one, b2))

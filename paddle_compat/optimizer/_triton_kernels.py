@@ -1,0 +1,164 @@
+"""Paddle's GPU update formulas as Triton kernels: every tensor of a (device, dtype) group in one launch.
+
+Loaded by ``_multi_tensor`` (never imported directly: it needs Triton), once per Triton mode, so
+that tests can run the kernels in Triton's interpreter on CPU tensors.
+
+The tensors are described by the rows of ``_native.Batch`` (element count, data pointers, packed
+dtypes), uploaded as an int64 table with each pointer as a byte offset from ``base`` (a small
+device tensor), with a float32 table of per-tensor numbers and a table of blocks: program ``i``
+updates ``BLOCK`` elements of one tensor. Offsets from a real tensor argument, rather than bare
+addresses, let Triton know the alignment: with ``ALIGNED`` (every tensor 16-byte aligned, every
+size a multiple of 4, checked by the caller) the loads and stores are vectorised. The formulas are those of the
+per-tensor GPU forms (``_kernel`` with ``_numerics.gpu_kernels``): float32 arithmetic, ``tl.fma``
+where nvcc contracts Paddle's kernels, IEEE division and square root (``div_rn``, ``sqrt_rn``);
+the launches pass ``enable_fp_fusion=False`` so that nothing else is contracted. bfloat16 values are
+handled as their bits: widened exactly, narrowed to nearest even here (NaN as torch's CUDA cast).
+A GradScaler's ``found_inf`` flag is read on the device: where it is set every load and store is
+masked off, so the step changes nothing.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# dtype codes of _native.DTYPE, and the row and per-tensor layouts of _native.Batch
+F64: tl.constexpr = tl.constexpr(1)
+BF16: tl.constexpr = tl.constexpr(2)
+F16: tl.constexpr = tl.constexpr(3)
+NONE: tl.constexpr = tl.constexpr(15)
+ROW: tl.constexpr = tl.constexpr(10)
+PER: tl.constexpr = tl.constexpr(4)
+
+
+@triton.jit
+def _ptr(base, row, slot, DT: tl.constexpr, ALIGNED: tl.constexpr):
+    offset = tl.load(row + slot)
+    if ALIGNED:
+        offset = tl.multiple_of(offset, 16)
+    if DT == BF16:
+        return (base + offset).to(tl.pointer_type(tl.uint16))
+    elif DT == F16:
+        return (base + offset).to(tl.pointer_type(tl.float16))
+    else:
+        return (base + offset).to(tl.pointer_type(tl.float32))
+
+
+@triton.jit
+def _load(ptr, offs, mask, DT: tl.constexpr):
+    if DT == BF16:
+        bits = tl.load(ptr + offs, mask=mask, other=0).to(tl.uint32)
+        return (bits << 16).to(tl.float32, bitcast=True)
+    else:
+        return tl.load(ptr + offs, mask=mask, other=0).to(tl.float32)
+
+
+@triton.jit
+def _store(ptr, offs, x, mask, DT: tl.constexpr):
+    if DT == BF16:
+        u = x.to(tl.uint32, bitcast=True)
+        rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        rounded = tl.where((u & 0x7FFFFFFF) > 0x7F800000, 0x7FC0, rounded)
+        tl.store(ptr + offs, rounded.to(tl.uint16), mask=mask)
+    elif DT == F16:
+        tl.store(ptr + offs, x.to(tl.float16), mask=mask)
+    else:
+        tl.store(ptr + offs, x, mask=mask)
+
+
+@triton.jit
+def _block(blocks, rows, found, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's tensor index and row, element offsets, and mask (all off on a skipped step)."""
+    pid = tl.program_id(0)
+    t = tl.load(blocks + 2 * pid).to(tl.int64)
+    row = rows + t * ROW
+    start = tl.load(blocks + 2 * pid + 1).to(tl.int64) * BLOCK
+    n = tl.load(row)
+    if ALIGNED:
+        start = tl.multiple_of(start, BLOCK)
+        n = tl.multiple_of(n, 4)
+    offs = start + tl.arange(0, BLOCK)
+    if ALIGNED:
+        offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)
+    mask = offs < n
+    if HAS_FOUND:  # (the flag widened to a block first: the interpreter cannot mix the two)
+        mask = mask & ((tl.load(found) + tl.full([BLOCK], 0.0, tl.float32)) == 0)
+    return t, row, offs, mask
+
+
+@triton.jit
+def sgd_kernel(base, blocks, rows, per, found, W: tl.constexpr, G: tl.constexpr, P: tl.constexpr,
+               HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """w = fma(-lr, g, w); with L2 decay first g = g + w*coeff (two roundings)."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    l2 = tl.load(per + t * PER + 2)
+    w_ptr = _ptr(base, row, 1, W, ALIGNED)
+    w = _load(w_ptr, offs, mask, W)
+    g = _load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G)
+    g = tl.where(l2 == l2, g + w * l2, g)
+    w = tl.fma(-lr, g, w)
+    _store(w_ptr, offs, w, mask, W)
+    if P != NONE:
+        _store(_ptr(base, row, 3, P, ALIGNED), offs, w, mask, P)
+
+
+@triton.jit
+def momentum_kernel(base, blocks, rows, per, found, mu, coeff, rescale, W: tl.constexpr, G: tl.constexpr,
+                    P: tl.constexpr, HAS_COEFF: tl.constexpr, NESTEROV: tl.constexpr,
+                    HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """g = g*rescale; g = fma(coeff, w, g); v = fma(v, mu, g);
+    w = fma(-lr, v, w), or with Nesterov w = fma(-fma(v, mu, g), lr, w)."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    w_ptr = _ptr(base, row, 1, W, ALIGNED)
+    v_ptr = _ptr(base, row, 4, W, ALIGNED)
+    w = _load(w_ptr, offs, mask, W)
+    g = _load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G) * rescale
+    if HAS_COEFF:
+        g = tl.fma(coeff, w, g)
+    v = tl.fma(_load(v_ptr, offs, mask, W), mu, g)
+    if NESTEROV:
+        w = tl.fma(-tl.fma(v, mu, g), lr, w)
+    else:
+        w = tl.fma(-lr, v, w)
+    _store(v_ptr, offs, v, mask, W)
+    _store(w_ptr, offs, w, mask, W)
+    if P != NONE:
+        _store(_ptr(base, row, 3, P, ALIGNED), offs, w, mask, P)
+
+
+@triton.jit
+def adam_kernel(base, blocks, rows, per, found, b1, b2, c1, c2, eps, W: tl.constexpr, G: tl.constexpr,
+                P: tl.constexpr, S: tl.constexpr, AMSGRAD: tl.constexpr, HAS_FOUND: tl.constexpr,
+                ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """Paddle's GPU Adam/AdamW: w = w*(1 - decay) (AdamW; per-tensor factor, 1 without decay);
+    m = fma(b1, m, g*(1-b1)); v = fma(b2, v, (g*(1-b2))*g);
+    w = fma(m / (sqrt(v)/sqrt(1-b2^t) + eps), -(lr/(1-b1^t)), w). The beta powers are read here
+    and multiplied afterwards by the caller (every block of a tensor reads them first)."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    keep = tl.load(per + t * PER + 1)
+    l2 = tl.load(per + t * PER + 2)
+    b1p = tl.load(_ptr(base, row, 7, 0, False))
+    b2p = tl.load(_ptr(base, row, 8, 0, False))
+    w_ptr = _ptr(base, row, 1, W, ALIGNED)
+    m_ptr = _ptr(base, row, 4, S, ALIGNED)
+    v_ptr = _ptr(base, row, 5, S, ALIGNED)
+    w = _load(w_ptr, offs, mask, W)
+    g = _load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G)
+    g = tl.where(l2 == l2, g + w * l2, g)
+    w = w * keep
+    m = tl.fma(b1, _load(m_ptr, offs, mask, S), g * c1)
+    v = tl.fma(b2, _load(v_ptr, offs, mask, S), (g * c2) * g)
+    _store(m_ptr, offs, m, mask, S)
+    _store(v_ptr, offs, v, mask, S)
+    if AMSGRAD:
+        vmax_ptr = _ptr(base, row, 6, S, ALIGNED)
+        v = tl.maximum(v, _load(vmax_ptr, offs, mask, S), propagate_nan=tl.PropagateNan.ALL)
+        _store(vmax_ptr, offs, v, mask, S)
+    denom = tl.math.div_rn(tl.sqrt_rn(v), tl.sqrt_rn(1.0 - b2p)) + eps
+    w = tl.fma(tl.math.div_rn(m, denom), -tl.math.div_rn(lr, 1.0 - b1p), w)
+    _store(w_ptr, offs, w, mask, W)
+    if P != NONE:
+        _store(_ptr(base, row, 3, P, ALIGNED), offs, w, mask, P)

@@ -1,0 +1,613 @@
+"""The fast update paths give the same bits as the torch forms they replace.
+
+- CPU: the compiled C kernels (``paddle_compat._native``) against the in-place torch form
+  (``_cpu_update`` and friends, taken with ``PADDLE_COMPAT_NATIVE=0``) and the plain expressions
+  (``_plain_update``, taken when layouts differ, forced here), for every optimizer, dtype mix and
+  option; their build, cache and fallback.
+- GPU formulas: the Triton multi-tensor kernels, run on CPU tensors in Triton's interpreter,
+  against the per-tensor GPU formulas (``_numerics.gpu_kernels`` forced on, as in
+  ``test_optimizer_gpu_formulas.py``).
+- The GradScaler hand-over (``grad_scale``/``found_inf``) on every path.
+Where both results are NaN the payloads are not compared (they depend on operand order, which
+compilers may swap); every other value must have the same bits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import threading
+
+import pytest
+import torch
+
+import paddle_compat.nn as pnn
+import paddle_compat.optimizer as popt
+from paddle_compat import _native, _numerics
+from paddle_compat.nn.clip import _eigen_sum, squared_l2_norms
+from paddle_compat.optimizer import _multi_tensor
+from paddle_compat.optimizer.optimizer import Optimizer
+from paddle_compat.regularizer import L1Decay
+
+# bf16/fp16 parameters without master weights are part of the matrix (Paddle's warning is expected)
+pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16:UserWarning")
+
+needs_compiler = pytest.mark.skipif(_native.kernels() is None, reason="no C compiler: the compiled kernels are off")
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.detach().contiguous(), b.detach().contiguous()
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    nan_a, nan_b = torch.isnan(a.float()), torch.isnan(b.float())
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.equal(nan_a, nan_b) and torch.equal(a.view(ints)[~nan_a], b.view(ints)[~nan_b])
+
+
+def train(make, dtype, grad_dtype, main_grad, sizes, steps=3, nonfinite=False):
+    """Steps with fixed random gradients; returns the parameters and the optimizer."""
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(n, generator=gen).to(dtype)) for n in sizes]
+    opt = make(params)
+    for step in range(steps):
+        for p in params:
+            g = torch.randn(p.shape, generator=gen) * 0.1
+            if nonfinite and step == 1:
+                g[::7] = float("inf")
+                g[3::11] = float("nan")
+            g = g.to(grad_dtype)
+            if main_grad:
+                p.main_grad = g
+            else:
+                p.grad = g
+        opt.step()
+    return params, opt
+
+
+def assert_same_run(a, b) -> None:
+    (pa, oa), (pb, ob) = a, b
+    for x, y in zip(pa, pb):
+        assert same_bits(x, y)
+        assert oa.state[x].keys() == ob.state[y].keys()
+        for key, value in oa.state[x].items():
+            if isinstance(value, torch.Tensor):
+                assert same_bits(value, ob.state[y][key]), key
+
+
+OPTIMIZERS = {
+    "sgd": lambda ps, mp: popt.SGD(0.1, parameters=ps, multi_precision=mp),
+    "sgd_l2": lambda ps, mp: popt.SGD(0.1, parameters=ps, multi_precision=mp, weight_decay=0.01),
+    "sgd_l1_groups": lambda ps, mp: popt.SGD(
+        0.1, parameters=[{"params": ps[:1]}, {"params": ps[1:], "learning_rate": 0.3}], multi_precision=mp,
+        weight_decay=L1Decay(0.01),
+    ),
+    "momentum": lambda ps, mp: popt.Momentum(0.1, parameters=ps, multi_precision=mp),
+    "momentum_nesterov_l2": lambda ps, mp: popt.Momentum(
+        0.1, 0.8, parameters=ps, use_nesterov=True, multi_precision=mp, weight_decay=0.01, rescale_grad=0.5
+    ),
+    "momentum_l1_groups": lambda ps, mp: popt.Momentum(
+        0.1, parameters=[{"params": ps[:1], "weight_decay": 0.02}, {"params": ps[1:], "learning_rate": 0.3}],
+        multi_precision=mp, weight_decay=L1Decay(0.01),
+    ),
+    "adam": lambda ps, mp: popt.Adam(0.01, parameters=ps, multi_precision=mp),
+    "adam_l2_amsgrad": lambda ps, mp: popt.Adam(
+        0.01, 0.8, 0.99, 1e-6, parameters=ps, multi_precision=mp, weight_decay=0.01, amsgrad=True
+    ),
+    "adam_l1_groups_globalnorm": lambda ps, mp: popt.Adam(
+        0.01, parameters=[{"params": ps[:1], "weight_decay": 0.02}, {"params": ps[1:], "beta1": 0.7}],
+        multi_precision=mp, weight_decay=L1Decay(0.01), grad_clip=pnn.ClipGradByGlobalNorm(1.0),
+    ),
+    "adamw": lambda ps, mp: popt.AdamW(0.01, parameters=ps, multi_precision=mp),
+    "adamw_ratio_lowmoment_amsgrad": lambda ps, mp: popt.AdamW(
+        0.01, parameters=ps, multi_precision=mp, lr_ratio=lambda p: 0.5 if p.numel() > 100 else 1.0,
+        use_lowprecision_moment=True, amsgrad=True, grad_clip=pnn.ClipGradByNorm(1.0),
+    ),
+}
+
+# (parameter dtype, gradient dtype, multi_precision, gradient in main_grad)
+DTYPES = {
+    "fp32": (torch.float32, torch.float32, False, False),
+    "fp64": (torch.float64, torch.float64, False, False),
+    "bf16_master": (torch.bfloat16, torch.bfloat16, True, False),
+    "fp16_master_fp32_main_grad": (torch.float16, torch.float32, True, True),
+    "bf16": (torch.bfloat16, torch.bfloat16, False, False),
+    "fp16_fp32_main_grad": (torch.float16, torch.float32, False, True),
+}
+
+SIZES = (300, 7, 1001)
+
+
+def forms(monkeypatch: pytest.MonkeyPatch, make, dtypes, sizes=SIZES, **kwargs):
+    """The same run through the compiled kernels, the in-place torch form and the plain one."""
+    dtype, grad_dtype, mp, main_grad = dtypes
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "1")
+    compiled = train(lambda ps: make(ps, mp), dtype, grad_dtype, main_grad, sizes, **kwargs)
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    in_place = train(lambda ps: make(ps, mp), dtype, grad_dtype, main_grad, sizes, **kwargs)
+    monkeypatch.setattr(Optimizer, "_same_layout", staticmethod(lambda *tensors: False))
+    plain = train(lambda ps: make(ps, mp), dtype, grad_dtype, main_grad, sizes, **kwargs)
+    monkeypatch.undo()
+    return compiled, in_place, plain
+
+
+# Adam/AdamW have two CPU forms: Paddle's AVX-512 kernel (FMAs) and its reference kernel
+FORMS = [(name, "1") for name in OPTIMIZERS] + [(name, "0") for name in OPTIMIZERS if name.startswith("adam")]
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtypes", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize(("name", "fma"), FORMS, ids=[f"{n}-{'avx512' if f == '1' else 'reference'}" for n, f in FORMS])
+def test_compiled_in_place_and_plain_forms_agree(name, dtypes, fma, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", fma)
+    compiled, in_place, plain = forms(monkeypatch, OPTIMIZERS[name], dtypes)
+    assert_same_run(compiled, in_place)
+    assert_same_run(compiled, plain)
+
+
+@needs_compiler
+@pytest.mark.parametrize("name", ["sgd_l2", "momentum_nesterov_l2", "adam_l2_amsgrad", "adamw"])
+def test_forms_agree_on_inf_and_nan_gradients(name, monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled, in_place, plain = forms(monkeypatch, OPTIMIZERS[name], DTYPES["fp32"], nonfinite=True)
+    assert_same_run(compiled, in_place)
+    assert_same_run(compiled, plain)
+
+
+@needs_compiler
+@pytest.mark.parametrize(("name", "sizes"), [("sgd", (2_000_003, 100_000)), ("momentum", (1_000_003, 50_001)),
+                                             ("adamw", (300_001, 70_000))])
+def test_threaded_kernels_give_the_same_bits(name, sizes) -> None:
+    """Large enough for the kernels to split the work across threads, inside and across tensors
+    (one thread gives the torch forms' bits: the tests above)."""
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        threaded = train(lambda ps: OPTIMIZERS[name](ps, False), torch.float32, torch.float32, False, sizes, steps=2)
+        torch.set_num_threads(1)
+        single = train(lambda ps: OPTIMIZERS[name](ps, False), torch.float32, torch.float32, False, sizes, steps=2)
+    finally:
+        torch.set_num_threads(saved)
+    assert_same_run(threaded, single)
+
+
+def spy(monkeypatch: pytest.MonkeyPatch, owner: object, names: list[str]) -> list[str]:
+    calls: list[str] = []
+    for name in names:
+        original = getattr(owner, name)
+
+        def wrapper(*args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+    return calls
+
+
+@needs_compiler
+def test_the_compiled_kernels_are_used_unless_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = spy(monkeypatch, _native.Kernels, ["sgd", "momentum", "adam", "sumsq"])
+    params = [torch.nn.Parameter(torch.randn(10)) for _ in range(3)]
+    for p in params:
+        p.grad = torch.randn(10)
+    for cls in (popt.SGD, popt.Momentum, popt.Adam):
+        cls(0.1, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0)).step()
+    assert calls == ["sumsq", "sgd", "sumsq", "momentum", "sumsq", "adam"]
+    calls.clear()
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    assert _native.kernels() is None
+    popt.AdamW(0.1, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0)).step()
+    assert calls == []
+
+
+@needs_compiler
+def test_rows_are_kept_while_nothing_changes_and_rebuilt_when_something_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    params = [torch.nn.Parameter(torch.randn(50)) for _ in range(2)]
+    for p in params:
+        p.grad = torch.randn(50)
+    opt = popt.Adam(0.1, parameters=params)
+    built = spy(monkeypatch, popt.Adam, ["_compiled_row"])
+    opt.step()
+    opt.step()
+    assert len(built) == 2  # built once, kept for the second step
+    opt.zero_grad()  # set_to_none: the next gradients are new tensors, the rows follow them
+    for p in params:
+        p.grad = torch.randn(50)
+    opt.step()
+    assert len(built) == 2
+    opt.set_lr(0.05)
+    opt.step()
+    assert len(built) == 4
+    reference = popt.Adam(0.1, parameters=[torch.nn.Parameter(p.detach().clone()) for p in params])
+    reference.load_state_dict(opt.state_dict())  # a new state: the kept rows must not be used
+    opt.load_state_dict(reference.state_dict())
+    opt.step()
+    assert len(built) == 6
+
+
+# --- build, cache and fallback ----------------------------------------------------------------------
+@pytest.fixture
+def fresh_native(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    """paddle_compat._native as if never loaded in this process, with an empty cache directory."""
+    monkeypatch.setattr(_native, "_loaded", None)
+    monkeypatch.setattr(_native, "_failed", False)
+    monkeypatch.setenv("PADDLE_COMPAT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PADDLE_COMPAT_NATIVE", raising=False)
+    return tmp_path
+
+
+def test_without_a_compiler_the_torch_path_is_taken_quietly(
+    fresh_native, monkeypatch: pytest.MonkeyPatch, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with caplog.at_level(logging.DEBUG, logger="paddle_compat"):
+        assert _native.kernels() is None
+        assert _native.kernels() is None  # decided once
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+    assert "no C compiler" in caplog.records[0].getMessage()
+    p = torch.nn.Parameter(torch.ones(4))
+    p.grad = torch.ones(4)
+    popt.AdamW(0.1, parameters=[p]).step()
+    assert torch.isfinite(p).all() and not torch.equal(p.detach(), torch.ones(4))
+
+
+@needs_compiler
+def test_a_failing_build_falls_back(fresh_native, monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                    caplog: pytest.LogCaptureFixture) -> None:
+    broken = tmp_path / "broken.c"
+    broken.write_text("this is not C\n")
+    monkeypatch.setattr(_native, "_SOURCE", broken)
+    with caplog.at_level(logging.DEBUG, logger="paddle_compat"):
+        assert _native.kernels() is None
+    assert len(caplog.records) == 1 and "failed" in caplog.records[0].getMessage()
+
+
+@needs_compiler
+def test_concurrent_first_builds_each_get_a_whole_library(fresh_native, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path) -> None:
+    source = tmp_path / "tiny.c"
+    source.write_text("int pc_answer(void) { return 42; }\n")
+    monkeypatch.setattr(_native, "_SOURCE", source)
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(_native._build())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4 and len(set(results)) == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(("kernels-", ".build-"))] == [results[0].name]
+    assert ctypes.CDLL(str(results[0])).pc_answer() == 42
+
+
+def test_the_cache_key_follows_source_flags_and_compiler(tmp_path) -> None:
+    cc = tmp_path / "cc"
+    cc.write_text("")
+    key = _native._key(b"source", str(cc), ["-O3"])
+    assert key == _native._key(b"source", str(cc), ["-O3"])
+    assert key != _native._key(b"source2", str(cc), ["-O3"])
+    assert key != _native._key(b"source", str(cc), ["-O2"])
+    cc.write_text("another compiler")
+    assert key != _native._key(b"source", str(cc), ["-O3"])
+
+
+# --- the torch forms' exact building blocks ---------------------------------------------------------
+def test_the_fma_emulation_rounds_once() -> None:
+    """Cases where rounding the float64 sum, then to the target, would round twice wrongly."""
+    a = torch.tensor([1 + 2**-12] * 3)  # a*a = 1 + 2**-11 + 2**-24: a float32 tie, moved by c
+    c = torch.tensor([2.0**-60, -(2.0**-60), 0.0])
+    assert _numerics.fma(a, a, c).tolist() == [1 + 2**-11 + 2**-23, 1 + 2**-11, 1 + 2**-11]
+    assert _numerics.fma(a, a[0].item(), c).tolist() == [1 + 2**-11 + 2**-23, 1 + 2**-11, 1 + 2**-11]
+    b = torch.tensor([1 + 2**-4] * 2)  # b*b = 1 + 2**-3 + 2**-8: a bfloat16 tie
+    low = _numerics.fma(b, b, torch.tensor([2.0**-40, -(2.0**-40)], dtype=torch.bfloat16))
+    assert low.dtype == torch.bfloat16 and low.tolist() == [1 + 2**-3 + 2**-7, 1 + 2**-3]
+    inf = _numerics.fma(torch.tensor([3e38]), torch.tensor([10.0]), torch.tensor([1.0]))
+    assert inf.tolist() == [math.inf]
+
+
+def test_float64_square_roots_are_correctly_rounded() -> None:
+    from fractions import Fraction
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(400, generator=gen, dtype=torch.float64) * 10.0 ** torch.randint(-30, 30, (400,), generator=gen)
+    for xi, si in zip(x.tolist(), _numerics.sqrt_rn(x).tolist()):
+        ulp = Fraction(math.ulp(si))
+        low, high = Fraction(si) - ulp / 2, Fraction(si) + ulp / 2
+        assert low * low < Fraction(xi) < high * high
+
+
+# --- Paddle's CPU sum of squares ------------------------------------------------------------------
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_sum_of_squares_is_eigens(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(0)
+    sizes = [0, 1, 7, 8, 9, 17, 8191, 8192, 8193, 16385, 40_003, 100_000]
+    xs = [(torch.randn(n, generator=gen) * 10.0 ** torch.randint(-3, 3, (n,), generator=gen)).to(dtype)
+          for n in sizes]
+    for x, sq in zip(xs, squared_l2_norms(xs)):
+        assert sq.dtype == dtype and same_bits(sq, _eigen_sum((x * x).reshape(-1))), x.numel()
+
+
+# --- GPU formulas: the Triton multi-tensor kernels, interpreted on CPU tensors ----------------------
+@pytest.fixture
+def interpreted_gpu_path(monkeypatch: pytest.MonkeyPatch):
+    """CPU tensors take the GPU formulas (the test hook of test_optimizer_gpu_formulas.py) and the
+    Triton kernels run in Triton's interpreter."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
+    if _multi_tensor.kernels(torch.device("cpu")) is None:
+        pytest.skip("this Triton cannot interpret the kernels")
+    return spy(monkeypatch, _multi_tensor, ["sgd", "momentum", "adam"])
+
+
+GPU_DTYPES = {k: DTYPES[k] for k in ("fp32", "bf16_master", "fp16_master_fp32_main_grad")}
+GPU_SIZES = (300, 7, 2500)
+
+
+@pytest.mark.parametrize("dtypes", GPU_DTYPES.values(), ids=GPU_DTYPES.keys())
+@pytest.mark.parametrize(
+    "name", ["sgd_l2", "momentum_nesterov_l2", "momentum_l1_groups", "adam_l2_amsgrad", "adam_l1_groups_globalnorm",
+             "adamw_ratio_lowmoment_amsgrad"],
+)
+def test_multi_tensor_kernels_match_the_per_tensor_gpu_formulas(
+    name, dtypes, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dtype, grad_dtype, mp, main_grad = dtypes
+    make = lambda ps: OPTIMIZERS[name](ps, mp)  # noqa: E731
+    multi = train(make, dtype, grad_dtype, main_grad, GPU_SIZES)
+    assert interpreted_gpu_path, "the multi-tensor kernels did not run"
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    per_tensor = train(make, dtype, grad_dtype, main_grad, GPU_SIZES)
+    assert_same_run(multi, per_tensor)
+
+
+def test_a_failing_gpu_kernel_falls_back_to_the_per_tensor_path(
+    interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such instruction")
+
+    monkeypatch.setattr(_multi_tensor, "adam", broken)
+    monkeypatch.setattr(_multi_tensor, "_modules", dict(_multi_tensor._modules))  # restored afterwards
+    make = lambda ps: OPTIMIZERS["adamw"](ps, False)  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="paddle_compat"):
+        fell_back = train(make, torch.float32, torch.float32, False, GPU_SIZES)
+    assert "failed" in caplog.text and _multi_tensor.kernels(torch.device("cpu")) is None
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    assert_same_run(fell_back, train(make, torch.float32, torch.float32, False, GPU_SIZES))
+
+
+def _ptx(kernel, signature: dict, constexprs: dict) -> str:
+    """The kernel compiled for an H100 (sm_90) without a GPU: Triton's compiler runs on the host."""
+    triton = pytest.importorskip("triton")
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError:
+        pytest.skip("this Triton has no host-side compile API")
+    signature = {**signature, **{name: "constexpr" for name in constexprs}}
+    source = ASTSource(kernel, signature, constexprs=constexprs, attrs={(0,): [["tt.divisibility", 16]]})
+    options = {"num_warps": 8, "enable_fp_fusion": False}
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return compiled.asm["ptx"]
+
+
+@pytest.mark.parametrize(
+    ("name", "fmas_per_element", "extra", "constexprs"),
+    [
+        ("sgd_kernel", 1, {}, {"W": 0, "G": 2, "P": 2}),
+        ("momentum_kernel", 4, {"mu": "fp32", "coeff": "fp32", "rescale": "fp32"},
+         {"W": 0, "G": 3, "P": 3, "HAS_COEFF": True, "NESTEROV": True}),
+        ("adam_kernel", 3, {"b1": "fp32", "b2": "fp32", "c1": "fp32", "c2": "fp32", "eps": "fp32"},
+         {"W": 0, "G": 2, "P": 2, "S": 2, "AMSGRAD": True}),
+    ],
+)
+@pytest.mark.parametrize("aligned", [False, True])
+def test_gpu_kernels_compile_with_ieee_arithmetic(name, fmas_per_element, extra, constexprs, aligned) -> None:
+    """Compiled (not interpreted): exactly the FMAs of Paddle's GPU formulas and nothing else
+    contracted, IEEE division and square root, no flushing of subnormals, and vector memory
+    accesses for aligned tensors."""
+    pytest.importorskip("triton")
+    mod = _multi_tensor._load(interpret=False)
+    if mod is None:
+        pytest.skip("this Triton cannot build the kernels")
+    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "per": "*fp32", "found": "*fp32", **extra}
+    ptx = _ptx(getattr(mod, name), signature,
+               {**constexprs, "HAS_FOUND": True, "ALIGNED": aligned, "BLOCK": _multi_tensor.BLOCK})
+    elements_per_thread = _multi_tensor.BLOCK // (8 * 32)
+    assert ptx.count("fma.rn.f32") == fmas_per_element * elements_per_thread
+    assert ".ftz" not in ptx and "approx" not in ptx
+    if name == "adam_kernel":
+        assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx
+    assert ("ld.global.v4.b32" in ptx) == aligned
+
+
+def test_multi_tensor_adam_keeps_the_beta_powers_on_the_device(interpreted_gpu_path) -> None:
+    p = torch.nn.Parameter(torch.randn(10))
+    p.grad = torch.randn(10)
+    opt = popt.Adam(0.1, parameters=[p])
+    opt.step()
+    opt.step()
+    assert opt.state[p]["beta1_pow_acc"].device == p.device
+    assert opt.state[p]["beta1_pow_acc"].item() == pytest.approx(0.9**3)
+
+
+# --- the GradScaler hand-over -------------------------------------------------------------------------
+def unscaled(g: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Paddle's unscale: T(f32(g) * reciprocal(f32(scale)))."""
+    return (g.float() * torch.reciprocal(scale.float())).to(g.dtype)
+
+
+def handover_runs(make, found: float, dtype=torch.float32):
+    """One step with grad_scale/found_inf set, beside the reference: unscale by hand, then step
+    (found 0) or leave everything alone (found 1)."""
+    scale = torch.tensor([1024.0])
+    gen = torch.Generator().manual_seed(0)
+    inits = [torch.randn(n, generator=gen).to(dtype) for n in (40, 3)]
+    sides = []
+    for _ in range(2):
+        params = [torch.nn.Parameter(v.clone()) for v in inits]
+        sides.append((params, make(params)))
+    gen = torch.Generator().manual_seed(1)
+    for step in range(3):
+        grads = [(torch.randn(v.shape, generator=gen) * 100).to(dtype) for v in inits]
+        (ours, opt), (ref, ref_opt) = sides
+        for p, r, g in zip(ours, ref, grads):
+            p.grad, r.grad = g.clone(), unscaled(g, scale)
+        skip = found and step == 2
+        before = [(p.detach().clone(), {k: v.clone() for k, v in opt.state[p].items() if isinstance(v, torch.Tensor)})
+                  for p in ours]
+        opt.grad_scale, opt.found_inf = scale, torch.tensor([1.0 if skip else 0.0])
+        opt.step()
+        del opt.grad_scale, opt.found_inf
+        if skip:
+            for p, (value, state) in zip(ours, before):
+                assert same_bits(p, value)
+                assert all(same_bits(opt.state[p][k], v) for k, v in state.items())
+        else:
+            ref_opt.step()
+            assert_same_run((ours, opt), (ref, ref_opt))
+        for p, r in zip(ours, ref):  # unscaled in place (and clipped, as the reference's, if stepped)
+            assert same_bits(p.grad, r.grad)
+
+
+HANDOVER = {
+    "sgd": lambda ps: popt.SGD(0.1, parameters=ps, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(1.0)),
+    "momentum": lambda ps: popt.Momentum(0.1, parameters=ps, weight_decay=0.01,
+                                         grad_clip=pnn.ClipGradByGlobalNorm(1.0)),
+    "adam": lambda ps: popt.Adam(0.01, parameters=ps, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(1.0)),
+    "adamw_master": lambda ps: popt.AdamW(0.01, parameters=ps, multi_precision=True,
+                                          grad_clip=pnn.ClipGradByGlobalNorm(1.0)),
+}
+
+
+def test_the_optimizers_declare_the_fused_scaler_contract() -> None:
+    for cls in (popt.SGD, popt.Momentum, popt.Adam, popt.AdamW):
+        assert cls._step_supports_amp_scaling is True and cls._unscales_like_paddle is True
+
+
+@pytest.mark.parametrize("native", ["1", "0"], ids=["compiled", "torch"])
+@pytest.mark.parametrize("found", [0.0, 1.0], ids=["finite", "skipped"])
+@pytest.mark.parametrize("name", HANDOVER)
+def test_handover_on_cpu(name, found, native, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", native)
+    handover_runs(HANDOVER[name], found, torch.bfloat16 if name.endswith("master") else torch.float32)
+
+
+@pytest.mark.parametrize("found", [0.0, 1.0], ids=["finite", "skipped"])
+@pytest.mark.parametrize("name", HANDOVER)
+def test_handover_with_a_device_flag(name, found, interpreted_gpu_path) -> None:
+    """The flag is never read on the host: the kernels (and the clip's factor) test it."""
+    handover_runs(HANDOVER[name], found, torch.bfloat16 if name.endswith("master") else torch.float32)
+    assert interpreted_gpu_path
+
+
+def test_handover_with_a_device_flag_on_the_per_tensor_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the multi-tensor kernels the per-tensor GPU path reads the flag (one sync)."""
+    monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    for name in HANDOVER:
+        for found in (0.0, 1.0):
+            handover_runs(HANDOVER[name], found)
+
+
+def test_torch_grad_scaler_drives_the_handover() -> None:
+    params = [torch.nn.Parameter(torch.randn(5))]
+    opt = popt.Adam(0.1, parameters=params)
+    scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
+    params[0].grad = torch.full((5,), 8.0)
+    scaler.scale(torch.tensor(1.0))
+    scaler.step(opt)  # torch sees _step_supports_amp_scaling and hands grad_scale/found_inf over
+    assert torch.equal(params[0].grad, torch.ones(5))  # unscaled by the optimizer
+    assert not hasattr(opt, "grad_scale") and not hasattr(opt, "found_inf")
+    assert opt.state[params[0]]["beta1_pow_acc"].item() == pytest.approx(0.81)
+
+
+# --- on a GPU (skipped without one) -----------------------------------------------------------------
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("name", ["sgd_l2", "momentum_nesterov_l2", "adam_l2_amsgrad", "adamw_ratio_lowmoment_amsgrad"])
+@pytest.mark.parametrize("dtypes", GPU_DTYPES.values(), ids=GPU_DTYPES.keys())
+def test_cuda_multi_tensor_matches_per_tensor(name, dtypes, monkeypatch: pytest.MonkeyPatch) -> None:
+    if _multi_tensor.kernels(torch.device("cuda")) is None:
+        pytest.skip("no Triton")
+    dtype, grad_dtype, mp, main_grad = dtypes
+
+    def run():
+        gen = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(n, generator=gen).to(dtype).cuda()) for n in (3000, 7, 100_003)]
+        opt = OPTIMIZERS[name](params, mp)
+        for _ in range(3):
+            for p in params:
+                g = (torch.randn(p.shape, generator=gen) * 0.1).to(grad_dtype).cuda()
+                if main_grad:
+                    p.main_grad = g
+                else:
+                    p.grad = g
+            opt.step()
+        return params, opt
+
+    multi = run()
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    assert_same_run(multi, run())
+
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("cls", [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW])
+def test_cuda_step_with_grad_scaler_makes_no_host_sync(cls) -> None:
+    from paddle_compat.amp import GradScaler
+
+    if _multi_tensor.kernels(torch.device("cuda")) is None:
+        pytest.skip("no Triton")
+    params = [torch.nn.Parameter(torch.randn(1000, device="cuda")) for _ in range(3)]
+    opt = cls(0.01, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0))
+    scaler = GradScaler()
+    for step in range(4):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        if step == 2:
+            params[0].grad[0] = math.inf
+        scaled = scaler.scale(torch.zeros((), device="cuda"))
+        if step > 0:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            scaler.minimize(opt, scaled)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_adamw_step_can_be_captured_in_a_graph() -> None:
+    if _multi_tensor.kernels(torch.device("cuda")) is None:
+        pytest.skip("no Triton")
+    gen = torch.Generator().manual_seed(0)
+    inits = [torch.randn(n, generator=gen) for n in (1000, 33)]
+    grads = [torch.randn(n, generator=gen).cuda() for n in (1000, 33)]
+
+    def build():
+        params = [torch.nn.Parameter(v.cuda()) for v in inits]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        return params, popt.AdamW(0.01, parameters=params)
+
+    eager, eager_opt = build()
+    graphed, graphed_opt = build()
+    eager_opt.step()
+    graphed_opt.step()  # warm-up: state, device tables
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            graphed_opt.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(3):
+        eager_opt.step()
+        graph.replay()
+    torch.cuda.synchronize()
+    assert_same_run((graphed, graphed_opt), (eager, eager_opt))
