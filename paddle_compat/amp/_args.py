@@ -9,6 +9,7 @@ from types import FrameType
 from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_TORCH_WRAPPERS = frozenset({"torch._compile", "torch.utils._contextlib"})  # decorators' wrapper frames
 
 
 def check_flag(name: str, value: Any) -> None:
@@ -19,8 +20,10 @@ def check_flag(name: str, value: Any) -> None:
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning raised by the caller of this function point at
-    the user's line: the first frame outside the paddle_compat package and outside the wrappers
-    of ``torch.compiler.disable`` that ``compile_boundary`` puts around our entry points."""
+    the user's line: the first frame outside the paddle_compat package and outside torch's
+    wrappers around our entry points (``torch.compiler.disable``'s, which ``compile_boundary``
+    puts around the scaler's methods; ``torch.optim``'s around an optimizer's ``step``, and
+    ``torch.no_grad()``'s)."""
     frame, level = sys._getframe(1), 1
     while frame.f_back is not None and _passed_over(frame):
         frame, level = frame.f_back, level + 1
@@ -31,4 +34,4 @@ def _passed_over(frame: FrameType) -> bool:
     if os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
         return True
     module = frame.f_globals.get("__name__", "")
-    return module == "torch._compile" or module.startswith("torch._dynamo.")
+    return module in _TORCH_WRAPPERS or module.startswith(("torch._dynamo.", "torch.optim."))

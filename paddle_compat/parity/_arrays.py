@@ -59,12 +59,6 @@ def copy_of(value: Any) -> np.ndarray:
     return np.array(array_of(value)[0], copy=True)
 
 
-def grad_of(param: Any) -> Any:
-    """The gradient an optimizer uses: ``main_grad`` (fp32 master grads) when set, else ``grad``."""
-    main = getattr(param, "main_grad", None)
-    return main if main is not None else getattr(param, "grad", None)
-
-
 def as_float(arr: np.ndarray, dtype: str) -> np.ndarray:
     """The values of ``arr`` as floating point (float64 for float64, float32 otherwise; bfloat16
     bits widened exactly)."""

@@ -20,7 +20,8 @@ from unittest import mock
 import numpy as np
 import torch
 
-from ._arrays import copy_of, grad_of
+from ..amp.master_grad import grad_of
+from ._arrays import copy_of
 from .convert import NameMap, Plan, paddle_to_torch, torch_to_paddle
 
 __all__ = ["copy_grads", "copy_params", "copy_params_to_paddle", "gpu_unscale_semantics", "scaler", "set_amp_dtype"]

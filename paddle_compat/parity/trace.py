@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._arrays import array_of, as_float, copy_of, digest, grad_of, sample_indices
+from ..amp.master_grad import grad_of  # works on Paddle's parameters too: they have .grad
+from ._arrays import array_of, as_float, copy_of, digest, sample_indices
 from .convert import NameMap, Plan
 from .hooks import LayerWatcher
 from .optimizer_state import ACCUMULATORS, SCALAR_ACCUMULATORS, canonical_state, initial_state, optimizer_kind
