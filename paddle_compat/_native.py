@@ -74,20 +74,20 @@ class Kernels:
         self._sumsq = _bind(lib.pc_sumsq, [i64, ptr, ptr])
         self._selftest = _bind(lib.pc_selftest, [])
 
-    def sgd(self, rows: array, per: array) -> None:
+    def sgd(self, rows: array[int], per: array[float]) -> None:
         self._sgd(len(rows) // ROW, _addr(rows), _addr(per), torch.get_num_threads())
 
-    def momentum(self, rows: array, per: array, mu: float, coeff: float, nesterov: bool) -> None:
+    def momentum(self, rows: array[int], per: array[float], mu: float, coeff: float, nesterov: bool) -> None:
         self._momentum(len(rows) // ROW, _addr(rows), _addr(per), mu, coeff, int(nesterov), torch.get_num_threads())
 
-    def adam(self, rows: array, per: array, b1: float, b2: float, eps: float, fused: bool, amsgrad: bool) -> None:
+    def adam(self, rows: array[int], per: array[float], b1: float, b2: float, eps: float, fused: bool, amsgrad: bool) -> None:
         scratch = array("d", bytes(16 * (len(rows) // ROW)))
         self._adam(
             len(rows) // ROW, _addr(rows), _addr(per), _addr(scratch), b1, b2, eps, int(fused), int(amsgrad),
             torch.get_num_threads(),
         )
 
-    def sumsq(self, rows: array) -> array:
+    def sumsq(self, rows: array[int]) -> array[float]:
         """Sums of squares of contiguous float32/float64 CPU tensors (rows of n, pointer, dtype)."""
         out = array("d", bytes(8 * (len(rows) // 3)))
         self._sumsq(len(rows) // 3, _addr(rows), _addr(out))
@@ -254,5 +254,5 @@ def _bind(fn: Any, argtypes: list[Any]) -> Any:  # a ctypes function of the load
     return fn
 
 
-def _addr(a: array) -> int:
+def _addr(a: array[Any]) -> int:
     return a.buffer_info()[0]

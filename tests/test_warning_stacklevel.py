@@ -19,17 +19,7 @@ def test_through_torch_no_grad_the_warning_points_at_the_caller():
     assert [w.filename for w in record] == [__file__]
 
 
-_FIXED_STACKLEVEL = pytest.mark.xfail(
-    strict=True, reason="optimizer.py passes a fixed stacklevel (7); paddle_compat.amp._args.user_stacklevel() "
-    "finds the caller on every path. Remove this mark with that change.")
-
-
-@pytest.mark.parametrize("path", [
-    pytest.param("step", marks=_FIXED_STACKLEVEL),
-    "minimize",
-    pytest.param("torch LR scheduler", marks=_FIXED_STACKLEVEL),
-    pytest.param("scaler.minimize", marks=_FIXED_STACKLEVEL),
-])
+@pytest.mark.parametrize("path", ["step", "minimize", "torch LR scheduler", "scaler.minimize"])
 def test_the_optimizers_low_precision_warning_points_at_the_caller(path):
     model = torch.nn.Linear(2, 2).half()
     opt = popt.SGD(learning_rate=0.1, parameters=model.parameters(), multi_precision=False)

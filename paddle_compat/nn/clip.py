@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -34,7 +35,7 @@ _PACKET_BYTES = 32  # Paddle's CPU wheels vectorise Eigen with AVX (256-bit pack
 _LEAF_PACKETS = 1024  # Eigen halves a reduction above this many packets
 
 
-def _split_plan(first: int, num: int, lanes: int) -> tuple | tuple[int, int]:
+def _split_plan(first: int, num: int, lanes: int) -> tuple[Any, ...]:
     """The tree of contiguous leaves Eigen reduces ``num`` values starting at ``first`` into."""
     if num <= lanes * _LEAF_PACKETS:
         return (first, num)
@@ -47,7 +48,7 @@ def _split_plan(first: int, num: int, lanes: int) -> tuple | tuple[int, int]:
     return (left, _split_plan(split, num - num_left, lanes))
 
 
-def _leaves(plan: tuple) -> list[tuple[int, int]]:
+def _leaves(plan: tuple[Any, ...]) -> list[tuple[int, int]]:
     if isinstance(plan[0], int):
         return [plan]
     return _leaves(plan[0]) + _leaves(plan[1])
@@ -94,7 +95,7 @@ def _eigen_sum(x: Tensor) -> Tensor:
         scalar = scalar + tail[:, k]
     leaf_sums = iter(list((scalar + folded).unbind(0)))
 
-    def combine(node: tuple) -> Tensor:
+    def combine(node: tuple[Any, ...]) -> Tensor:
         if isinstance(node[0], int):
             return next(leaf_sums)
         return combine(node[0]) + combine(node[1])

@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -132,7 +133,7 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
     """The batch's rows split by dtype combination and alignment, as device tables (kept on the batch)."""
     if batch.launches is not None:
         return batch.launches
-    groups: dict[tuple[int, bool], tuple[list[int], list[float], list]] = {}
+    groups: dict[tuple[int, bool], tuple[list[int], list[float], list[Any]]] = {}
     rows, per = batch.rows, batch.per
     for t in range(len(batch)):
         row = list(rows[t * _native.ROW : (t + 1) * _native.ROW])
@@ -149,7 +150,7 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
 _OPTIONS = {"BLOCK": BLOCK, "num_warps": 8, "enable_fp_fusion": False}
 
 
-def _common(found_inf: Tensor | None, launch: Launch) -> dict:
+def _common(found_inf: Tensor | None, launch: Launch) -> dict[str, Any]:
     # without a flag the kernels never read its pointer: any tensor will do
     found = found_inf if found_inf is not None else launch.per
     return {"base": launch.base, "blocks": launch.blocks, "rows": launch.rows, "per": launch.per, "found": found,

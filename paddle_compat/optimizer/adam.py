@@ -93,7 +93,7 @@ class Adam(Optimizer):
         return None, lr
 
     def _compiled_row(
-        self, item: tuple, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+        self, item: tuple[Any, ...], group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         p, g, state, master = item
         value = master if master is not None else p

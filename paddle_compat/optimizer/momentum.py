@@ -76,7 +76,7 @@ class Momentum(Optimizer):
         state["velocity"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
 
     def _compiled_row(
-        self, item: tuple, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+        self, item: tuple[Any, ...], group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         p, g, state, master = item
         value, velocity = master if master is not None else p, state["velocity"]

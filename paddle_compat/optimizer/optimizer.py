@@ -36,7 +36,8 @@ import torch
 from torch import Tensor
 
 from .. import _native, _numerics
-from ..amp.master_grad import grad_of
+from ..amp._args import user_stacklevel
+from ..amp.master_grad import grad_of, main_grad_of, set_main_grad
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
@@ -479,7 +480,7 @@ class Optimizer(torch.optim.Optimizer):
 
     def _plan(
         self, group: dict[str, Any], pairs: list[tuple[Tensor, Tensor]], lr: float, found_inf: Tensor | None
-    ) -> tuple:
+    ) -> tuple[Any, ...]:
         """Create the missing state, and sort the parameters: the rows of the compiled CPU kernel
         (``_native``), the rows of the GPU multi-tensor kernels per device (``_multi_tensor``), and
         the rest, for the per-tensor ``_kernel``. Which formulas apply (Paddle's GPU or CPU
@@ -598,7 +599,7 @@ class Optimizer(torch.optim.Optimizer):
                 warnings.warn(
                     "Accumulating with FP16/BF16 in optimizer can lead to poor accuracy or slow convergence."
                     f"Consider using multi_precision=True option of the {type(self).__name__} optimizer.",
-                    stacklevel=7,  # step()'s caller: torch's two step wrappers, step, and the helpers
+                    stacklevel=user_stacklevel(),
                 )
             self._init_state(p, state, group)
         if not self._uses_master(p):
@@ -682,11 +683,12 @@ class Optimizer(torch.optim.Optimizer):
                         p.grad.zero_()
                     else:
                         p.grad = None
-                if getattr(p, "main_grad", None) is not None:
+                main_grad = main_grad_of(p)
+                if main_grad is not None:
                     if set_to_zero:
-                        p.main_grad.zero_()
+                        main_grad.zero_()
                     else:
-                        p.main_grad = None
+                        set_main_grad(p, None)
 
     clear_gradients = clear_grad
 
@@ -857,8 +859,8 @@ class _Plan:
     __slots__ = ("compiled", "grads", "key", "kernels", "multi_tensor", "rest", "reusable", "slots", "state")
 
     def __init__(
-        self, key: tuple, state: Any, kernels: dict, compiled: Any, multi_tensor: dict, rest: list[int],
-        slots: list, grads: tuple[int, ...], reusable: bool,
+        self, key: tuple[Any, ...], state: Any, kernels: dict[Any, Any], compiled: Any, multi_tensor: dict[Any, Any], rest: list[int],
+        slots: list[Any], grads: tuple[int, ...], reusable: bool,
     ) -> None:
         self.key, self.state, self.kernels, self.reusable = key, state, kernels, reusable
         self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest

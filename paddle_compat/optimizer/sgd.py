@@ -41,7 +41,7 @@ class SGD(Optimizer):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name)
 
     def _compiled_row(
-        self, item: tuple, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+        self, item: tuple[Any, ...], group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         p, g, _, master = item
         value = master if master is not None else p

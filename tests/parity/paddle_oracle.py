@@ -7,54 +7,33 @@ scaler's constructor believe it runs on a GPU place; every kernel then runs on C
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-from collections.abc import Iterator
-from unittest import mock
 
 import paddle  # noqa: F401  (a test dependency; paddle_compat itself never imports it)
-import paddle.amp.grad_scaler as _paddle_grad_scaler
+
+from paddle_compat.parity import paddle_side
+
+# The parity kit's stand-ins for a GPU place and a tracer on it (for the auto_cast oracles too).
+_FakeGpuPlace, _FakeTracer = paddle_side._GpuPlace, paddle_side._Tracer
 
 # ``paddle.amp.auto_cast`` the attribute is the function, which shadows the submodule of the
 # same name for ``import paddle.amp.auto_cast as ...``; fetch the module itself.
 _paddle_auto_cast = importlib.import_module("paddle.amp.auto_cast")
 
 
-class _FakeGpuPlace:
-    def is_gpu_place(self) -> bool:
-        return True
-
-    def is_xpu_place(self) -> bool:
-        return False
-
-    def is_custom_place(self) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return "Place(gpu:0, faked by the test oracle)"
-
-
-class _FakeTracer:
-    _expected_place = _FakeGpuPlace()
-
-
-@contextlib.contextmanager
-def paddle_believes_gpu() -> Iterator[None]:
-    """Within this block, Paddle scalers constructed are enabled on CPU."""
-    with mock.patch.object(_paddle_grad_scaler, "_dygraph_tracer", lambda: _FakeTracer()):
-        yield
-
-
 def paddle_scaler(cls: str = "GradScaler", **kwargs):
-    """A real, enabled ``paddle.amp.GradScaler`` or ``AmpScaler`` running on CPU."""
-    with paddle_believes_gpu():
-        return getattr(_paddle_grad_scaler, cls)(**kwargs)
+    """A real, enabled ``paddle.amp.GradScaler`` or ``AmpScaler`` running on CPU (the parity kit's
+    ``paddle_side.scaler``: only its constructor is shown a GPU place)."""
+    state = _paddle_auto_cast.amp_global_state()
+    recorded = state.amp_dtype
+    scaler = paddle_side.scaler(cls, **kwargs)
+    state.amp_dtype = recorded  # the kit records float16 for scripts; each test sets its own
+    return scaler
 
 
 def set_paddle_amp_dtype(dtype: str) -> None:
     """What entering ``paddle.amp.auto_cast(dtype=...)`` records (and never restores)."""
-    _paddle_auto_cast.amp_global_state().amp_dtype = dtype
-
+    paddle_side.set_amp_dtype(dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,36 +106,6 @@ def copy_grads_to_paddle(torch_params, paddle_params) -> None:
         pp.grad = paddle.to_tensor(to_numpy(tp.grad).copy())
 
 
-class _GpuKernelSemantics:
-    """Stands in for ``_legacy_C_ops`` inside Paddle's grad_scaler module: ``check_finite_and_unscale``
-    with the semantics of Paddle's GPU kernel, written with Paddle's own (non-flushing) ops:
-    every tensor is unscaled as ``cast(cast(x, float32) * reciprocal(scale), x.dtype)``, and
-    found_inf is set when any unscaled value is inf/NaN. (Paddle's CPU kernel instead checks the
-    inputs and turns every tensor from the first bad one onward into ``x * 0``, and flushes
-    subnormals.) Everything else goes to the real ops."""
-
-    def __init__(self, real):
-        self._real = real
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    @staticmethod
-    def check_finite_and_unscale(xs, scale, outs, found_inf):
-        inv = paddle.reciprocal(scale)
-        bad = False
-        for x, out in zip(xs, outs, strict=True):
-            y = paddle.cast(paddle.cast(x, "float32") * inv, x.dtype)
-            bad = bad or not bool(paddle.isfinite(y).all())
-            paddle.assign(y, out)
-        paddle.assign(paddle.to_tensor(np.array([bad])), found_inf)
-        return outs, found_inf
-
-
-@contextlib.contextmanager
-def paddle_gpu_kernel_semantics() -> Iterator[None]:
-    """Within this block Paddle scalers unscale with the GPU kernel's semantics (see above)."""
-    with mock.patch.object(
-        _paddle_grad_scaler, "_legacy_C_ops", _GpuKernelSemantics(_paddle_grad_scaler._legacy_C_ops)
-    ):
-        yield
+# Within this block Paddle scalers unscale with the GPU kernel's semantics, written with Paddle's
+# own (non-flushing) ops; see the parity kit's ``paddle_side.gpu_unscale_semantics``.
+paddle_gpu_kernel_semantics = paddle_side.gpu_unscale_semantics
