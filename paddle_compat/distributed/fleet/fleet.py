@@ -97,7 +97,7 @@ def init(
     parallel.check_options(backend, timeout)
     if not isinstance(log_level, (int, str)) or isinstance(log_level, bool):
         raise TypeError(f"log_level must be an int or a level name, got {type(log_level).__name__}")
-    world_size = dist.get_world_size() if parallel.is_initialized() else parallel.env_int("WORLD_SIZE", 1)
+    world_size = parallel.get_world_size()  # the default group's, else torchrun's WORLD_SIZE
     topology = _topology(strategy, world_size)  # checked before any group exists
 
     logger.setLevel(log_level.upper() if isinstance(log_level, str) else log_level)

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from .fleet import fleet_state
-from .topology import ParallelMode
 
 __all__ = ["distributed_model"]
 
@@ -48,10 +47,7 @@ def distributed_model(model: nn.Module) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     strategy, hcg = fleet_state()
-    mode = hcg.get_parallel_mode()
-    if mode in (ParallelMode.SHARDING_PARALLEL, ParallelMode.SEGMENT_PARALLEL) or (
-        hcg.get_sharding_parallel_world_size() > 1 or hcg.get_sep_parallel_world_size() > 1
-    ):
+    if hcg.get_sharding_parallel_world_size() > 1 or hcg.get_sep_parallel_world_size() > 1:
         raise NotImplementedError(
             "distributed_model: sharding_degree/sep_degree > 1 are not mapped; shard with "
             "paddle_compat.distributed.sharding.group_sharded_parallel(model, optimizer, level, "
