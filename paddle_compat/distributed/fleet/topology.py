@@ -207,44 +207,36 @@ class HybridCommunicateGroup:
     def __init__(self, topology: CommunicateTopology, *, timeout: datetime.timedelta | None = None) -> None:
         self.nranks = dist.get_world_size()
         self.global_rank = dist.get_rank()
+        names = topology.get_hybrid_group_names()
         if topology.world_size() != self.nranks:
-            names = topology.get_hybrid_group_names()
             dims = {name: topology.get_dim(name) for name in names}
             raise ValueError(f"the hybrid degrees {dims} multiply to {topology.world_size()} ranks, but the world has {self.nranks}")
-        missing = {"data", "pipe", "sharding", "sep", "model"} - set(topology.get_hybrid_group_names())
+        missing = {"data", "pipe", "sharding", "sep", "model"} - set(names)
         if missing:
             raise ValueError(f"the topology lacks the axes {sorted(missing)}")
         self._topo = topology
         self._timeout = timeout
         self._groups: dict[tuple[int, ...], Any] = {}
-        names = topology.get_hybrid_group_names()
-        degree = {name: topology.get_dim(name) if name in names else 1 for name in AXIS_NAMES.values()}
-        self._dp_degree, self._mp_degree = degree["data"], degree["model"]
-        self._pp_degree, self._sharding_degree = degree["pipe"], degree["sharding"]
-        self._sep_degree = degree["sep"]
-        coord = topology.get_coord(self.global_rank)
-        self._data_parallel_id, self._model_parallel_id = coord.data, coord.model
-        self._sharding_parallel_id, self._sep_parallel_id = coord.sharding, coord.sep
-        self.stage_id = coord.pipe
+        # This rank's coordinate: its index on every axis; the degrees are the topology's dims.
+        self._coord = topology.get_coord(self.global_rank)
+        self.stage_id = self._coord.pipe
         self.is_first_stage = self.stage_id == 0
-        self.is_last_stage = self.stage_id == self._pp_degree - 1
+        self.is_last_stage = self.stage_id == topology.get_dim("pipe") - 1
 
-        # The same creation order on every rank.
-        self._pp_ranks, self._pp_comm_group = self._axis_group(topology.get_comm_list("pipe"))
-        self._dp_ranks, self._dp_comm_group = self._axis_group(topology.get_comm_list("data"))
-        self._mp_ranks, self._mp_comm_group = self._axis_group(topology.get_comm_list("model"))
-        self._sharding_ranks, self._sharding_comm_group = self._axis_group(topology.get_comm_list("sharding"))
-        self._sep_comm_group = None
-        if self._sep_degree > 1:
-            _, self._sep_comm_group = self._axis_group(topology.get_comm_list("sep"))
+        # This rank's group (and its ranks) on each axis, created in the same order on every rank.
+        self._group_ranks: dict[str, list[int]] = {}
+        self._group: dict[str, Any] = {}
+        for axis in ("pipe", "data", "model", "sharding", "sep"):
+            if axis != "sep" or topology.get_dim("sep") > 1:  # as Paddle: sep only when used
+                self._group_ranks[axis], self._group[axis] = self._axis_group(topology.get_comm_list(axis))
         # Paddle's check group (inf/NaN, global norm): every rank with this rank's dp index.
-        self._check_ranks, self._check_comm_group = self._axis_group(
-            [topology.get_axis_list("data", i) for i in range(self._dp_degree)]
+        _, self._check_comm_group = self._axis_group(
+            [topology.get_axis_list("data", i) for i in range(topology.get_dim("data"))]
         )
         self.sharding_check_comm_group = None
-        if self._sharding_degree > 1:
+        if topology.get_dim("sharding") > 1:
             _, self.sharding_check_comm_group = self._axis_group(
-                [topology.get_axis_list("sharding", i) for i in range(self._sharding_degree)]
+                [topology.get_axis_list("sharding", i) for i in range(topology.get_dim("sharding"))]
             )
 
     def _axis_group(self, rank_lists: list[list[int]]) -> tuple[list[int], Any]:
@@ -264,15 +256,15 @@ class HybridCommunicateGroup:
     def get_parallel_mode(self) -> int | None:
         """The ``ParallelMode`` by Paddle's rule: pipeline > tensor > segment > sharding > data;
         ``None`` when every degree is 1 (a single process), as in Paddle."""
-        if self._pp_degree > 1:
+        if self._topo.get_dim("pipe") > 1:
             return ParallelMode.PIPELINE_PARALLEL
-        if self._mp_degree > 1:
+        if self._topo.get_dim("model") > 1:
             return ParallelMode.TENSOR_PARALLEL
-        if self._sep_degree > 1:
+        if self._topo.get_dim("sep") > 1:
             return ParallelMode.SEGMENT_PARALLEL
-        if self._sharding_degree > 1:
+        if self._topo.get_dim("sharding") > 1:
             return ParallelMode.SHARDING_PARALLEL
-        if self._dp_degree > 1:
+        if self._topo.get_dim("data") > 1:
             return ParallelMode.DATA_PARALLEL
         return None
 
@@ -287,36 +279,36 @@ class HybridCommunicateGroup:
     # data parallel
     def get_data_parallel_rank(self) -> int:
         """This rank's index on the data-parallel axis."""
-        return self._data_parallel_id
+        return self._coord.data
 
     def get_data_parallel_world_size(self) -> int:
         """The data-parallel degree."""
-        return self._dp_degree
+        return self._topo.get_dim("data")
 
     def get_data_parallel_group(self) -> Any:
         """The torch process group of this rank's data-parallel replicas."""
-        return self._dp_comm_group
+        return self._group["data"]
 
     def get_data_parallel_group_src_rank(self) -> int:
         """The global rank of that group's first member (e.g. a broadcast's source)."""
-        return self._dp_ranks[0]
+        return self._group_ranks["data"][0]
 
     # model (tensor) parallel
     def get_model_parallel_rank(self) -> int:
         """This rank's index on the model-parallel axis."""
-        return self._model_parallel_id
+        return self._coord.model
 
     def get_model_parallel_world_size(self) -> int:
         """The model (tensor) parallel degree."""
-        return self._mp_degree
+        return self._topo.get_dim("model")
 
     def get_model_parallel_group(self) -> Any:
         """The torch process group of this rank's model-parallel partners."""
-        return self._mp_comm_group
+        return self._group["model"]
 
     def get_model_parallel_group_src_rank(self) -> int:
         """The global rank of that group's first member."""
-        return self._mp_ranks[0]
+        return self._group_ranks["model"][0]
 
     # pipeline parallel
     def get_stage_id(self) -> int:
@@ -325,11 +317,11 @@ class HybridCommunicateGroup:
 
     def get_pipe_parallel_world_size(self) -> int:
         """The pipeline-parallel degree (the number of stages)."""
-        return self._pp_degree
+        return self._topo.get_dim("pipe")
 
     def get_pipe_parallel_group(self) -> Any:
         """The torch process group of this rank's pipeline (one rank per stage)."""
-        return self._pp_comm_group
+        return self._group["pipe"]
 
     def get_rank_from_stage(self, stage_id: int, **kwargs: int) -> int:
         """The global rank of stage ``stage_id`` in this rank's pipeline.
@@ -347,35 +339,35 @@ class HybridCommunicateGroup:
     # sharding parallel
     def get_sharding_parallel_rank(self) -> int:
         """This rank's index on the sharding axis."""
-        return self._sharding_parallel_id
+        return self._coord.sharding
 
     def get_sharding_parallel_world_size(self) -> int:
         """The sharding degree."""
-        return self._sharding_degree
+        return self._topo.get_dim("sharding")
 
     def get_sharding_parallel_group(self) -> Any:
         """The torch process group this rank shards its optimizer state over."""
-        return self._sharding_comm_group
+        return self._group["sharding"]
 
     def get_sharding_parallel_group_src_rank(self) -> int:
         """The global rank of that group's first member."""
-        return self._sharding_ranks[0]
+        return self._group_ranks["sharding"][0]
 
     # segment (sequence) parallel: only when its degree is above 1, as in Paddle
     def get_sep_parallel_rank(self) -> int:
         """This rank's index on the segment-parallel axis."""
-        return self._sep_parallel_id
+        return self._coord.sep
 
     def get_sep_parallel_world_size(self) -> int:
         """The segment (sequence) parallel degree."""
-        return self._sep_degree
+        return self._topo.get_dim("sep")
 
     def get_sep_parallel_group(self) -> Any:
         """The torch process group of the segment-parallel axis; ``RuntimeError`` when its
         degree is 1, as in Paddle."""
-        if self._sep_comm_group is None:
+        if "sep" not in self._group:
             raise RuntimeError("sep not exist: sep_degree is 1")
-        return self._sep_comm_group
+        return self._group["sep"]
 
     # the check group: where inf/NaN flags and global norms are reduced
     def get_check_parallel_group(self, sharding: bool = False) -> Any:
@@ -396,7 +388,6 @@ class HybridCommunicateGroup:
         return self._check_comm_group
 
     def __repr__(self) -> str:
-        return (
-            f"HybridCommunicateGroup(rank={self.global_rank}, dp={self._dp_degree}, mp={self._mp_degree}, "
-            f"pp={self._pp_degree}, sharding={self._sharding_degree}, sep={self._sep_degree})"
-        )
+        axes = ("dp", "mp", "pp", "sharding", "sep")
+        degrees = ", ".join(f"{short}={self._topo.get_dim(AXIS_NAMES[short])}" for short in axes)
+        return f"HybridCommunicateGroup(rank={self.global_rank}, {degrees})"
