@@ -35,7 +35,19 @@ def main(bad_rank: int = 1, bad_step: int = 3, steps: int = 6) -> dict[str, list
     strategy.hybrid_configs = {"dp_degree": dist.get_world_size(), "mp_degree": 1, "pp_degree": 1}
     fleet.init(is_collective=True, strategy=strategy)
     rank = dist.get_rank()
-    history: dict[str, list] = {"data_parallel": [], "group_sharded": []}
+
+    def train(model, optimizer, scaler, clear_grad) -> list:
+        history = []
+        for step in range(steps):
+            x = data(step, rank, bad=(rank, step) == (bad_rank, bad_step))
+            with paddle.amp.auto_cast():
+                loss = model(x).mean()
+            scaled = scaler.scale(loss)
+            scaled.backward()
+            scaler.minimize(optimizer, scaled)
+            clear_grad()
+            history.append((scaler.get_scale(), scaler._cache_found_inf))
+        return history
 
     # -- data parallel -------------------------------------------------------------------------
     torch.manual_seed(rank)  # different on each rank: distributed_model broadcasts rank 0's
@@ -45,15 +57,7 @@ def main(bad_rank: int = 1, bad_step: int = 3, steps: int = 6) -> dict[str, list
     model = fleet.distributed_model(model)
     optimizer = fleet.distributed_optimizer(optimizer)
     scaler = fleet.distributed_scaler(scaler)
-    for step in range(steps):
-        x = data(step, rank, bad=(rank, step) == (bad_rank, bad_step))
-        with paddle.amp.auto_cast():
-            loss = model(x).mean()
-        scaled = scaler.scale(loss)
-        scaled.backward()
-        scaler.minimize(optimizer, scaled)
-        optimizer.clear_grad()
-        history["data_parallel"].append((scaler.get_scale(), scaler._cache_found_inf))
+    data_parallel = train(model, optimizer, scaler, optimizer.clear_grad)
 
     # -- group sharded (ZeRO-2) ------------------------------------------------------------------
     torch.manual_seed(rank)
@@ -62,16 +66,8 @@ def main(bad_rank: int = 1, bad_step: int = 3, steps: int = 6) -> dict[str, list
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = paddle.amp.GradScaler(init_loss_scaling=1024)
     model, optimizer, scaler = group_sharded_parallel(model, optimizer, "os_g", scaler=scaler)
-    for step in range(steps):
-        x = data(step, rank, bad=(rank, step) == (bad_rank, bad_step))
-        with paddle.amp.auto_cast():
-            loss = model(x).mean()
-        scaled = scaler.scale(loss)
-        scaled.backward()
-        scaler.minimize(optimizer, scaled)
-        optimizer.zero_grad()  # Paddle: optimizer.clear_grad()
-        history["group_sharded"].append((scaler.get_scale(), scaler._cache_found_inf))
-    return history
+    group_sharded = train(model, optimizer, scaler, optimizer.zero_grad)  # Paddle: optimizer.clear_grad
+    return {"data_parallel": data_parallel, "group_sharded": group_sharded}
 
 
 if __name__ == "__main__":
