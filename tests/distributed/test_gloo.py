@@ -23,29 +23,33 @@ def assert_same_on_every_rank(trajectories: list[list[tuple[float, bool]]]) -> N
         assert trajectory == trajectories[0], f"rank {rank} differs from rank 0"
 
 
-def assert_params_close(params: list[torch.Tensor], reference: list[torch.Tensor]) -> None:
-    # Data parallelism sums the batch in another order than one process does.
-    for p, r in zip(params, reference, strict=True):
-        torch.testing.assert_close(p, r, rtol=1e-6, atol=1e-7)
+def assert_ranks_agree_and_skip_the_union(trajectories: list[list[tuple[float, bool]]]) -> None:
+    assert_same_on_every_rank(trajectories)
+    assert skipped(trajectories[0]) == UNION
+
+
+def assert_match_one_process(runs: list[dict], rtol: float = 1e-6, atol: float = 1e-7) -> None:
+    """The ranks agree, and match one process trained on the whole batch: the same scales and
+    skips, the same parameters to within ``rtol``/``atol`` (data parallelism sums the batch in
+    another order than one process does)."""
+    assert_ranks_agree_and_skip_the_union([r["trajectory"] for r in runs])
+    assert runs[0]["trajectory"] == runs[0]["reference"]["trajectory"]
+    for run in runs:
+        for p, r in zip(run["params"], run["reference"]["params"], strict=True):
+            torch.testing.assert_close(p, r, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "fused_adamw"])
 def test_ddp_needs_no_process_group(gloo_2, optimizer):
     runs = [result[optimizer] for result in gloo_2.results("ddp_needs_nothing")]
-    assert_same_on_every_rank([r["trajectory"] for r in runs])
-    assert skipped(runs[0]["trajectory"]) == UNION
-    # The same run as one process on the whole batch: same scales and skips, same parameters.
-    assert runs[0]["trajectory"] == runs[0]["reference"]["trajectory"]
+    assert_match_one_process(runs)
     for run in runs:
-        assert_params_close(run["params"], run["reference"]["params"])
         assert all(torch.equal(p, q) for p, q in zip(run["params"], runs[0]["params"]))
 
 
 @pytest.mark.parametrize("variant", ["minimize", "step", "unscale_clip", "fused_adamw", "distributed_scaler_group"])
 def test_explicit_group_makes_ranks_with_different_grads_agree(gloo_2, variant):
-    trajectories = [result[variant] for result in gloo_2.results("explicit_group")]
-    assert_same_on_every_rank(trajectories)
-    assert skipped(trajectories[0]) == UNION
+    assert_ranks_agree_and_skip_the_union([result[variant] for result in gloo_2.results("explicit_group")])
 
 
 def test_without_a_group_ranks_with_different_grads_diverge(gloo_2):
@@ -58,12 +62,7 @@ def test_without_a_group_ranks_with_different_grads_diverge(gloo_2):
 
 @pytest.mark.parametrize("variant", ["fully_shard_sgd", "fully_shard_fused_adamw", "os", "os_g", "p_g_os"])
 def test_fsdp2_ranks_agree_and_match_one_process(gloo_2, variant):
-    runs = [result[variant] for result in gloo_2.results("fsdp2")]
-    assert_same_on_every_rank([r["trajectory"] for r in runs])
-    assert skipped(runs[0]["trajectory"]) == UNION
-    assert runs[0]["trajectory"] == runs[0]["reference"]["trajectory"]
-    for run in runs:
-        assert_params_close(run["params"], run["reference"]["params"])
+    assert_match_one_process([result[variant] for result in gloo_2.results("fsdp2")])
 
 
 @pytest.mark.parametrize("variant", ["fully_shard_sgd", "fully_shard_fused_adamw"])
