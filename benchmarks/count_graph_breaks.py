@@ -10,49 +10,32 @@ graphs it compiled, and whether both scalers end with the same scale and paramet
 from __future__ import annotations
 
 import argparse
-import collections
+import sys
 import warnings
+from pathlib import Path
 
 import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from paddle_compat.amp import GradScaler, auto_cast
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-OPTIMIZERS = {
-    "SGD": lambda params: torch.optim.SGD(params, lr=0.1),
-    "Adam": lambda params: torch.optim.Adam(params, lr=0.01),
-    "AdamW fused": lambda params: torch.optim.AdamW(params, lr=0.01, fused=True),
-}
+from paddle_compat.amp import auto_cast  # noqa: E402
+from tests.compiled_step import graph_breaks, make, training_step  # noqa: E402  (what tests/test_compile.py runs)
+
+OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "fused_adamw": "AdamW fused"}  # compiled_step's names: the table's
 
 
 def run(optimizer: str, scaler_kind: str, backend: str, steps: int = 3):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
-    opt = OPTIMIZERS[optimizer](model.parameters())
-    if scaler_kind == "torch":
-        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
-    else:
-        scaler = GradScaler(init_loss_scaling=1024.0)
-
-    def step(x, y):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad()
-
+    model, opt, scaler = make(optimizer, scaler_kind)
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(step, backend=backend)
+    compiled = torch.compile(training_step(model, opt, scaler), backend=backend)
     generator = torch.Generator().manual_seed(1)
     for _ in range(steps):
         compiled(torch.randn(16, 8, generator=generator), torch.randn(16, 2, generator=generator))
-    kinds = collections.Counter()
-    for reason, count in counters["graph_break"].items():
-        kinds[reason.splitlines()[0]] += count
     params = [p.detach().clone() for p in model.parameters()]
-    return kinds, counters["stats"]["unique_graphs"], scaler.get_scale(), params
+    return graph_breaks(), counters["stats"]["unique_graphs"], scaler.get_scale(), params
 
 
 def main() -> None:
@@ -67,9 +50,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     details = []
     for backend in args.backends:
-        for name in OPTIMIZERS:
-            t_kinds, t_graphs, t_scale, t_params = run(name, "torch", backend)
-            o_kinds, o_graphs, o_scale, o_params = run(name, "ours", backend)
+        for optimizer, name in OPTIMIZERS.items():
+            t_kinds, t_graphs, t_scale, t_params = run(optimizer, "torch", backend)
+            o_kinds, o_graphs, o_scale, o_params = run(optimizer, "ours", backend)
             same = t_scale == o_scale and all(torch.equal(a, b) for a, b in zip(t_params, o_params))
             print(f"| {backend} | {name} | {t_kinds.total()} | {o_kinds.total()} | {t_graphs} / {o_graphs} | {same} |")
             details.append((backend, name, t_kinds, o_kinds))

@@ -4,51 +4,26 @@ with torch.amp.GradScaler, and follows the eager trajectory (scale, skips, param
 The "eager" backend keeps these fast: graph breaks are Dynamo's, the same under every backend
 (inductor gave the same counts, see docs/integrations.md)."""
 
-import collections
-
 import pytest
 import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from paddle_compat.amp import GradScaler
+from .compiled_step import OPTIMIZERS, graph_breaks, make, training_step
 
 # Dynamo's own imports touch a deprecated torch.jit API; not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
-OPTIMIZERS = {
-    "sgd": lambda params: torch.optim.SGD(params, lr=0.1),
-    "adam": lambda params: torch.optim.Adam(params, lr=0.01),
-    "fused_adamw": lambda params: torch.optim.AdamW(params, lr=0.01, fused=True),
-}
 # Steps 2 and 3 overflow; growth every 2 finite steps: the scale goes up, down, down, up.
 BAD_STEPS = (2, 3)
 STEPS = 7
-
-
-def make(optimizer, scaler_kind):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
-    opt = OPTIMIZERS[optimizer](model.parameters())
-    if scaler_kind == "torch":
-        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=2)
-    else:
-        scaler = GradScaler(init_loss_scaling=1024.0, incr_every_n_steps=2)
-    return model, opt, scaler
 
 
 def train(optimizer, scaler_kind, compiled):
     """STEPS steps of the same step function; returns the scales, the final parameters and the
     graph breaks by kind."""
     model, opt, scaler = make(optimizer, scaler_kind)
-
-    def step(x, y):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad()
-
+    step = training_step(model, opt, scaler)
     torch._dynamo.reset()
     counters.clear()
     run = torch.compile(step, backend="eager") if compiled else step
@@ -60,11 +35,8 @@ def train(optimizer, scaler_kind, compiled):
             x[0, 0] = float("inf")  # same shapes and dtypes: no recompilation, a NaN loss
         run(x, torch.zeros(16, 2))
         scales.append(scaler.get_scale())
-    breaks = collections.Counter()
-    for reason, count in counters["graph_break"].items():  # its first line names the kind of break
-        breaks[reason.splitlines()[0]] += count
     params = [p.detach().clone() for p in model.parameters()]
-    return scales, params, breaks
+    return scales, params, graph_breaks()
 
 
 def skipped_steps(scales):
