@@ -44,6 +44,6 @@ def distributed_scaler(scaler: AmpScaler, *, group: Any = None) -> AmpScaler:
         scaler.process_group = group
         return scaler
     _, hcg = fleet_state()
-    if hcg.nranks > 1 and hcg.get_parallel_mode() not in (ParallelMode.DATA_PARALLEL, None):
+    if hcg.get_parallel_mode() not in (ParallelMode.DATA_PARALLEL, None):  # None: a single process
         scaler.process_group = dist.group.WORLD
     return scaler
