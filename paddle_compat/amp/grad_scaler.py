@@ -438,7 +438,9 @@ class AmpScaler:
             optimizer.found_inf = step.found_inf.view(())  # type: ignore[attr-defined]  # torch's fused-step input
             return _Run.FUSED
         if state is OptimizerState.INIT:
-            self.unscale_(optimizer)
+            # unscale_'s checks already passed for this state; call Paddle's hook, as its step does.
+            self._unscale(optimizer)
+            step.optimizer_states[id(optimizer)] = OptimizerState.UNSCALED
         assert step.found_inf is not None
         flag = FoundInf.known(bool(step.found_inf.item()))  # the one host sync of a step
         step.cache_found_inf = flag
