@@ -508,7 +508,7 @@ def test_an_ordinary_step_makes_one_flag_one_pass_per_bucket_and_one_host_read()
     params = [torch.nn.Parameter(torch.zeros(4)) for _ in range(3)]
     params.append(torch.nn.Parameter(torch.zeros(4, dtype=torch.float64)))  # a second bucket
     opt, scaler = _Idle(params), GradScaler(init_loss_scaling=8.0)
-    for _ in range(3):
+    for i in range(3):
         for p in params:
             p.grad = torch.ones_like(p)
         scaler.scale(torch.tensor(1.0))
@@ -517,6 +517,7 @@ def test_an_ordinary_step_makes_one_flag_one_pass_per_bucket_and_one_host_read()
         with _Ops() as update_ops:
             scaler.update()
         assert step_ops.counts["zeros_like"] == 1
+        assert step_ops.counts["reciprocal"] == (i == 0)  # once per scale tensor
         assert step_ops.counts["_amp_foreach_non_finite_check_and_unscale_"] == 2
         assert step_ops.counts["_local_scalar_dense"] == 1  # the one host sync
         assert update_ops.counts == {}

@@ -403,7 +403,7 @@ class AmpScaler:
             # Another thread moved the scale since this one scaled its loss: unscale with the
             # scale that was used (the tracker never writes a scale tensor in place).
             scale, own = step.scaled_with[1].to(device, non_blocking=True), False
-        found_inf, inv_scale = torch.zeros_like(scale), torch.reciprocal(scale)
+        found_inf, inv_scale = torch.zeros_like(scale), tracker.reciprocal(scale)
         if grads and fused and own and self._optimizer_unscales_exactly(optimizer, grads):
             unscale.any_nonfinite(grads, inv_scale, found_inf)  # read only
             optimizer.grad_scale = scale.view(())  # type: ignore[attr-defined]  # 0-d, as torch's fused optimizers take it
