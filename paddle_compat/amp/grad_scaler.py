@@ -443,14 +443,12 @@ class AmpScaler:
             step.optimizer_states[id(optimizer)] = OptimizerState.UNSCALED
         assert step.found_inf is not None
         flag = FoundInf.known(bool(step.found_inf.item()))  # the one host sync of a step
-        step.cache_found_inf = flag
-        self._tracker.record_step(flag)
+        self._record_step(flag)
         return _Run.SKIP if flag.value() else _Run.CALL
 
-    def _compat_record_step(self, found_inf: bool) -> None:
-        """Record a step decided outside ``step``/``minimize`` (apex's ``scale_loss`` shim): its
-        flag for ``update()`` and ``last_step_skipped()``, and the skip in the count."""
-        flag = FoundInf.known(bool(found_inf))
+    def _record_step(self, flag: FoundInf) -> None:
+        """Record a step's flag: for ``update()`` and ``last_step_skipped()``, and the skip in
+        the count. Also apex's ``scale_loss`` shim calls it, which decides its steps itself."""
         self._step_state.cache_found_inf = flag
         self._tracker.record_step(flag)
 
@@ -460,11 +458,9 @@ class AmpScaler:
         if run is not _Run.FUSED:
             return
         _drop_fused_inputs(optimizer)
-        step = self._step_state
-        assert step.found_inf is not None  # set by _decide_step
-        flag = FoundInf.in_flight(step.found_inf)
-        step.cache_found_inf = flag
-        self._tracker.record_step(flag)
+        found_inf = self._step_state.found_inf
+        assert found_inf is not None  # set by _decide_step
+        self._record_step(FoundInf.in_flight(found_inf))
 
     @never_traced
     def _abandon_call(self, optimizer: torch.optim.Optimizer, run: _Run) -> None:
