@@ -216,8 +216,11 @@ class AmpScaler:
             return var
         # torch's promotion of ``var * scale`` is Paddle's: a 0-d loss of any float dtype
         # gives float32 [1]; a float64 loss with dimensions stays float64.
+        # The generation is read first: if another thread moves the scale in between, the
+        # mismatch makes unscale use this very tensor, never a newer scale under an old tensor.
+        generation = self._tracker.generation
         scale = self._tracker.claim(var.device)
-        self._step_state.scaled_with = (self._tracker.generation, scale)
+        self._step_state.scaled_with = (generation, scale)
         return var * scale
 
     # -- unscale, step, update -------------------------------------------------------------
