@@ -278,8 +278,7 @@ class _ScaledBackward:
         for optimizer in self._optimizers:
             grad_stash.put_back(self._held[id(optimizer)])
         grad_scaler._record_step(FoundInf.known(found))  # last_step_skipped(), get_skipped_steps(), update()
-        if grad_scaler.is_use_dynamic_loss_scaling():
-            grad_scaler.update()
+        grad_scaler.update()  # a fixed scale stays: update() leaves it alone
         for optimizer in self._optimizers:
             if found:
                 guard = step_guard.guard_of(optimizer)
