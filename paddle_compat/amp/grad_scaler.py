@@ -26,7 +26,7 @@ from . import scaler_args, unscale
 from ._args import user_stacklevel
 from .amp_state import amp_global_state
 from .compile_boundary import calls_user_code, never_traced
-from .loss_scale import LossScalePolicy, check_scale, round_f32
+from .loss_scale import LossScalePolicy, as_number, check_count, check_scale, round_f32
 from .scale_tracker import FoundInf, ScaleTracker
 
 __all__ = ["AmpScaler", "GradScaler", "OptimizerState"]
@@ -731,7 +731,7 @@ class AmpScaler:
 
     @_incr_count.setter
     def _incr_count(self, value: Any) -> None:
-        self._tracker.reset(counts=(_count("_incr_count", value), self._decr_count))
+        self._tracker.reset(counts=(check_count("_incr_count", value), self._decr_count))
 
     @property
     def _decr_count(self) -> int:
@@ -740,7 +740,7 @@ class AmpScaler:
 
     @_decr_count.setter
     def _decr_count(self, value: Any) -> None:
-        self._tracker.reset(counts=(self._incr_count, _count("_decr_count", value)))
+        self._tracker.reset(counts=(self._incr_count, check_count("_decr_count", value)))
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -805,9 +805,12 @@ class AmpScaler:
             decr_every_n_nan_or_inf=d["decr_every_n_nan_or_inf"],
         )
         _check_within("state_dict['scale']", scale, policy)
-        counts = (_count("state_dict['incr_count']", d["incr_count"]), _count("state_dict['decr_count']", d["decr_count"]))
-        dynamic = _check_bool("state_dict['use_dynamic_loss_scaling']", _plain(d["use_dynamic_loss_scaling"]))
-        skipped = _count("state_dict['skipped_steps']", d["skipped_steps"]) if "skipped_steps" in d else None
+        counts = (
+            check_count("state_dict['incr_count']", d["incr_count"]),
+            check_count("state_dict['decr_count']", d["decr_count"]),
+        )
+        dynamic = _check_bool("state_dict['use_dynamic_loss_scaling']", as_number(d["use_dynamic_loss_scaling"]))
+        skipped = check_count("state_dict['skipped_steps']", d["skipped_steps"]) if "skipped_steps" in d else None
         self._tracker.reset(scale=scale, policy=policy, counts=counts, skipped=skipped)
         self._init_loss_scaling = scale
         self._use_dynamic_loss_scaling = dynamic
@@ -867,13 +870,6 @@ def _world_group() -> Any:
     return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
 
 
-def _plain(value: Any) -> Any:
-    """A numpy scalar or 1-element tensor (as Paddle-saved dicts hold) as a Python number."""
-    if isinstance(value, Tensor):
-        return value.item() if value.numel() == 1 else value
-    return value.item() if getattr(value, "size", None) == 1 and hasattr(value, "item") else value
-
-
 def _one_number(name: str, value: Any) -> Any:
     """The number in a 1-element tensor, array or list (Paddle saves ``scale`` as ``[1]``)."""
     try:
@@ -883,13 +879,6 @@ def _one_number(name: str, value: Any) -> Any:
     if flat.numel() != 1:
         raise ValueError(f"{name} must hold exactly one number, got {flat.numel()}")
     return flat[0].item()
-
-
-def _count(name: str, value: Any) -> int:
-    value = _plain(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return value
 
 
 class GradScaler(AmpScaler):
