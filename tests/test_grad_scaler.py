@@ -1,5 +1,6 @@
 """GradScaler / AmpScaler behaviour on CPU: errors, state machine, safety, logging, checkpoints."""
 
+import collections
 import io
 import logging
 import math
@@ -8,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from paddle_compat.amp import AmpScaler, GradScaler, auto_cast
 from paddle_compat.amp.amp_state import amp_global_state
@@ -478,6 +480,47 @@ def test_get_scale_reads_no_device_on_the_common_path(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "item", lambda self: calls.append(1) or 0.0)
     assert scaler.get_scale() == 32.0 and scaler.state_dict()["incr_count"] == 0
     assert calls == []
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the aten ops run inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[str(func.overloadpacket.__name__)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _Idle(torch.optim.Optimizer):
+    def __init__(self, params):
+        super().__init__(params, {})
+
+    def step(self, closure=None):
+        return None
+
+
+def test_an_ordinary_step_makes_one_flag_one_pass_per_bucket_and_one_host_read():
+    """The hot path: per step one found_inf, one unscale pass per (device, dtype) bucket, one
+    host read (the skip decision); update() touches no tensor while the scale stays."""
+    params = [torch.nn.Parameter(torch.zeros(4)) for _ in range(3)]
+    params.append(torch.nn.Parameter(torch.zeros(4, dtype=torch.float64)))  # a second bucket
+    opt, scaler = _Idle(params), GradScaler(init_loss_scaling=8.0)
+    for i in range(3):
+        for p in params:
+            p.grad = torch.ones_like(p)
+        scaler.scale(torch.tensor(1.0))
+        with _Ops() as step_ops:
+            scaler.step(opt)
+        with _Ops() as update_ops:
+            scaler.update()
+        assert step_ops.counts["zeros_like"] == 1
+        assert step_ops.counts["reciprocal"] == (i == 0)  # once per scale tensor
+        assert step_ops.counts["_amp_foreach_non_finite_check_and_unscale_"] == 2
+        assert step_ops.counts["_local_scalar_dense"] == 1  # the one host sync
+        assert update_ops.counts == {}
 
 
 def test_scale_is_never_below_the_float32_normal_range():

@@ -6,6 +6,7 @@ import threading
 import torch
 
 from paddle_compat.amp import GradScaler, auto_cast
+from paddle_compat.amp.scale_tracker import FoundInf
 
 THREADS, STEPS, LR = 4, 40, 0.5
 
@@ -60,6 +61,25 @@ def test_a_shared_scaler_decides_each_threads_skip_on_its_own_grads():
     assert scaler.get_skipped_steps() == sum(results.values()) == THREADS * STEPS // 5
     scale = scaler.get_scale()
     assert 1.0 <= scale <= 2.0**20 and scale == 2.0 ** round(torch.tensor(scale).log2().item())
+
+
+def test_a_scale_moved_by_another_thread_just_after_scale_took_it():
+    """Deterministic form of the race above: another thread's update() lands between scale()
+    taking the scale tensor and recording it; the grads are still unscaled with that tensor."""
+    scaler = GradScaler(init_loss_scaling=4.0, incr_every_n_steps=1)
+    tracker, claim = scaler._tracker, scaler._tracker.claim
+
+    def claim_then_another_thread_moves_it(device):
+        scale = claim(device)
+        tracker.claim = claim  # only once
+        tracker.update(FoundInf.known(False))  # 4 -> 8
+        return scale
+
+    tracker.claim = claim_then_another_thread_moves_it
+    w = torch.nn.Parameter(torch.ones(2))
+    scaler.scale(w.sum()).backward()  # grads 4
+    scaler.unscale_(torch.optim.SGD([w], lr=0.1))
+    assert torch.equal(w.grad, torch.ones(2)) and scaler.get_scale() == 8.0
 
 
 def test_threads_have_their_own_optimizer_state_machine():

@@ -70,6 +70,17 @@ def test_a_scale_tensor_handed_out_keeps_its_value():
     assert tracker.generation != generation
 
 
+def test_the_reciprocal_is_made_once_per_scale_tensor():
+    tracker = ScaleTracker(LossScalePolicy(incr_every_n_steps=1, incr_ratio=3.0), 16.0)
+    old = tracker.tensor()
+    inv = tracker.reciprocal(old)
+    assert tracker.reciprocal(old) is inv and inv.item() == round_f32(1 / 16.0)
+    tracker.update(FoundInf.known(False))  # 48: a new tensor, so a new reciprocal
+    new = tracker.tensor()
+    assert tracker.reciprocal(new).item() == torch.reciprocal(torch.tensor([48.0])).item()
+    assert tracker.reciprocal(old).item() == inv.item()  # an old tensor still gets its own
+
+
 def test_claim_moves_the_copy_once_then_hands_out_copies():
     tracker = ScaleTracker(LossScalePolicy(), 4.0)
     home = tracker.claim(torch.device("cpu"))

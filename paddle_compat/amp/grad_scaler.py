@@ -26,7 +26,7 @@ from . import scaler_args, unscale
 from ._args import user_stacklevel
 from .amp_state import amp_global_state
 from .compile_boundary import calls_user_code, never_traced
-from .loss_scale import LossScalePolicy, check_scale, round_f32
+from .loss_scale import LossScalePolicy, as_number, check_count, check_scale, round_f32
 from .scale_tracker import FoundInf, ScaleTracker
 
 __all__ = ["AmpScaler", "GradScaler", "OptimizerState"]
@@ -216,8 +216,11 @@ class AmpScaler:
             return var
         # torch's promotion of ``var * scale`` is Paddle's: a 0-d loss of any float dtype
         # gives float32 [1]; a float64 loss with dimensions stays float64.
+        # The generation is read first: if another thread moves the scale in between, the
+        # mismatch makes unscale use this very tensor, never a newer scale under an old tensor.
+        generation = self._tracker.generation
         scale = self._tracker.claim(var.device)
-        self._step_state.scaled_with = (self._tracker.generation, scale)
+        self._step_state.scaled_with = (generation, scale)
         return var * scale
 
     # -- unscale, step, update -------------------------------------------------------------
@@ -403,7 +406,7 @@ class AmpScaler:
             # Another thread moved the scale since this one scaled its loss: unscale with the
             # scale that was used (the tracker never writes a scale tensor in place).
             scale, own = step.scaled_with[1].to(device, non_blocking=True), False
-        found_inf, inv_scale = torch.zeros_like(scale), torch.reciprocal(scale)
+        found_inf, inv_scale = torch.zeros_like(scale), tracker.reciprocal(scale)
         if grads and fused and own and self._optimizer_unscales_exactly(optimizer, grads):
             unscale.any_nonfinite(grads, inv_scale, found_inf)  # read only
             optimizer.grad_scale = scale.view(())  # type: ignore[attr-defined]  # 0-d, as torch's fused optimizers take it
@@ -438,17 +441,17 @@ class AmpScaler:
             optimizer.found_inf = step.found_inf.view(())  # type: ignore[attr-defined]  # torch's fused-step input
             return _Run.FUSED
         if state is OptimizerState.INIT:
-            self.unscale_(optimizer)
+            # unscale_'s checks already passed for this state; call Paddle's hook, as its step does.
+            self._unscale(optimizer)
+            step.optimizer_states[id(optimizer)] = OptimizerState.UNSCALED
         assert step.found_inf is not None
         flag = FoundInf.known(bool(step.found_inf.item()))  # the one host sync of a step
-        step.cache_found_inf = flag
-        self._tracker.record_step(flag)
+        self._record_step(flag)
         return _Run.SKIP if flag.value() else _Run.CALL
 
-    def _compat_record_step(self, found_inf: bool) -> None:
-        """Record a step decided outside ``step``/``minimize`` (apex's ``scale_loss`` shim): its
-        flag for ``update()`` and ``last_step_skipped()``, and the skip in the count."""
-        flag = FoundInf.known(bool(found_inf))
+    def _record_step(self, flag: FoundInf) -> None:
+        """Record a step's flag: for ``update()`` and ``last_step_skipped()``, and the skip in
+        the count. Also apex's ``scale_loss`` shim calls it, which decides its steps itself."""
         self._step_state.cache_found_inf = flag
         self._tracker.record_step(flag)
 
@@ -458,11 +461,9 @@ class AmpScaler:
         if run is not _Run.FUSED:
             return
         _drop_fused_inputs(optimizer)
-        step = self._step_state
-        assert step.found_inf is not None  # set by _decide_step
-        flag = FoundInf.in_flight(step.found_inf)
-        step.cache_found_inf = flag
-        self._tracker.record_step(flag)
+        found_inf = self._step_state.found_inf
+        assert found_inf is not None  # set by _decide_step
+        self._record_step(FoundInf.in_flight(found_inf))
 
     @never_traced
     def _abandon_call(self, optimizer: torch.optim.Optimizer, run: _Run) -> None:
@@ -730,7 +731,7 @@ class AmpScaler:
 
     @_incr_count.setter
     def _incr_count(self, value: Any) -> None:
-        self._tracker.reset(counts=(_count("_incr_count", value), self._decr_count))
+        self._tracker.reset(counts=(check_count("_incr_count", value), self._decr_count))
 
     @property
     def _decr_count(self) -> int:
@@ -739,7 +740,7 @@ class AmpScaler:
 
     @_decr_count.setter
     def _decr_count(self, value: Any) -> None:
-        self._tracker.reset(counts=(self._incr_count, _count("_decr_count", value)))
+        self._tracker.reset(counts=(self._incr_count, check_count("_decr_count", value)))
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -804,9 +805,12 @@ class AmpScaler:
             decr_every_n_nan_or_inf=d["decr_every_n_nan_or_inf"],
         )
         _check_within("state_dict['scale']", scale, policy)
-        counts = (_count("state_dict['incr_count']", d["incr_count"]), _count("state_dict['decr_count']", d["decr_count"]))
-        dynamic = _check_bool("state_dict['use_dynamic_loss_scaling']", _plain(d["use_dynamic_loss_scaling"]))
-        skipped = _count("state_dict['skipped_steps']", d["skipped_steps"]) if "skipped_steps" in d else None
+        counts = (
+            check_count("state_dict['incr_count']", d["incr_count"]),
+            check_count("state_dict['decr_count']", d["decr_count"]),
+        )
+        dynamic = _check_bool("state_dict['use_dynamic_loss_scaling']", as_number(d["use_dynamic_loss_scaling"]))
+        skipped = check_count("state_dict['skipped_steps']", d["skipped_steps"]) if "skipped_steps" in d else None
         self._tracker.reset(scale=scale, policy=policy, counts=counts, skipped=skipped)
         self._init_loss_scaling = scale
         self._use_dynamic_loss_scaling = dynamic
@@ -866,13 +870,6 @@ def _world_group() -> Any:
     return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
 
 
-def _plain(value: Any) -> Any:
-    """A numpy scalar or 1-element tensor (as Paddle-saved dicts hold) as a Python number."""
-    if isinstance(value, Tensor):
-        return value.item() if value.numel() == 1 else value
-    return value.item() if getattr(value, "size", None) == 1 and hasattr(value, "item") else value
-
-
 def _one_number(name: str, value: Any) -> Any:
     """The number in a 1-element tensor, array or list (Paddle saves ``scale`` as ``[1]``)."""
     try:
@@ -882,13 +879,6 @@ def _one_number(name: str, value: Any) -> Any:
     if flat.numel() != 1:
         raise ValueError(f"{name} must hold exactly one number, got {flat.numel()}")
     return flat[0].item()
-
-
-def _count(name: str, value: Any) -> int:
-    value = _plain(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return value
 
 
 class GradScaler(AmpScaler):

@@ -71,6 +71,23 @@ def check_scale(name: str, value: Any) -> float:
     return value
 
 
+def as_number(value: Any) -> Any:
+    """A numpy scalar or 1-element tensor (as saved dicts hold them) as a Python number;
+    anything else unchanged, for the caller's check to refuse."""
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else value
+    return value.item() if getattr(value, "size", None) == 1 and hasattr(value, "item") else value
+
+
+def check_count(name: str, value: Any) -> int:
+    """A counter (from a checkpoint or a setter): a non-negative int, also as a 1-element
+    tensor or numpy value."""
+    value = as_number(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class LossScalePolicy:
     """Validated hyper-parameters of the dynamic loss scale."""

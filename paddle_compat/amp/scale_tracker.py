@@ -107,6 +107,7 @@ class ScaleTracker:
         self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=self._device)
         self.generation = 0  # bumped whenever the scale's value may change
         self._device_counters: tuple[Tensor, Tensor] | None = None  # while the device runs the policy
+        self._reciprocal: tuple[Tensor, Tensor] | None = None  # (a scale tensor, 1 / it)
         self._pending_updates: deque[FoundInf] = deque()  # updates the device ran, not yet replayed
         self._pending_steps: deque[FoundInf] = deque()  # steps whose skip is not yet known here
 
@@ -149,6 +150,14 @@ class ScaleTracker:
                     self._device_counters = None
                     self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=device)
             return self.tensor(device)
+
+    def reciprocal(self, scale: Tensor) -> Tensor:
+        """``1 / scale`` for a tensor ``tensor``/``claim`` returned, computed once per tensor:
+        the scale moves rarely and every step unscales with its reciprocal."""
+        with self._lock:
+            if self._reciprocal is None or self._reciprocal[0] is not scale:
+                self._reciprocal = (scale, torch.reciprocal(scale))
+            return self._reciprocal[1]
 
     def may_be_below_one(self) -> bool:
         """Whether the device scale may be < 1, from a host lower bound (no sync)."""

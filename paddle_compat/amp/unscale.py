@@ -51,6 +51,14 @@ def _on(t: Tensor, device: torch.device, cache: dict[torch.device, Tensor]) -> T
     return cache[device]
 
 
+def _flag_on(found_inf: Tensor, device: torch.device, flags: dict[torch.device, Tensor]) -> Tensor:
+    """The flag for grads on ``device``: ``found_inf`` itself on its own device, a zeroed one
+    elsewhere (``_gather`` folds those in). Made only when missing: this runs every step."""
+    if device not in flags:
+        flags[device] = torch.zeros_like(found_inf, device=device)
+    return flags[device]
+
+
 def unscale_(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor, check_output: bool) -> None:
     """In place ``g = T(f32(g) * inv_scale)``; set ``found_inf`` to 1 if any result is inf/NaN.
 
@@ -59,7 +67,7 @@ def unscale_(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor, check_ou
     inv_by_device = {inv_scale.device: inv_scale}
     found_by_device = {found_inf.device: found_inf}
     for (device, _), bucket in _buckets(grads).items():
-        found = found_by_device.setdefault(device, torch.zeros_like(found_inf, device=device))
+        found = _flag_on(found_inf, device, found_by_device)
         # 0-d views: with FSDP2's DTensor grads, a shape-[1] operand makes DTensor warn.
         inv = _on(inv_scale, device, inv_by_device).view(())
         torch._amp_foreach_non_finite_check_and_unscale_(bucket, found.view(()), inv)
@@ -84,8 +92,10 @@ def any_nonfinite(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor) -> 
         # Widened to float32 as Paddle's kernel does (float64 grads stay float64).
         peaks = peaks.to(torch.promote_types(dtype, torch.float32))
         unscaled = (peaks * _on(inv_scale, device, inv_by_device).view(())).to(dtype)
-        bad = (~torch.isfinite(unscaled)).any().to(found_inf.dtype)
-        found = found_by_device.setdefault(device, torch.zeros_like(found_inf, device=device))
+        # Magnitudes (or NaN): finite exactly when at most the dtype's largest value (NaN
+        # compares false). One comparison where isfinite decomposes into four operations.
+        bad = (unscaled <= torch.finfo(dtype).max).all().logical_not()
+        found = _flag_on(found_inf, device, found_by_device)
         torch.maximum(found.view(()), bad, out=found.view(()))
     _gather(found_by_device, found_inf)
 

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..amp.scale_tracker import FoundInf
 from . import grad_stash, step_guard
 from .loss_scaler import LossScaler
 
@@ -276,9 +277,8 @@ class _ScaledBackward:
         found = bool(torch.cat([f.to(home) for f in flags]).any().item())  # the one host sync
         for optimizer in self._optimizers:
             grad_stash.put_back(self._held[id(optimizer)])
-        grad_scaler._compat_record_step(found)  # last_step_skipped(), get_skipped_steps(), update()
-        if grad_scaler.is_use_dynamic_loss_scaling():
-            grad_scaler.update()
+        grad_scaler._record_step(FoundInf.known(found))  # last_step_skipped(), get_skipped_steps(), update()
+        grad_scaler.update()  # a fixed scale stays: update() leaves it alone
         for optimizer in self._optimizers:
             if found:
                 guard = step_guard.guard_of(optimizer)

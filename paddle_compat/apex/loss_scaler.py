@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..amp.grad_scaler import GradScaler
-from ..amp.loss_scale import FLOAT32_MAX, FLOAT32_TINY, check_scale, round_f32
+from ..amp.loss_scale import FLOAT32_MAX, FLOAT32_TINY, as_number, check_count, check_scale, round_f32
 
 __all__ = ["LossScaler"]
 
@@ -127,17 +127,14 @@ class LossScaler:
         """
         if not isinstance(entry, Mapping) or not {"loss_scale", "unskipped"} <= entry.keys():
             raise KeyError(f"{name} must be a dict with the keys 'loss_scale' and 'unskipped', got {entry!r}")
-        scale = check_scale(f"{name}['loss_scale']", _number(entry["loss_scale"]))
+        scale = check_scale(f"{name}['loss_scale']", as_number(entry["loss_scale"]))
         low = FLOAT32_TINY if self._min_loss_scale is None else round_f32(self._min_loss_scale)
         high = FLOAT32_MAX if self._max_loss_scale is None else round_f32(self._max_loss_scale)
         if self.dynamic and not low <= round_f32(scale) <= high:
             raise ValueError(
                 f"{name}['loss_scale'] ({scale!r}) must lie within [min_loss_scale, max_loss_scale] = [{low!r}, {high!r}]"
             )
-        unskipped = _number(entry["unskipped"])
-        if isinstance(unskipped, bool) or not isinstance(unskipped, int) or unskipped < 0:
-            raise ValueError(f"{name}['unskipped'] must be a non-negative int, got {unskipped!r}")
-        return scale, unskipped
+        return scale, check_count(f"{name}['unskipped']", entry["unskipped"])
 
     def load_state_dict(self, entry: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()`` (apex's or ours): the scale and the overflow-free count."""
@@ -149,12 +146,3 @@ class LossScaler:
         kind = "dynamic" if self.dynamic else "static"
         return f"LossScaler({kind}, loss_scale={self.loss_scale()!r}, unskipped={self._unskipped})"
 
-
-def _number(value: Any) -> Any:
-    """A Python number from a number, or from a 1-element tensor or numpy value."""
-    if hasattr(value, "item"):
-        try:
-            return value.item()
-        except (ValueError, RuntimeError):  # more than one element: left for the caller to refuse
-            return value
-    return value

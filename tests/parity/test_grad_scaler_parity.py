@@ -8,6 +8,7 @@ the scale and the parameters, and exactly on incr_count / decr_count.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import warnings
@@ -650,6 +651,19 @@ def test_defaults_and_getters(cls):
     for key in psd:
         if key != "scale":
             assert osd[key] == psd[key] and type(osd[key]) is type(psd[key]), key
+
+
+@pytest.mark.parametrize("cls", ["GradScaler", "AmpScaler"])
+def test_signature_is_paddles_then_keyword_only_extras(cls):
+    """What help() and inspect show for the (*args, **kwargs) constructor: Paddle's parameters,
+    in its order, with its defaults; then keyword-only ones (torch's names on GradScaler, ours)."""
+    ours = list(inspect.signature(OURS[cls]).parameters.values())
+    theirs = list(inspect.signature(getattr(paddle.amp, cls)).parameters.values())
+    assert [(p.name, p.kind, p.default) for p in ours[: len(theirs)]] == [(p.name, p.kind, p.default) for p in theirs]
+    extras = ours[len(theirs) :]
+    assert all(p.kind is p.KEYWORD_ONLY for p in extras)
+    torch_names = {"init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled", "device"}
+    assert torch_names <= {p.name for p in extras} if cls == "GradScaler" else not torch_names & {p.name for p in extras}
 
 
 def test_setters():

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from paddle_compat.amp import AmpScaler, GradScaler, auto_cast
+from paddle_compat.amp.grad_scaler import STATE_DICT_KEYS
 
 from .paddle_oracle import (
     assert_bitwise_equal,
@@ -108,6 +109,7 @@ def test_state_dict_format(cls):
     osd, psd = ours.state_dict(), pscaler.state_dict()
     # Paddle's 8 keys in its order, then ours: the skipped-step count survives a checkpoint.
     assert list(osd) == [*KEYS, "skipped_steps"] and list(psd) == KEYS and len(KEYS) == 8
+    assert STATE_DICT_KEYS == tuple(KEYS)  # what load_state_dict and the converters require
     assert isinstance(osd["scale"], torch.Tensor)
     assert osd["scale"].dtype == torch.float32 and tuple(osd["scale"].shape) == (1,)
     assert_bitwise_equal(osd["scale"], psd["scale"], "scale")
