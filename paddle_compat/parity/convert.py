@@ -342,12 +342,9 @@ class Plan:
                     elif not _same_bits(value, arrays[alias]):
                         problems.append(f"{pk!r} and {alias!r} are the same Paddle parameter but hold different values")
                 got.append(value)
-            if all(g is None for g in got) and partial:
+            values = _complete(e.paddle_keys, got, partial, missing)
+            if values is None:
                 continue
-            if any(g is None for g in got):
-                missing += [pk for pk, g in zip(e.paddle_keys, got, strict=True) if g is None]
-                continue
-            values = [np.asarray(g) for g in got]
             if scalar:
                 out.update((k, _fresh(v)) for k, v in self._scalar_to_torch(e, values, problems).items())
                 continue
@@ -394,13 +391,9 @@ class Plan:
         for e in self.entries:
             if e.torch_only:
                 continue
-            got = [arrays.get(k) for k in e.torch_keys]
-            if all(g is None for g in got) and partial:
+            values = _complete(e.torch_keys, [arrays.get(k) for k in e.torch_keys], partial, missing)
+            if values is None:
                 continue
-            if any(g is None for g in got):
-                missing += [k for k, g in zip(e.torch_keys, got, strict=True) if g is None]
-                continue
-            values = [np.asarray(g) for g in got]
             if scalar:
                 converted = self._scalar_to_paddle(e, values)
             else:
@@ -454,6 +447,18 @@ class Plan:
             if e.torch_keys == (torch_key,) and len(e.paddle_keys) == 1:
                 return e.paddle_keys[0]
         return None
+
+
+def _complete(
+    keys: tuple[str, ...], got: list[np.ndarray | None], partial: bool, missing: list[str]
+) -> list[np.ndarray] | None:
+    """An entry's values when all of them are there; else ``None``, adding the absent keys to
+    ``missing`` (unless ``partial`` and the entry is wholly absent, which is allowed then)."""
+    if any(g is None for g in got):
+        if not (partial and all(g is None for g in got)):
+            missing += [k for k, g in zip(keys, got, strict=True) if g is None]
+        return None
+    return [np.asarray(g) for g in got]
 
 
 def _fresh(a: np.ndarray) -> np.ndarray:
