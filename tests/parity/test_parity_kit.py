@@ -27,6 +27,7 @@ from paddle_compat.parity import (
     record_script,
     torch_to_paddle,
 )
+from paddle_compat.parity._arrays import array_of
 
 ROOT = Path(__file__).resolve().parents[2]
 X2 = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
@@ -180,6 +181,15 @@ def test_torch_module_to_paddle(case):
     # and back again, bit for bit
     back = paddle_to_torch(pm.state_dict(), tm)
     assert all(torch.equal(back[k], v) for k, v in tm.state_dict().items())
+
+
+def test_paddle_tensors_as_arrays():
+    """Paddle's tensors have detach() too: they must still be read as Paddle's, dtype name included."""
+    arr, name = array_of(paddle.to_tensor(X2))
+    assert name == "float32" and np.array_equal(arr, X2)
+    arr, name = array_of(paddle.to_tensor(X2).astype("bfloat16"))
+    assert name == "bfloat16" and arr.dtype == np.uint16
+    assert arr.tobytes() == array_of(torch.from_numpy(X2).bfloat16())[0].tobytes()
 
 
 # --------------------------------------------------------------------------------------- files
