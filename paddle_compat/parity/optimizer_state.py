@@ -108,37 +108,48 @@ def _group_of(optimizer: torch.optim.Optimizer) -> dict[int, dict[str, Any]]:
     return {id(p): g for g in optimizer.param_groups for p in g["params"]}
 
 
-def canonical_state(optimizer: torch.optim.Optimizer) -> dict[int, dict[str, tuple[np.ndarray, str]]]:
+def canonical_state(
+    optimizer: torch.optim.Optimizer, *, initial: Callable[[torch.Tensor], bool] = lambda p: False
+) -> dict[int, dict[str, np.ndarray]]:
     """Each parameter's optimizer state under Paddle's accumulator names.
 
-    Returns ``{id(param): {accumulator: (array, dtype name)}}``, only for parameters with state.
-    ``paddle_compat.optimizer``: as kept. ``torch.optim.Adam/AdamW``: ``exp_avg`` -> ``moment1``,
-    ``exp_avg_sq`` -> ``moment2``, ``max_exp_avg_sq`` -> ``moment2_max``, ``step`` -> the beta
-    powers Paddle would hold (float32 ``[1]``). ``torch.optim.SGD``: ``momentum_buffer`` ->
-    ``velocity``. Other optimizers: their tensors under their own names.
+    Returns ``{id(param): {accumulator: array}}``, in the order of the parameter groups, only for
+    parameters with state. ``paddle_compat.optimizer``: as kept. ``torch.optim.Adam/AdamW``:
+    ``exp_avg`` -> ``moment1``, ``exp_avg_sq`` -> ``moment2``, ``max_exp_avg_sq`` ->
+    ``moment2_max``, ``step`` -> the beta powers Paddle would hold (float32 ``[1]``).
+    ``torch.optim.SGD``: ``momentum_buffer`` -> ``velocity``. Other optimizers: their tensors under
+    their own names.
+
+    Args:
+        optimizer: the optimizer.
+        initial: which parameters without accumulators yet get the ones Paddle would have created
+            (:func:`initial_state`).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    kind = optimizer_kind(optimizer)
     paddle_style = isinstance(optimizer, PaddleStyleOptimizer)
-    known_torch = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD))
-    groups = _group_of(optimizer)
-    out: dict[int, dict[str, tuple[np.ndarray, str]]] = {}
-    for p, state in optimizer.state.items():
-        accs: dict[str, tuple[np.ndarray, str]] = {}
-        for key, value in state.items():
-            if not isinstance(value, torch.Tensor):
-                continue
-            if paddle_style or not known_torch:
-                accs[key] = array_of(value)
-            elif key == "step":
-                beta1, beta2 = groups[id(p)]["betas"]
-                t = int(value.item())
-                accs["beta1_pow_acc"] = (np.array([beta_pow(beta1, t)], np.float32), "float32")
-                accs["beta2_pow_acc"] = (np.array([beta_pow(beta2, t)], np.float32), "float32")
-            elif key in _TORCH_NAMES:
-                accs[_TORCH_NAMES[key]] = array_of(value)
-        if accs:
-            out[id(p)] = accs
+    renamed = not paddle_style and isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD))
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            accs: dict[str, np.ndarray] = {}
+            for key, value in optimizer.state.get(p, {}).items():
+                if not isinstance(value, torch.Tensor):
+                    continue
+                if not renamed:
+                    accs[key] = array_of(value)[0]
+                elif key == "step":
+                    beta1, beta2 = group["betas"]
+                    t = int(value.item())
+                    accs["beta1_pow_acc"] = np.array([beta_pow(beta1, t)], np.float32)
+                    accs["beta2_pow_acc"] = np.array([beta_pow(beta2, t)], np.float32)
+                elif key in _TORCH_NAMES:
+                    accs[_TORCH_NAMES[key]] = array_of(value)[0]
+            if not any(k in accs for k in ACCUMULATORS) and initial(p):
+                accs = {**initial_state(kind, p, group, optimizer), **accs}
+            if accs:
+                out[id(p)] = accs
     return out
 
 
@@ -228,21 +239,17 @@ def optimizer_state_to_paddle(
     table = _names_table(parameter_names)
     plan = Plan.of(module, name_map)
     names = _param_names(module)
-    current = canonical_state(optimizer)
+    for p in (p for g in optimizer.param_groups for p in g["params"]):
+        if id(p) not in names:
+            raise ValueError(f"the optimizer holds a parameter of shape {list(p.shape)} that is not in the module")
     per_acc: dict[str, dict[str, np.ndarray]] = {}
     masters: dict[str, np.ndarray] = {}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if id(p) not in names:
-                raise ValueError(f"the optimizer holds a parameter of shape {list(p.shape)} that is not in the module")
-            state = {k: v[0] for k, v in current.get(id(p), {}).items()}
-            if not any(k in state for k in ACCUMULATORS):
-                state = {**initial_state(kind, p, group, optimizer), **state}
-            for acc, value in state.items():
-                if acc == "master_weight":
-                    masters[names[id(p)]] = value
-                elif acc in ACCUMULATORS:
-                    per_acc.setdefault(acc, {})[names[id(p)]] = value
+    for pid, state in canonical_state(optimizer, initial=lambda p: True).items():
+        for acc, value in state.items():
+            if acc == "master_weight":
+                masters[names[pid]] = value
+            elif acc in ACCUMULATORS:
+                per_acc.setdefault(acc, {})[names[pid]] = value
     out: dict[str, Any] = {}
     for acc, arrays in per_acc.items():
         for key, value in plan.to_paddle(

@@ -35,7 +35,7 @@ from ..amp.master_grad import grad_of  # works on Paddle's parameters too: they 
 from ._arrays import array_of, as_float, copy_of, digest, sample_indices
 from .convert import NameMap, Plan
 from .hooks import LayerWatcher
-from .optimizer_state import ACCUMULATORS, SCALAR_ACCUMULATORS, canonical_state, initial_state, optimizer_kind
+from .optimizer_state import SCALAR_ACCUMULATORS, canonical_state
 
 __all__ = ["ENV_OUT", "SCALARS", "Series", "Trace", "TraceRecorder", "load_trace"]
 
@@ -294,21 +294,10 @@ class _TorchSide:
         if self.optimizer is None:
             return {}
         names = {id(p): k for k, p in self.model.named_parameters()}
-        state = canonical_state(self.optimizer)
-        kind = optimizer_kind(self.optimizer)
-        out: dict[str, dict[str, np.ndarray]] = {}
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                if id(p) not in names:
-                    continue
-                if grad_of(p) is not None:
-                    self._seen.add(id(p))
-                accs = {acc: a for acc, (a, _) in state.get(id(p), {}).items()}
-                if id(p) in self._seen and not any(acc in accs for acc in ACCUMULATORS):
-                    accs = {**initial_state(kind, p, group, self.optimizer), **accs}
-                if accs:
-                    out[names[id(p)]] = accs
-        return out
+        params = (p for g in self.optimizer.param_groups for p in g["params"])
+        self._seen.update(id(p) for p in params if grad_of(p) is not None)
+        state = canonical_state(self.optimizer, initial=lambda p: id(p) in self._seen)
+        return {names[pid]: accs for pid, accs in state.items() if pid in names}
 
     def layer_name(self, name: str) -> str:
         return name
