@@ -156,26 +156,28 @@ def canonical_state(
 def initial_state(kind: str, p: torch.Tensor, group: dict[str, Any], optimizer: Any) -> dict[str, np.ndarray]:
     """What Paddle creates for a parameter before its first update (its loader insists on every name).
 
-    Moments are float32 for float16/bfloat16 parameters (float64 for float64 ones); a velocity has
-    the parameter's dtype unless a float32 master weight is kept.
+    A ``paddle_compat.optimizer`` optimizer creates them itself, as Paddle does. For a
+    ``torch.optim`` one, Paddle's counterpart's: moments float32 for float16/bfloat16 parameters
+    (else the parameter's dtype), beta powers float32, a velocity of the parameter's dtype.
     """
-    low = p.dtype in (torch.float16, torch.bfloat16)
-    wide = np.float64 if p.dtype == torch.float64 else np.float32
+    if isinstance(optimizer, PaddleStyleOptimizer):
+        created: dict[str, Any] = {}
+        optimizer._init_state(p, created, group)
+        return {k: array_of(v)[0] for k, v in created.items()}
     if kind == "adam":
-        beta1, beta2 = group["betas"] if "betas" in group else (group["beta1"], group["beta2"])
+        wide = np.float64 if p.dtype == torch.float64 else np.float32
+        beta1, beta2 = group["betas"]
         state: dict[str, np.ndarray] = {
             "moment1": np.zeros(tuple(p.shape), wide),
             "moment2": np.zeros(tuple(p.shape), wide),
             "beta1_pow_acc": np.array([beta_pow(beta1, 0)], np.float32),
             "beta2_pow_acc": np.array([beta_pow(beta2, 0)], np.float32),
         }
-        if getattr(optimizer, "_amsgrad", False) or group.get("amsgrad", False):
+        if group.get("amsgrad", False):
             state["moment2_max"] = np.zeros(tuple(p.shape), wide)
         return state
     if kind == "momentum":
-        if low and not getattr(optimizer, "_multi_precision", False):
-            return {"velocity": array_of(torch.zeros_like(p, device="cpu"))[0]}
-        return {"velocity": np.zeros(tuple(p.shape), wide)}
+        return {"velocity": array_of(torch.zeros_like(p, device="cpu"))[0]}
     return {}
 
 

@@ -336,6 +336,20 @@ def test_resume_port_checkpoint_in_paddle(name):
         _params_equal(port, layer)
 
 
+def test_accumulators_not_yet_created_are_paddles_also_for_float64():
+    """A parameter not yet updated gets what Paddle's Adam creates at its first update, in its
+    dtypes: for a float64 parameter, float64 moments and beta powers."""
+    torch.manual_seed(0)
+    port = nn.Linear(3, 2).double()
+    layer = paddle.nn.Linear(3, 2)
+    layer.to(dtype="float64")
+    pd = optimizer_state_to_paddle(popt.Adam(0.01, parameters=port.parameters()), port, layer.state_dict())
+    theirs = paddle.optimizer.Adam(0.01, parameters=layer.parameters())
+    layer(paddle.ones([1, 3], dtype="float64")).sum().backward()
+    theirs.step()
+    assert {k: v.dtype for k, v in pd.items()} == {k: v.numpy().dtype for k, v in theirs.state_dict().items()}
+
+
 # ------------------------------------------------------------------------------ recording Paddle
 
 
