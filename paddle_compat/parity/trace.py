@@ -96,6 +96,15 @@ class Series:
         return None
 
 
+def trace_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """A trace's two files, ``PATH.json`` and ``PATH.npz`` (a ``.json``/``.npz`` suffix on ``path``
+    is dropped first)."""
+    p = Path(path)
+    if p.suffix in (".json", ".npz"):
+        p = p.with_suffix("")
+    return p.with_name(p.name + ".json"), p.with_name(p.name + ".npz")
+
+
 def json_float(x: Any) -> Any:
     """``x``, or a non-finite float as ``"nan"``, ``"inf"`` or ``"-inf"`` (JSON has none)."""
     if isinstance(x, float) and not math.isfinite(x):
@@ -176,13 +185,6 @@ class Trace:
         return s.data[-1].reshape(s.shape)
 
     # --- files -----------------------------------------------------------------------------------
-    @staticmethod
-    def _paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
-        p = Path(path)
-        if p.suffix in (".json", ".npz"):
-            p = p.with_suffix("")
-        return p.with_name(p.name + ".json"), p.with_name(p.name + ".npz")
-
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``PATH.json`` and ``PATH.npz`` (a ``.json``/``.npz`` suffix on ``path`` is dropped);
         returns the JSON file's path.
@@ -194,7 +196,7 @@ class Trace:
 
             trace.save("tests/golden/demo")
         """
-        jpath, npath = self._paths(path)
+        jpath, npath = trace_paths(path)
         jpath.parent.mkdir(parents=True, exist_ok=True)
         # numpy arrays; typed Any for savez, whose stub reserves the keyword "allow_pickle"
         arrays: dict[str, Any] = {}
@@ -231,7 +233,7 @@ class Trace:
 
             trace = Trace.load("tests/golden/demo")
         """
-        jpath, npath = cls._paths(path)
+        jpath, npath = trace_paths(path)
         if not jpath.is_file():
             raise FileNotFoundError(f"no trace at {jpath}")
         doc = json.loads(jpath.read_text())
