@@ -4,8 +4,6 @@ objects recorded by duck typing, and the demo's port checked live against a Padd
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import warnings
 from pathlib import Path
 
@@ -28,6 +26,8 @@ from paddle_compat.parity import (
     torch_to_paddle,
 )
 from paddle_compat.parity._arrays import array_of
+
+from ..test_parity_demo import demo_port  # the demo's port, loaded from examples/parity
 
 ROOT = Path(__file__).resolve().parents[2]
 X2 = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
@@ -406,14 +406,6 @@ def test_paddle_layer_taps_name_the_first_diverging_layer():
 # ------------------------------------------------------------------------------ the demo, live
 
 
-def _demo_port():
-    spec = importlib.util.spec_from_file_location("demo_port", ROOT / "examples" / "parity" / "demo_port.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("demo_port", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_demo_port_live_against_paddle(tmp_path):
     """Paddle runs in a child process (the kit's own way), for the first 8 steps: the scale backs
     off 5 times and the two runs update 3 times; the port must match every bit."""
@@ -428,7 +420,7 @@ def test_demo_port_live_against_paddle(tmp_path):
     saved = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        port = _demo_port().train("port", steps=steps)
+        port = demo_port.train("port", steps=steps)
     finally:
         torch.set_num_threads(saved)
     result = compare(paddle_trace, port, exact=True)
