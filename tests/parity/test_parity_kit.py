@@ -68,39 +68,21 @@ def _mha(**kw):
 
 K4 = np.random.default_rng(4).standard_normal((2, 5, 4)).astype(np.float32)
 V6 = np.random.default_rng(5).standard_normal((2, 5, 6)).astype(np.float32)
+IDS = np.array([[1, 2], [9, 0]])
+
+
+def _fed(x: np.ndarray):
+    """The torch call and the Paddle call of a layer on the same input ``x``."""
+    return lambda m: m(torch.from_numpy(x)), lambda m: m(paddle.to_tensor(x))
+
 
 # name -> (torch module, Paddle layer, torch call, Paddle call)
 CASES = {
-    "Linear": (
-        lambda: nn.Linear(4, 5),
-        lambda: paddle.nn.Linear(4, 5),
-        lambda m: m(torch.from_numpy(X2)),
-        lambda m: m(paddle.to_tensor(X2)),
-    ),
-    "Conv2D": (
-        lambda: nn.Conv2d(3, 4, 3, padding=1),
-        lambda: paddle.nn.Conv2D(3, 4, 3, padding=1),
-        lambda m: m(torch.from_numpy(X4)),
-        lambda m: m(paddle.to_tensor(X4)),
-    ),
-    "BatchNorm2D": (
-        _bn,
-        lambda: paddle.nn.BatchNorm2D(3),
-        lambda m: m(torch.from_numpy(X4)),
-        lambda m: m(paddle.to_tensor(X4)),
-    ),
-    "Embedding": (
-        lambda: nn.Embedding(10, 4),
-        lambda: paddle.nn.Embedding(10, 4),
-        lambda m: m(torch.tensor([[1, 2], [9, 0]])),
-        lambda m: m(paddle.to_tensor([[1, 2], [9, 0]])),
-    ),
-    "LayerNorm": (
-        _ln,
-        lambda: paddle.nn.LayerNorm(4),
-        lambda m: m(torch.from_numpy(X2)),
-        lambda m: m(paddle.to_tensor(X2)),
-    ),
+    "Linear": (lambda: nn.Linear(4, 5), lambda: paddle.nn.Linear(4, 5), *_fed(X2)),
+    "Conv2D": (lambda: nn.Conv2d(3, 4, 3, padding=1), lambda: paddle.nn.Conv2D(3, 4, 3, padding=1), *_fed(X4)),
+    "BatchNorm2D": (_bn, lambda: paddle.nn.BatchNorm2D(3), *_fed(X4)),
+    "Embedding": (lambda: nn.Embedding(10, 4), lambda: paddle.nn.Embedding(10, 4), *_fed(IDS)),
+    "LayerNorm": (_ln, lambda: paddle.nn.LayerNorm(4), *_fed(X2)),
     "MultiHeadAttention": (
         _mha,
         lambda: paddle.nn.MultiHeadAttention(8, 2),
@@ -116,27 +98,13 @@ CASES = {
     "LSTM": (
         lambda: nn.LSTM(3, 5, num_layers=2, bidirectional=True, batch_first=True),
         lambda: paddle.nn.LSTM(3, 5, num_layers=2, direction="bidirect"),
-        lambda m: m(torch.from_numpy(XR)),
-        lambda m: m(paddle.to_tensor(XR)),
+        *_fed(XR),
     ),
     "LSTM-proj": (
-        lambda: nn.LSTM(3, 5, proj_size=2, batch_first=True),
-        lambda: paddle.nn.LSTM(3, 5, proj_size=2),
-        lambda m: m(torch.from_numpy(XR)),
-        lambda m: m(paddle.to_tensor(XR)),
+        lambda: nn.LSTM(3, 5, proj_size=2, batch_first=True), lambda: paddle.nn.LSTM(3, 5, proj_size=2), *_fed(XR)
     ),
-    "GRU": (
-        lambda: nn.GRU(3, 5, batch_first=True),
-        lambda: paddle.nn.GRU(3, 5),
-        lambda m: m(torch.from_numpy(XR)),
-        lambda m: m(paddle.to_tensor(XR)),
-    ),
-    "SimpleRNN": (
-        lambda: nn.RNN(3, 5, batch_first=True),
-        lambda: paddle.nn.SimpleRNN(3, 5),
-        lambda m: m(torch.from_numpy(XR)),
-        lambda m: m(paddle.to_tensor(XR)),
-    ),
+    "GRU": (lambda: nn.GRU(3, 5, batch_first=True), lambda: paddle.nn.GRU(3, 5), *_fed(XR)),
+    "SimpleRNN": (lambda: nn.RNN(3, 5, batch_first=True), lambda: paddle.nn.SimpleRNN(3, 5), *_fed(XR)),
 }
 
 
@@ -262,11 +230,16 @@ class PaddleNet(paddle.nn.Layer):
         self.out = paddle.nn.Linear(8, 2)
 
 
-def _step_both(port, popt_, layer, paddle_opt, seed: int) -> None:
-    """One step on each side with the same gradients (the port's, at the port's parameters)."""
+def _port_backward(port, seed: int) -> None:
+    """The port's gradients on a batch drawn from ``seed``."""
     x = torch.from_numpy(np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32))
     port.zero_grad()
     port(x).backward()
+
+
+def _step_both(port, popt_, layer, paddle_opt, seed: int) -> None:
+    """One step on each side with the same gradients (the port's, at the port's parameters)."""
+    _port_backward(port, seed)
     paddle_side.copy_grads(port, layer)
     popt_.step()
     paddle_opt.step()
@@ -301,9 +274,7 @@ def test_resume_paddle_checkpoint_in_the_port(name, tmp_path):
     paddle_opt = make_paddle(layer.parameters())
     for seed in range(3):  # Paddle alone (the port's forward gives the gradients)
         paddle_side.copy_params(layer, port)
-        x = torch.from_numpy(np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32))
-        port.zero_grad()
-        port(x).backward()
+        _port_backward(port, seed)
         paddle_side.copy_grads(port, layer)
         paddle_opt.step()
         paddle_opt.clear_grad()
@@ -324,9 +295,7 @@ def test_resume_port_checkpoint_in_paddle(name):
     port, layer = TorchNet(), PaddleNet()
     ours = make_ours(port.parameters())
     for seed in range(3):
-        x = torch.from_numpy(np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32))
-        port.zero_grad()
-        port(x).backward()
+        _port_backward(port, seed)
         ours.step()
     paddle_side.copy_params_to_paddle(port, layer)
     paddle_opt = make_paddle(layer.parameters())
