@@ -19,6 +19,7 @@ Paddle run is recorded under the port's names and layouts, so the two traces com
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -82,10 +83,8 @@ class Series:
 
     def position(self, step: int) -> int | None:
         """Where ``step`` is in this series (``None``: not recorded then)."""
-        try:
-            return self.steps.index(step)
-        except ValueError:
-            return None
+        pos = bisect.bisect_left(self.steps, step)  # steps are recorded in increasing order
+        return pos if pos < len(self.steps) and self.steps[pos] == step else None
 
     def elements(self, pos: int, index: np.ndarray) -> np.ndarray | None:
         """The values of the flat elements ``index`` at position ``pos``, when they were kept."""
