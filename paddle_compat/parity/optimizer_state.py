@@ -232,12 +232,8 @@ def optimizer_state_to_paddle(
 
         paddle_opt.set_state_dict(optimizer_state_to_paddle(opt, model, paddle_model.state_dict()))
     """
-    kind = optimizer_kind(optimizer)
-    if kind == "other":
-        raise TypeError(
-            f"{type(optimizer).__name__}: only paddle_compat.optimizer optimizers and torch.optim Adam, AdamW "
-            "and SGD have a Paddle counterpart"
-        )
+    if optimizer_kind(optimizer) == "other":
+        raise _no_counterpart(optimizer)
     table = _names_table(parameter_names)
     plan = Plan.of(module, name_map)
     names = _param_names(module)
@@ -389,7 +385,11 @@ def _target_format(optimizer: torch.optim.Optimizer) -> _Converter:
         return _as_torch_adam
     if isinstance(optimizer, torch.optim.SGD):
         return _as_torch_sgd
-    raise TypeError(
+    raise _no_counterpart(optimizer)
+
+
+def _no_counterpart(optimizer: Any) -> TypeError:
+    return TypeError(
         f"{type(optimizer).__name__}: only paddle_compat.optimizer optimizers and torch.optim Adam, AdamW and SGD "
         "have a Paddle counterpart"
     )
@@ -400,12 +400,9 @@ def _as_paddle_compat(accs: dict[str, np.ndarray], group: dict[str, Any], steps:
 
 
 def _as_torch_adam(accs: dict[str, np.ndarray], group: dict[str, Any], steps: int | None) -> dict[str, torch.Tensor]:
-    out = {}
-    for torch_name, acc in (("exp_avg", "moment1"), ("exp_avg_sq", "moment2"), ("max_exp_avg_sq", "moment2_max")):
-        if acc in accs:
-            out[torch_name] = _torch_tensor(accs[acc])
     if "velocity" in accs or "master_weight" in accs:
         raise ValueError("torch.optim.Adam/AdamW keep neither velocity nor master weights")
+    out = {name: _torch_tensor(accs[acc]) for name, acc in _TORCH_NAMES.items() if acc in accs}
     t = steps
     if t is None:
         beta1, beta2 = group["betas"]
