@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from ..amp.grad_scaler import STATE_DICT_KEYS
-from ..optimizer import Adam, Momentum
 from ..optimizer import Optimizer as PaddleStyleOptimizer
 from . import pdio
 from ._arrays import array_of
@@ -91,17 +90,16 @@ def steps_from_beta_pow(beta: float, value: float) -> int | None:
 # ------------------------------------------------------------------------------ one canonical view
 
 
-def optimizer_kind(optimizer: Any) -> str:
-    """``"adam"``, ``"momentum"``, ``"sgd"`` or ``"other"``: which accumulators Paddle would keep."""
-    if isinstance(optimizer, Adam) or isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
-        return "adam"
-    if isinstance(optimizer, Momentum):
-        return "momentum"
-    if isinstance(optimizer, torch.optim.SGD):
-        return "momentum" if optimizer.defaults.get("momentum", 0) else "sgd"
-    if isinstance(optimizer, PaddleStyleOptimizer):
-        return "sgd"
-    return "other"
+# torch.optim's optimizers with a Paddle counterpart (besides every paddle_compat.optimizer one).
+_TORCH_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD)
+
+
+def _check_counterpart(optimizer: Any) -> None:
+    if not isinstance(optimizer, (PaddleStyleOptimizer, *_TORCH_OPTIMIZERS)):
+        raise TypeError(
+            f"{type(optimizer).__name__}: only paddle_compat.optimizer optimizers and torch.optim Adam, AdamW "
+            "and SGD have a Paddle counterpart"
+        )
 
 
 def _group_of(optimizer: torch.optim.Optimizer) -> dict[int, dict[str, Any]]:
@@ -127,9 +125,7 @@ def canonical_state(
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    kind = optimizer_kind(optimizer)
-    paddle_style = isinstance(optimizer, PaddleStyleOptimizer)
-    renamed = not paddle_style and isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD))
+    renamed = isinstance(optimizer, _TORCH_OPTIMIZERS) and not isinstance(optimizer, PaddleStyleOptimizer)
     out: dict[int, dict[str, np.ndarray]] = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -147,13 +143,13 @@ def canonical_state(
                 elif key in _TORCH_NAMES:
                     accs[_TORCH_NAMES[key]] = array_of(value)[0]
             if not any(k in accs for k in ACCUMULATORS) and initial(p):
-                accs = {**initial_state(kind, p, group, optimizer), **accs}
+                accs = {**initial_state(p, group, optimizer), **accs}
             if accs:
                 out[id(p)] = accs
     return out
 
 
-def initial_state(kind: str, p: torch.Tensor, group: dict[str, Any], optimizer: Any) -> dict[str, np.ndarray]:
+def initial_state(p: torch.Tensor, group: dict[str, Any], optimizer: Any) -> dict[str, np.ndarray]:
     """What Paddle creates for a parameter before its first update (its loader insists on every name).
 
     A ``paddle_compat.optimizer`` optimizer creates them itself, as Paddle does. For a
@@ -164,7 +160,7 @@ def initial_state(kind: str, p: torch.Tensor, group: dict[str, Any], optimizer: 
         created: dict[str, Any] = {}
         optimizer._init_state(p, created, group)
         return {k: array_of(v)[0] for k, v in created.items()}
-    if kind == "adam":
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
         wide = np.float64 if p.dtype == torch.float64 else np.float32
         beta1, beta2 = group["betas"]
         state: dict[str, np.ndarray] = {
@@ -176,7 +172,7 @@ def initial_state(kind: str, p: torch.Tensor, group: dict[str, Any], optimizer: 
         if group.get("amsgrad", False):
             state["moment2_max"] = np.zeros(tuple(p.shape), wide)
         return state
-    if kind == "momentum":
+    if isinstance(optimizer, torch.optim.SGD) and optimizer.defaults.get("momentum", 0):
         return {"velocity": array_of(torch.zeros_like(p, device="cpu"))[0]}
     return {}
 
@@ -232,8 +228,7 @@ def optimizer_state_to_paddle(
 
         paddle_opt.set_state_dict(optimizer_state_to_paddle(opt, model, paddle_model.state_dict()))
     """
-    if optimizer_kind(optimizer) == "other":
-        raise _no_counterpart(optimizer)
+    _check_counterpart(optimizer)
     table = _names_table(parameter_names)
     plan = Plan.of(module, name_map)
     names = _param_names(module)
@@ -379,20 +374,12 @@ _Converter = Callable[[dict[str, np.ndarray], dict[str, Any], "int | None"], dic
 
 
 def _target_format(optimizer: torch.optim.Optimizer) -> _Converter:
+    _check_counterpart(optimizer)
     if isinstance(optimizer, PaddleStyleOptimizer):
         return _as_paddle_compat
     if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
         return _as_torch_adam
-    if isinstance(optimizer, torch.optim.SGD):
-        return _as_torch_sgd
-    raise _no_counterpart(optimizer)
-
-
-def _no_counterpart(optimizer: Any) -> TypeError:
-    return TypeError(
-        f"{type(optimizer).__name__}: only paddle_compat.optimizer optimizers and torch.optim Adam, AdamW and SGD "
-        "have a Paddle counterpart"
-    )
+    return _as_torch_sgd
 
 
 def _as_paddle_compat(accs: dict[str, np.ndarray], group: dict[str, Any], steps: int | None) -> dict[str, torch.Tensor]:
