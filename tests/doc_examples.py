@@ -18,6 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The documents whose blocks run one by one: torch and sketch blocks in test_doc_examples.py, paddle
+# blocks in parity/test_doc_examples_paddle.py. (docs/parity.md is one story run in one namespace,
+# by test_parity_docs.py.)
+DOCS = [
+    "README.md",
+    "docs/grad_scaler.md",
+    "docs/auto_cast.md",
+    "docs/optimizers.md",
+    "docs/distributed.md",
+    "docs/integrations.md",
+    "docs/porting.md",
+]
 _MARKER = re.compile(r"<!-- run: (torch|paddle|sketch)(?:, needs ([\w.]+))? -->")
 
 

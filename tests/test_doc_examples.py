@@ -1,19 +1,24 @@
-"""Every Python example of the README and of the docs runs (or, for a launcher's script, compiles)."""
+"""Every Python example of the README and of the docs runs (or, for a launcher's script, compiles);
+the Paddle-side ones run in the parity suite (parity/test_doc_examples_paddle.py)."""
 
 import pytest
 
 from paddle_compat.amp.amp_state import amp_global_state
 
-from .doc_examples import blocks, run
+from .doc_examples import DOCS, blocks, run
 
-# porting.md and parity.md have tests of their own (test_porting_doc.py, test_parity_docs.py).
-DOCS = ["README.md", "docs/grad_scaler.md", "docs/auto_cast.md", "docs/optimizers.md", "docs/distributed.md",
-        "docs/integrations.md"]
-BLOCKS = [b for doc in DOCS for b in blocks(doc)]  # raises for a block without a marker
+ALL_BLOCKS = [b for doc in DOCS for b in blocks(doc)]  # raises for a block without a marker
+BLOCKS = [b for b in ALL_BLOCKS if b.side != "paddle"]
 
 
 def test_every_doc_has_examples():
     assert {b.doc for b in BLOCKS} == set(DOCS)
+
+
+def test_porting_guide_has_examples_on_both_sides():
+    porting = [b for b in ALL_BLOCKS if b.doc == "docs/porting.md"]
+    assert {b.side for b in porting} == {"torch", "paddle"}
+    assert sum(b.side == "torch" for b in porting) >= 8
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.id)

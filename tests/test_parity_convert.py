@@ -10,6 +10,7 @@ from torch import nn
 
 import paddle_compat.optimizer as popt
 from paddle_compat.amp import GradScaler
+from paddle_compat.amp.grad_scaler import STATE_DICT_KEYS
 from paddle_compat.parity import (
     lr_scheduler_state_to_paddle,
     lr_scheduler_state_to_torch,
@@ -407,16 +408,8 @@ def test_paddle_style_scheduler_passes_through():
 def test_scaler_state_to_paddle():
     scaler = GradScaler(init_loss_scaling=1024.0, incr_every_n_steps=3)
     pd = scaler_state_to_paddle(scaler)
-    assert list(pd) == [
-        "scale",
-        "incr_ratio",
-        "decr_ratio",
-        "incr_every_n_steps",
-        "decr_every_n_nan_or_inf",
-        "incr_count",
-        "decr_count",
-        "use_dynamic_loss_scaling",
-    ]
+    # Paddle's 8 keys in its order: the scaler's own, without skipped_steps (both checked against Paddle)
+    assert list(pd) == list(STATE_DICT_KEYS) == [k for k in scaler.state_dict() if k != "skipped_steps"]
     assert isinstance(pd["scale"], np.ndarray) and pd["scale"].dtype == np.float32 and pd["scale"][0] == 1024.0
     other = GradScaler()
     other.load_state_dict(pd)  # Paddle's format loads as it is

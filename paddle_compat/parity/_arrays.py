@@ -1,7 +1,7 @@
 """Arrays from either framework, their bits, ulp distances, digests and tolerances.
 
-Everything here works on numpy arrays. A tensor from torch or from Paddle is turned into one by
-duck typing (``detach`` for torch, ``numpy`` for Paddle), so this module never imports Paddle.
+Everything here works on numpy arrays. A torch tensor is turned into one by torch, a Paddle tensor
+by duck typing (its ``numpy()``), so this module never imports Paddle.
 bfloat16 has no numpy dtype: its values travel as their raw ``uint16`` bits, with the dtype name
 ``"bfloat16"`` carried alongside (Paddle's own ``numpy()`` and ``paddle.save`` do the same).
 """
@@ -12,6 +12,7 @@ import hashlib
 from typing import Any
 
 import numpy as np
+import torch
 
 # torch.testing.assert_close's default (rtol, atol) per dtype; integers and bools compare exactly.
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -35,9 +36,7 @@ def array_of(value: Any) -> tuple[np.ndarray, str]:
         return value, value.dtype.name
     if isinstance(value, np.generic):
         return np.asarray(value), value.dtype.name
-    if hasattr(value, "detach"):  # torch
-        import torch
-
+    if isinstance(value, torch.Tensor):  # a type check: Paddle's tensors have detach() too
         t = value.detach().cpu()
         if t.dtype == torch.bfloat16:
             return t.contiguous().view(torch.int16).numpy().view(np.uint16), "bfloat16"

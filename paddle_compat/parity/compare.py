@@ -233,35 +233,30 @@ def _scalar_ok(name: str, a: Any, b: Any, exact: bool, rtol: float | None, atol:
 # ------------------------------------------------------------------------------------- tensors
 
 
-def _values(
-    r: Series, pr: int, c: Series, pc: int
-) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, bool]:
-    """Comparable flat values of both sides: ``(reference, candidate, flat indices or None, sampled)``."""
-    index = r.index if r.index is not None else c.index
-    if index is None:  # both in full
-        return r.data[pr], c.data[pc], None, False
-    va, vb = r.elements(pr, index), c.elements(pc, index)
-    if va is None or vb is None:
-        return None, None, index, True
-    return va, vb, index, True
-
-
 def _tensor(
     step: int, name: str, r: Series, pr: int, c: Series, pc: int, exact: bool, rtol: float | None, atol: float | None
 ) -> tuple[TensorMetrics, Divergence | None]:
-    if r.shape != c.shape:
-        m = TensorMetrics(step, name, False, None, None, None, None, 0, False, False)
-        return m, Divergence(
-            step, name, f"shapes differ: reference {list(r.shape)}, candidate {list(c.shape)}", metrics=m
-        )
     same_dtype = r.dtype == c.dtype
-    if exact and not same_dtype:
+    unlike = None
+    if r.shape != c.shape:
+        unlike = f"shapes differ: reference {list(r.shape)}, candidate {list(c.shape)}"
+    elif exact and not same_dtype:
+        unlike = f"dtypes differ: reference {r.dtype}, candidate {c.dtype}"
+    if unlike is not None:
         m = TensorMetrics(step, name, False, None, None, None, None, 0, False, False)
-        return m, Divergence(step, name, f"dtypes differ: reference {r.dtype}, candidate {c.dtype}", metrics=m)
+        return m, Divergence(step, name, unlike, metrics=m)
     equal = same_dtype and r.digests[pr] == c.digests[pc]
-    va, vb, index, sampled = _values(r, pr, c, pc)
+    # comparable flat values: in full, or the elements sampled on one side (when the other kept them)
+    index = r.index if r.index is not None else c.index
+    sampled = index is not None
+    va: np.ndarray | None
+    vb: np.ndarray | None
+    if index is None:
+        va, vb = r.data[pr], c.data[pc]
+    else:
+        va, vb = r.elements(pr, index), c.elements(pc, index)
     if equal:
-        n = 0 if va is None else va.size
+        n = 0 if va is None or vb is None else va.size
         return TensorMetrics(step, name, True, 0.0, 0.0, 0.0, 0, n, sampled, True), None
     if va is None or vb is None:
         m = TensorMetrics(step, name, False, None, None, None, None, 0, True, exact is False)

@@ -60,6 +60,7 @@ def _transpose(xs: list[np.ndarray]) -> list[np.ndarray]:
 class Entry:
     """How some torch keys and some Paddle keys hold the same tensors.
 
+    A rule returns entries with names relative to its module; the plan's entries hold full keys.
     ``to_paddle``/``to_torch`` are layout functions (transposes, splits, concatenations): they apply
     equally to a parameter and to anything shaped like it (moments, velocities, master weights).
     ``aliases`` are more Paddle keys holding ``paddle_keys[i]``'s value, as ``(key, i)``.
@@ -74,57 +75,45 @@ class Entry:
     torch_only: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
-class _Local:
-    """An entry with names relative to its module (what a rule returns)."""
-
-    torch: tuple[str, ...]
-    paddle: tuple[str, ...]
-    to_paddle: Layout = _same
-    to_torch: Layout = _same
-    aliases: tuple[tuple[str, int], ...] = ()
-    torch_only: bool = False
-
-
 # ------------------------------------------------------------------------------------ the rules
 
 
-def _rule_linear(m: nn.Linear, keys: set[str]) -> list[_Local]:
-    out = [_Local(("weight",), ("weight",), _transpose, _transpose)]
+def _rule_linear(m: nn.Linear, keys: set[str]) -> list[Entry]:
+    out = [Entry(("weight",), ("weight",), _transpose, _transpose)]
     if "bias" in keys:
-        out.append(_Local(("bias",), ("bias",)))
+        out.append(Entry(("bias",), ("bias",)))
     return out
 
 
-def _rule_bilinear(m: nn.Bilinear, keys: set[str]) -> list[_Local]:
-    out = [_Local(("weight",), ("weight",))]
+def _rule_bilinear(m: nn.Bilinear, keys: set[str]) -> list[Entry]:
+    out = [Entry(("weight",), ("weight",))]
     if "bias" in keys:
-        out.append(_Local(("bias",), ("bias",), lambda xs: [xs[0].reshape(1, -1)], lambda xs: [xs[0].reshape(-1)]))
+        out.append(Entry(("bias",), ("bias",), lambda xs: [xs[0].reshape(1, -1)], lambda xs: [xs[0].reshape(-1)]))
     return out
 
 
-def _rule_batch_norm(m: nn.modules.batchnorm._BatchNorm, keys: set[str]) -> list[_Local]:
+def _rule_batch_norm(m: nn.modules.batchnorm._BatchNorm, keys: set[str]) -> list[Entry]:
     names = {"weight": "weight", "bias": "bias", "running_mean": "_mean", "running_var": "_variance"}
-    out = [_Local((k,), (names[k],)) for k in names if k in keys]
+    out = [Entry((k,), (names[k],)) for k in names if k in keys]
     if "num_batches_tracked" in keys:
-        out.append(_Local(("num_batches_tracked",), (), torch_only=True))
+        out.append(Entry(("num_batches_tracked",), (), torch_only=True))
     return out
 
 
-def _rule_instance_norm(m: nn.modules.instancenorm._InstanceNorm, keys: set[str]) -> list[_Local]:
+def _rule_instance_norm(m: nn.modules.instancenorm._InstanceNorm, keys: set[str]) -> list[Entry]:
     if "running_mean" in keys:
         raise ValueError(
             f"{type(m).__name__}(track_running_stats=True): Paddle's InstanceNorm keeps no running statistics"
         )
     names = {"weight": "scale", "bias": "bias"}
-    return [_Local((k,), (names[k],)) for k in names if k in keys]
+    return [Entry((k,), (names[k],)) for k in names if k in keys]
 
 
-def _rule_prelu(m: nn.PReLU, keys: set[str]) -> list[_Local]:
-    return [_Local(("weight",), ("_weight",))]
+def _rule_prelu(m: nn.PReLU, keys: set[str]) -> list[Entry]:
+    return [Entry(("weight",), ("_weight",))]
 
 
-def _rule_multihead_attention(m: nn.MultiheadAttention, keys: set[str]) -> list[_Local]:
+def _rule_multihead_attention(m: nn.MultiheadAttention, keys: set[str]) -> list[Entry]:
     if m.bias_k is not None:
         raise ValueError("MultiheadAttention(add_bias_kv=True): Paddle's MultiHeadAttention has no bias_k/bias_v")
     qkv = ("q_proj.weight", "k_proj.weight", "v_proj.weight")
@@ -132,7 +121,7 @@ def _rule_multihead_attention(m: nn.MultiheadAttention, keys: set[str]) -> list[
     if "in_proj_weight" in keys:
         e = m.embed_dim
         out.append(
-            _Local(
+            Entry(
                 ("in_proj_weight",),
                 qkv,
                 lambda xs: [xs[0][:e].T, xs[0][e : 2 * e].T, xs[0][2 * e :].T],
@@ -140,11 +129,11 @@ def _rule_multihead_attention(m: nn.MultiheadAttention, keys: set[str]) -> list[
             )
         )
     else:
-        out += [_Local((f"{p}_proj_weight",), (f"{p}_proj.weight",), _transpose, _transpose) for p in "qkv"]
+        out += [Entry((f"{p}_proj_weight",), (f"{p}_proj.weight",), _transpose, _transpose) for p in "qkv"]
     if "in_proj_bias" in keys:
         e = m.embed_dim
         out.append(
-            _Local(
+            Entry(
                 ("in_proj_bias",),
                 ("q_proj.bias", "k_proj.bias", "v_proj.bias"),
                 lambda xs: [xs[0][:e], xs[0][e : 2 * e], xs[0][2 * e :]],
@@ -154,7 +143,7 @@ def _rule_multihead_attention(m: nn.MultiheadAttention, keys: set[str]) -> list[
     return out  # out_proj is a Linear child: its own rule transposes it
 
 
-def _rule_rnn(m: nn.RNNBase, keys: set[str]) -> list[_Local]:
+def _rule_rnn(m: nn.RNNBase, keys: set[str]) -> list[Entry]:
     out = []
     directions = 2 if m.bidirectional else 1
     for layer in range(m.num_layers):
@@ -164,15 +153,15 @@ def _rule_rnn(m: nn.RNNBase, keys: set[str]) -> list[_Local]:
             for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
                 flat = f"{w}_l{layer}{suffix}"
                 if flat in keys:
-                    out.append(_Local((flat,), (flat,), aliases=((f"{cell}.{w}", 0),)))
+                    out.append(Entry((flat,), (flat,), aliases=((f"{cell}.{w}", 0),)))
             proj = f"weight_hr_l{layer}{suffix}"
             if proj in keys:  # Paddle lists the projection under its cell only, as [hidden, proj]
-                out.append(_Local((proj,), (f"{cell}.weight_ho",), _transpose, _transpose))
+                out.append(Entry((proj,), (f"{cell}.weight_ho",), _transpose, _transpose))
     return out
 
 
 # Checked in order: the first type that matches decides (MultiheadAttention before anything else).
-_RULES: list[tuple[type, Callable[[Any, set[str]], list[_Local]]]] = [
+_RULES: list[tuple[type, Callable[[Any, set[str]], list[Entry]]]] = [
     (nn.MultiheadAttention, _rule_multihead_attention),
     (nn.Linear, _rule_linear),
     (nn.Bilinear, _rule_bilinear),
@@ -183,7 +172,7 @@ _RULES: list[tuple[type, Callable[[Any, set[str]], list[_Local]]]] = [
 ]
 
 
-def _rule_for(module: nn.Module) -> Callable[[Any, set[str]], list[_Local]] | None:
+def _rule_for(module: nn.Module) -> Callable[[Any, set[str]], list[Entry]] | None:
     for cls, rule in _RULES:
         if isinstance(module, cls):
             return rule
@@ -279,18 +268,18 @@ class Plan:
             if not local:
                 continue
             rule = _rule_for(sub)
-            locals_ = rule(sub, local) if rule is not None else []
-            done = {n for lo in locals_ for n in lo.torch}
-            locals_ += [_Local((k,), (k,)) for k in sorted(local - done, key=lambda n: order[_join(path, n)])]
-            for lo in locals_:
-                tkeys = tuple(_join(path, n) for n in lo.torch)
+            local_entries = rule(sub, local) if rule is not None else []
+            done = {n for e in local_entries for n in e.torch_keys}
+            local_entries += [Entry((k,), (k,)) for k in sorted(local - done, key=lambda n: order[_join(path, n)])]
+            for e in local_entries:
+                tkeys = tuple(_join(path, n) for n in e.torch_keys)
                 pkeys: tuple[str, ...]
-                if len(tkeys) == 1 and len(lo.paddle) == 1 and tkeys[0] in names:
+                if len(tkeys) == 1 and len(e.paddle_keys) == 1 and tkeys[0] in names:
                     pkeys = (names[tkeys[0]],)  # an exact override of a full key
                 else:
-                    pkeys = tuple(_join(paddle_path, n) for n in lo.paddle)
-                aliases = tuple((_join(paddle_path, a), i) for a, i in lo.aliases)
-                entries.append(Entry(tkeys, pkeys, lo.to_paddle, lo.to_torch, aliases, lo.torch_only))
+                    pkeys = tuple(_join(paddle_path, n) for n in e.paddle_keys)
+                aliases = tuple((_join(paddle_path, a), i) for a, i in e.aliases)
+                entries.append(dataclasses.replace(e, torch_keys=tkeys, paddle_keys=pkeys, aliases=aliases))
                 covered.update(tkeys)
         for k in state:  # keys no submodule owns (added by a state-dict hook): as they are
             if k not in covered:
@@ -353,12 +342,9 @@ class Plan:
                     elif not _same_bits(value, arrays[alias]):
                         problems.append(f"{pk!r} and {alias!r} are the same Paddle parameter but hold different values")
                 got.append(value)
-            if all(g is None for g in got) and partial:
+            values = _complete(e.paddle_keys, got, partial, missing)
+            if values is None:
                 continue
-            if any(g is None for g in got):
-                missing += [pk for pk, g in zip(e.paddle_keys, got, strict=True) if g is None]
-                continue
-            values = [np.asarray(g) for g in got]
             if scalar:
                 out.update((k, _fresh(v)) for k, v in self._scalar_to_torch(e, values, problems).items())
                 continue
@@ -405,13 +391,9 @@ class Plan:
         for e in self.entries:
             if e.torch_only:
                 continue
-            got = [arrays.get(k) for k in e.torch_keys]
-            if all(g is None for g in got) and partial:
+            values = _complete(e.torch_keys, [arrays.get(k) for k in e.torch_keys], partial, missing)
+            if values is None:
                 continue
-            if any(g is None for g in got):
-                missing += [k for k, g in zip(e.torch_keys, got, strict=True) if g is None]
-                continue
-            values = [np.asarray(g) for g in got]
             if scalar:
                 converted = self._scalar_to_paddle(e, values)
             else:
@@ -465,6 +447,18 @@ class Plan:
             if e.torch_keys == (torch_key,) and len(e.paddle_keys) == 1:
                 return e.paddle_keys[0]
         return None
+
+
+def _complete(
+    keys: tuple[str, ...], got: list[np.ndarray | None], partial: bool, missing: list[str]
+) -> list[np.ndarray] | None:
+    """An entry's values when all of them are there; else ``None``, adding the absent keys to
+    ``missing`` (unless ``partial`` and the entry is wholly absent, which is allowed then)."""
+    if any(g is None for g in got):
+        if not (partial and all(g is None for g in got)):
+            missing += [k for k, g in zip(keys, got, strict=True) if g is None]
+        return None
+    return [np.asarray(g) for g in got]
 
 
 def _fresh(a: np.ndarray) -> np.ndarray:

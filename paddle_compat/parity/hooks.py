@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import array_of
+from ._arrays import copy_of
 
 __all__ = ["LayerWatcher"]
 
@@ -74,7 +74,7 @@ class LayerWatcher:
             n = self._calls[name]
             self._calls[name] += 1
             key = name if n == 0 else f"{name}#{n}"  # a layer called twice in a step
-            self._outputs.append((key, np.array(array_of(t)[0], copy=True)))
+            self._outputs.append((key, copy_of(t)))
             if _wants_grad(t):
                 t.register_hook(self._grad_hook(key))
 
@@ -82,7 +82,7 @@ class LayerWatcher:
 
     def _grad_hook(self, key: str) -> Callable[[Any], None]:
         def hook(grad: Any) -> None:
-            self._grads.append((key, np.array(array_of(grad)[0], copy=True)))
+            self._grads.append((key, copy_of(grad)))
 
         return hook
 

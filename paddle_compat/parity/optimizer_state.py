@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from ..amp.grad_scaler import STATE_DICT_KEYS
-from ..optimizer import Adam, Momentum
 from ..optimizer import Optimizer as PaddleStyleOptimizer
 from . import pdio
 from ._arrays import array_of
@@ -91,80 +90,90 @@ def steps_from_beta_pow(beta: float, value: float) -> int | None:
 # ------------------------------------------------------------------------------ one canonical view
 
 
-def optimizer_kind(optimizer: Any) -> str:
-    """``"adam"``, ``"momentum"``, ``"sgd"`` or ``"other"``: which accumulators Paddle would keep."""
-    if isinstance(optimizer, Adam) or isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
-        return "adam"
-    if isinstance(optimizer, Momentum):
-        return "momentum"
-    if isinstance(optimizer, torch.optim.SGD):
-        return "momentum" if optimizer.defaults.get("momentum", 0) else "sgd"
-    if isinstance(optimizer, PaddleStyleOptimizer):
-        return "sgd"
-    return "other"
+# torch.optim's optimizers with a Paddle counterpart (besides every paddle_compat.optimizer one).
+_TORCH_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD)
+
+
+def _check_counterpart(optimizer: Any) -> None:
+    if not isinstance(optimizer, (PaddleStyleOptimizer, *_TORCH_OPTIMIZERS)):
+        raise TypeError(
+            f"{type(optimizer).__name__}: only paddle_compat.optimizer optimizers and torch.optim Adam, AdamW "
+            "and SGD have a Paddle counterpart"
+        )
 
 
 def _group_of(optimizer: torch.optim.Optimizer) -> dict[int, dict[str, Any]]:
     return {id(p): g for g in optimizer.param_groups for p in g["params"]}
 
 
-def canonical_state(optimizer: torch.optim.Optimizer) -> dict[int, dict[str, tuple[np.ndarray, str]]]:
+def canonical_state(
+    optimizer: torch.optim.Optimizer, *, initial: Callable[[torch.Tensor], bool] = lambda p: False
+) -> dict[int, dict[str, np.ndarray]]:
     """Each parameter's optimizer state under Paddle's accumulator names.
 
-    Returns ``{id(param): {accumulator: (array, dtype name)}}``, only for parameters with state.
-    ``paddle_compat.optimizer``: as kept. ``torch.optim.Adam/AdamW``: ``exp_avg`` -> ``moment1``,
-    ``exp_avg_sq`` -> ``moment2``, ``max_exp_avg_sq`` -> ``moment2_max``, ``step`` -> the beta
-    powers Paddle would hold (float32 ``[1]``). ``torch.optim.SGD``: ``momentum_buffer`` ->
-    ``velocity``. Other optimizers: their tensors under their own names.
+    Returns ``{id(param): {accumulator: array}}``, in the order of the parameter groups, only for
+    parameters with state. ``paddle_compat.optimizer``: as kept. ``torch.optim.Adam/AdamW``:
+    ``exp_avg`` -> ``moment1``, ``exp_avg_sq`` -> ``moment2``, ``max_exp_avg_sq`` ->
+    ``moment2_max``, ``step`` -> the beta powers Paddle would hold (float32 ``[1]``).
+    ``torch.optim.SGD``: ``momentum_buffer`` -> ``velocity``. Other optimizers: their tensors under
+    their own names.
+
+    Args:
+        optimizer: the optimizer.
+        initial: which parameters without accumulators yet get the ones Paddle would have created
+            (:func:`initial_state`).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    paddle_style = isinstance(optimizer, PaddleStyleOptimizer)
-    known_torch = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD))
-    groups = _group_of(optimizer)
-    out: dict[int, dict[str, tuple[np.ndarray, str]]] = {}
-    for p, state in optimizer.state.items():
-        accs: dict[str, tuple[np.ndarray, str]] = {}
-        for key, value in state.items():
-            if not isinstance(value, torch.Tensor):
-                continue
-            if paddle_style or not known_torch:
-                accs[key] = array_of(value)
-            elif key == "step":
-                beta1, beta2 = groups[id(p)]["betas"]
-                t = int(value.item())
-                accs["beta1_pow_acc"] = (np.array([beta_pow(beta1, t)], np.float32), "float32")
-                accs["beta2_pow_acc"] = (np.array([beta_pow(beta2, t)], np.float32), "float32")
-            elif key in _TORCH_NAMES:
-                accs[_TORCH_NAMES[key]] = array_of(value)
-        if accs:
-            out[id(p)] = accs
+    renamed = isinstance(optimizer, _TORCH_OPTIMIZERS) and not isinstance(optimizer, PaddleStyleOptimizer)
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            accs: dict[str, np.ndarray] = {}
+            for key, value in optimizer.state.get(p, {}).items():
+                if not isinstance(value, torch.Tensor):
+                    continue
+                if not renamed:
+                    accs[key] = array_of(value)[0]
+                elif key == "step":
+                    beta1, beta2 = group["betas"]
+                    t = int(value.item())
+                    accs["beta1_pow_acc"] = np.array([beta_pow(beta1, t)], np.float32)
+                    accs["beta2_pow_acc"] = np.array([beta_pow(beta2, t)], np.float32)
+                elif key in _TORCH_NAMES:
+                    accs[_TORCH_NAMES[key]] = array_of(value)[0]
+            if not any(k in accs for k in ACCUMULATORS) and initial(p):
+                accs = {**initial_state(p, group, optimizer), **accs}
+            if accs:
+                out[id(p)] = accs
     return out
 
 
-def initial_state(kind: str, p: torch.Tensor, group: dict[str, Any], optimizer: Any) -> dict[str, np.ndarray]:
+def initial_state(p: torch.Tensor, group: dict[str, Any], optimizer: Any) -> dict[str, np.ndarray]:
     """What Paddle creates for a parameter before its first update (its loader insists on every name).
 
-    Moments are float32 for float16/bfloat16 parameters (float64 for float64 ones); a velocity has
-    the parameter's dtype unless a float32 master weight is kept.
+    A ``paddle_compat.optimizer`` optimizer creates them itself, as Paddle does. For a
+    ``torch.optim`` one, Paddle's counterpart's: moments float32 for float16/bfloat16 parameters
+    (else the parameter's dtype), beta powers float32, a velocity of the parameter's dtype.
     """
-    low = p.dtype in (torch.float16, torch.bfloat16)
-    wide = np.float64 if p.dtype == torch.float64 else np.float32
-    if kind == "adam":
-        beta1, beta2 = group["betas"] if "betas" in group else (group["beta1"], group["beta2"])
+    if isinstance(optimizer, PaddleStyleOptimizer):
+        created: dict[str, Any] = {}
+        optimizer._init_state(p, created, group)
+        return {k: array_of(v)[0] for k, v in created.items()}
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        wide = np.float64 if p.dtype == torch.float64 else np.float32
+        beta1, beta2 = group["betas"]
         state: dict[str, np.ndarray] = {
             "moment1": np.zeros(tuple(p.shape), wide),
             "moment2": np.zeros(tuple(p.shape), wide),
             "beta1_pow_acc": np.array([beta_pow(beta1, 0)], np.float32),
             "beta2_pow_acc": np.array([beta_pow(beta2, 0)], np.float32),
         }
-        if getattr(optimizer, "_amsgrad", False) or group.get("amsgrad", False):
+        if group.get("amsgrad", False):
             state["moment2_max"] = np.zeros(tuple(p.shape), wide)
         return state
-    if kind == "momentum":
-        if low and not getattr(optimizer, "_multi_precision", False):
-            return {"velocity": array_of(torch.zeros_like(p, device="cpu"))[0]}
-        return {"velocity": np.zeros(tuple(p.shape), wide)}
+    if isinstance(optimizer, torch.optim.SGD) and optimizer.defaults.get("momentum", 0):
+        return {"velocity": array_of(torch.zeros_like(p, device="cpu"))[0]}
     return {}
 
 
@@ -219,30 +228,21 @@ def optimizer_state_to_paddle(
 
         paddle_opt.set_state_dict(optimizer_state_to_paddle(opt, model, paddle_model.state_dict()))
     """
-    kind = optimizer_kind(optimizer)
-    if kind == "other":
-        raise TypeError(
-            f"{type(optimizer).__name__}: only paddle_compat.optimizer optimizers and torch.optim Adam, AdamW "
-            "and SGD have a Paddle counterpart"
-        )
+    _check_counterpart(optimizer)
     table = _names_table(parameter_names)
     plan = Plan.of(module, name_map)
     names = _param_names(module)
-    current = canonical_state(optimizer)
+    for p in (p for g in optimizer.param_groups for p in g["params"]):
+        if id(p) not in names:
+            raise ValueError(f"the optimizer holds a parameter of shape {list(p.shape)} that is not in the module")
     per_acc: dict[str, dict[str, np.ndarray]] = {}
     masters: dict[str, np.ndarray] = {}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if id(p) not in names:
-                raise ValueError(f"the optimizer holds a parameter of shape {list(p.shape)} that is not in the module")
-            state = {k: v[0] for k, v in current.get(id(p), {}).items()}
-            if not any(k in state for k in ACCUMULATORS):
-                state = {**initial_state(kind, p, group, optimizer), **state}
-            for acc, value in state.items():
-                if acc == "master_weight":
-                    masters[names[id(p)]] = value
-                elif acc in ACCUMULATORS:
-                    per_acc.setdefault(acc, {})[names[id(p)]] = value
+    for pid, state in canonical_state(optimizer, initial=lambda p: True).items():
+        for acc, value in state.items():
+            if acc == "master_weight":
+                masters[names[pid]] = value
+            elif acc in ACCUMULATORS:
+                per_acc.setdefault(acc, {})[names[pid]] = value
     out: dict[str, Any] = {}
     for acc, arrays in per_acc.items():
         for key, value in plan.to_paddle(
@@ -374,16 +374,12 @@ _Converter = Callable[[dict[str, np.ndarray], dict[str, Any], "int | None"], dic
 
 
 def _target_format(optimizer: torch.optim.Optimizer) -> _Converter:
+    _check_counterpart(optimizer)
     if isinstance(optimizer, PaddleStyleOptimizer):
         return _as_paddle_compat
     if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
         return _as_torch_adam
-    if isinstance(optimizer, torch.optim.SGD):
-        return _as_torch_sgd
-    raise TypeError(
-        f"{type(optimizer).__name__}: only paddle_compat.optimizer optimizers and torch.optim Adam, AdamW and SGD "
-        "have a Paddle counterpart"
-    )
+    return _as_torch_sgd
 
 
 def _as_paddle_compat(accs: dict[str, np.ndarray], group: dict[str, Any], steps: int | None) -> dict[str, torch.Tensor]:
@@ -391,12 +387,9 @@ def _as_paddle_compat(accs: dict[str, np.ndarray], group: dict[str, Any], steps:
 
 
 def _as_torch_adam(accs: dict[str, np.ndarray], group: dict[str, Any], steps: int | None) -> dict[str, torch.Tensor]:
-    out = {}
-    for torch_name, acc in (("exp_avg", "moment1"), ("exp_avg_sq", "moment2"), ("max_exp_avg_sq", "moment2_max")):
-        if acc in accs:
-            out[torch_name] = _torch_tensor(accs[acc])
     if "velocity" in accs or "master_weight" in accs:
         raise ValueError("torch.optim.Adam/AdamW keep neither velocity nor master weights")
+    out = {name: _torch_tensor(accs[acc]) for name, acc in _TORCH_NAMES.items() if acc in accs}
     t = steps
     if t is None:
         beta1, beta2 = group["betas"]

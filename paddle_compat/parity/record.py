@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .trace import ENV_OUT, Trace
+from .trace import ENV_OUT, Trace, trace_paths
 
 __all__ = ["RecordingError", "record_script"]
 
@@ -49,10 +49,8 @@ def record_script(
     script = Path(script)
     if not script.is_file():
         raise FileNotFoundError(f"no script at {script}")
-    target = Path(out)
-    if target.suffix in (".json", ".npz"):
-        target = target.with_suffix("")
-    jpath = target.with_name(target.name + ".json")
+    jpath, _ = trace_paths(out)
+    target = jpath.with_suffix("")
     if jpath.exists():
         jpath.unlink()  # a stale trace must not pass for this run's
     child_env = {**os.environ, **(env or {}), ENV_OUT: str(target)}

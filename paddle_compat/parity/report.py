@@ -159,7 +159,11 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
     fig = Figure(figsize=(9, 6.5), dpi=100)
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    for side, (label, style, marker) in enumerate((("reference", "-", "x"), ("candidate", "--", "o"))):
+    sides = (
+        ("reference", "-", {"marker": "x", "s": 40, "color": "C3"}),
+        ("candidate", "--", {"marker": "o", "s": 70, "facecolors": "none", "edgecolors": "C3"}),
+    )
+    for side, (label, style, skip_marks) in enumerate(sides):
         scales = [row.get("scale", (None, None, True))[side] for row in c.scalars]
         xs = [s for s, v in zip(steps, scales, strict=True) if v is not None]
         if xs:
@@ -167,19 +171,7 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
         skipped = [s for s, row in zip(steps, c.scalars, strict=True) if (row.get("found_inf") or (None, None))[side]]
         if skipped:
             ys = [scales[s] if scales[s] is not None else 1.0 for s in skipped]
-            if marker == "x":
-                top.scatter(skipped, ys, marker="x", s=40, color="C3", label=f"{label}: step skipped", zorder=3)
-            else:
-                top.scatter(
-                    skipped,
-                    ys,
-                    marker="o",
-                    s=70,
-                    facecolors="none",
-                    edgecolors="C3",
-                    label=f"{label}: step skipped",
-                    zorder=3,
-                )
+            top.scatter(skipped, ys, label=f"{label}: step skipped", zorder=3, **skip_marks)
     top.set_yscale("log", base=2)
     top.set_ylabel("loss scale")
     top.set_title("Loss scale (skipped steps marked)")

@@ -19,6 +19,7 @@ Paddle run is recorded under the port's names and layouts, so the two traces com
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -35,7 +36,7 @@ from ..amp.master_grad import grad_of  # works on Paddle's parameters too: they 
 from ._arrays import array_of, as_float, copy_of, digest, sample_indices
 from .convert import NameMap, Plan
 from .hooks import LayerWatcher
-from .optimizer_state import ACCUMULATORS, SCALAR_ACCUMULATORS, canonical_state, initial_state, optimizer_kind
+from .optimizer_state import SCALAR_ACCUMULATORS, canonical_state
 
 __all__ = ["ENV_OUT", "SCALARS", "Series", "Trace", "TraceRecorder", "load_trace"]
 
@@ -82,10 +83,8 @@ class Series:
 
     def position(self, step: int) -> int | None:
         """Where ``step`` is in this series (``None``: not recorded then)."""
-        try:
-            return self.steps.index(step)
-        except ValueError:
-            return None
+        pos = bisect.bisect_left(self.steps, step)  # steps are recorded in increasing order
+        return pos if pos < len(self.steps) and self.steps[pos] == step else None
 
     def elements(self, pos: int, index: np.ndarray) -> np.ndarray | None:
         """The values of the flat elements ``index`` at position ``pos``, when they were kept."""
@@ -94,6 +93,15 @@ class Series:
         if self.index is not None and np.array_equal(self.index, index):
             return self.data[pos]
         return None
+
+
+def trace_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """A trace's two files, ``PATH.json`` and ``PATH.npz`` (a ``.json``/``.npz`` suffix on ``path``
+    is dropped first)."""
+    p = Path(path)
+    if p.suffix in (".json", ".npz"):
+        p = p.with_suffix("")
+    return p.with_name(p.name + ".json"), p.with_name(p.name + ".npz")
 
 
 def json_float(x: Any) -> Any:
@@ -176,13 +184,6 @@ class Trace:
         return s.data[-1].reshape(s.shape)
 
     # --- files -----------------------------------------------------------------------------------
-    @staticmethod
-    def _paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
-        p = Path(path)
-        if p.suffix in (".json", ".npz"):
-            p = p.with_suffix("")
-        return p.with_name(p.name + ".json"), p.with_name(p.name + ".npz")
-
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``PATH.json`` and ``PATH.npz`` (a ``.json``/``.npz`` suffix on ``path`` is dropped);
         returns the JSON file's path.
@@ -194,7 +195,7 @@ class Trace:
 
             trace.save("tests/golden/demo")
         """
-        jpath, npath = self._paths(path)
+        jpath, npath = trace_paths(path)
         jpath.parent.mkdir(parents=True, exist_ok=True)
         # numpy arrays; typed Any for savez, whose stub reserves the keyword "allow_pickle"
         arrays: dict[str, Any] = {}
@@ -231,7 +232,7 @@ class Trace:
 
             trace = Trace.load("tests/golden/demo")
         """
-        jpath, npath = cls._paths(path)
+        jpath, npath = trace_paths(path)
         if not jpath.is_file():
             raise FileNotFoundError(f"no trace at {jpath}")
         doc = json.loads(jpath.read_text())
@@ -294,21 +295,10 @@ class _TorchSide:
         if self.optimizer is None:
             return {}
         names = {id(p): k for k, p in self.model.named_parameters()}
-        state = canonical_state(self.optimizer)
-        kind = optimizer_kind(self.optimizer)
-        out: dict[str, dict[str, np.ndarray]] = {}
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                if id(p) not in names:
-                    continue
-                if grad_of(p) is not None:
-                    self._seen.add(id(p))
-                accs = {acc: a for acc, (a, _) in state.get(id(p), {}).items()}
-                if id(p) in self._seen and not any(acc in accs for acc in ACCUMULATORS):
-                    accs = {**initial_state(kind, p, group, self.optimizer), **accs}
-                if accs:
-                    out[names[id(p)]] = accs
-        return out
+        params = (p for g in self.optimizer.param_groups for p in g["params"])
+        self._seen.update(id(p) for p in params if grad_of(p) is not None)
+        state = canonical_state(self.optimizer, initial=lambda p: id(p) in self._seen)
+        return {names[pid]: accs for pid, accs in state.items() if pid in names}
 
     def layer_name(self, name: str) -> str:
         return name

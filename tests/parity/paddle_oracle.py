@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
 import paddle  # noqa: F401  (a test dependency; paddle_compat itself never imports it)
 
 from paddle_compat.parity import paddle_side
+from paddle_compat.parity._arrays import array_of
 
 # The parity kit's stand-ins for a GPU place and a tracer on it (for the auto_cast oracles too).
 _FakeGpuPlace, _FakeTracer = paddle_side._GpuPlace, paddle_side._Tracer
@@ -40,8 +42,6 @@ def set_paddle_amp_dtype(dtype: str) -> None:
 # Helpers shared by the parity tests: mirrored parameters, copied gradients, bitwise equality.
 # ---------------------------------------------------------------------------------------------
 
-import numpy as np  # noqa: E402
-
 _BITS_VIEW = {
     np.dtype(np.float32): np.uint32,
     np.dtype(np.float16): np.uint16,
@@ -51,19 +51,7 @@ _BITS_VIEW = {
 
 def to_numpy(t) -> np.ndarray:
     """A torch or Paddle tensor (or array) as a numpy array; bfloat16 comes back as its raw uint16 bits."""
-    if isinstance(t, np.ndarray):
-        return t
-    if hasattr(t, "detach"):  # torch
-        t = t.detach().cpu()
-        if str(t.dtype) == "torch.bfloat16":
-            import torch
-
-            return t.view(torch.int16).numpy().view(np.uint16)
-        return t.numpy()
-    if str(t.dtype) in ("paddle.bfloat16", "bfloat16"):
-        # Paddle hands bfloat16 to numpy as its raw uint16 bits.
-        return np.asarray(t.numpy()).view(np.uint16)
-    return np.asarray(t.numpy())
+    return array_of(t)[0]
 
 
 def bits(a) -> np.ndarray:

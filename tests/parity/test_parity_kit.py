@@ -4,8 +4,6 @@ objects recorded by duck typing, and the demo's port checked live against a Padd
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import warnings
 from pathlib import Path
 
@@ -27,6 +25,9 @@ from paddle_compat.parity import (
     record_script,
     torch_to_paddle,
 )
+from paddle_compat.parity._arrays import array_of
+
+from ..test_parity_demo import demo_port  # the demo's port, loaded from examples/parity
 
 ROOT = Path(__file__).resolve().parents[2]
 X2 = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
@@ -67,39 +68,21 @@ def _mha(**kw):
 
 K4 = np.random.default_rng(4).standard_normal((2, 5, 4)).astype(np.float32)
 V6 = np.random.default_rng(5).standard_normal((2, 5, 6)).astype(np.float32)
+IDS = np.array([[1, 2], [9, 0]])
+
+
+def _fed(x: np.ndarray):
+    """The torch call and the Paddle call of a layer on the same input ``x``."""
+    return lambda m: m(torch.from_numpy(x)), lambda m: m(paddle.to_tensor(x))
+
 
 # name -> (torch module, Paddle layer, torch call, Paddle call)
 CASES = {
-    "Linear": (
-        lambda: nn.Linear(4, 5),
-        lambda: paddle.nn.Linear(4, 5),
-        lambda m: m(torch.from_numpy(X2)),
-        lambda m: m(paddle.to_tensor(X2)),
-    ),
-    "Conv2D": (
-        lambda: nn.Conv2d(3, 4, 3, padding=1),
-        lambda: paddle.nn.Conv2D(3, 4, 3, padding=1),
-        lambda m: m(torch.from_numpy(X4)),
-        lambda m: m(paddle.to_tensor(X4)),
-    ),
-    "BatchNorm2D": (
-        _bn,
-        lambda: paddle.nn.BatchNorm2D(3),
-        lambda m: m(torch.from_numpy(X4)),
-        lambda m: m(paddle.to_tensor(X4)),
-    ),
-    "Embedding": (
-        lambda: nn.Embedding(10, 4),
-        lambda: paddle.nn.Embedding(10, 4),
-        lambda m: m(torch.tensor([[1, 2], [9, 0]])),
-        lambda m: m(paddle.to_tensor([[1, 2], [9, 0]])),
-    ),
-    "LayerNorm": (
-        _ln,
-        lambda: paddle.nn.LayerNorm(4),
-        lambda m: m(torch.from_numpy(X2)),
-        lambda m: m(paddle.to_tensor(X2)),
-    ),
+    "Linear": (lambda: nn.Linear(4, 5), lambda: paddle.nn.Linear(4, 5), *_fed(X2)),
+    "Conv2D": (lambda: nn.Conv2d(3, 4, 3, padding=1), lambda: paddle.nn.Conv2D(3, 4, 3, padding=1), *_fed(X4)),
+    "BatchNorm2D": (_bn, lambda: paddle.nn.BatchNorm2D(3), *_fed(X4)),
+    "Embedding": (lambda: nn.Embedding(10, 4), lambda: paddle.nn.Embedding(10, 4), *_fed(IDS)),
+    "LayerNorm": (_ln, lambda: paddle.nn.LayerNorm(4), *_fed(X2)),
     "MultiHeadAttention": (
         _mha,
         lambda: paddle.nn.MultiHeadAttention(8, 2),
@@ -115,27 +98,13 @@ CASES = {
     "LSTM": (
         lambda: nn.LSTM(3, 5, num_layers=2, bidirectional=True, batch_first=True),
         lambda: paddle.nn.LSTM(3, 5, num_layers=2, direction="bidirect"),
-        lambda m: m(torch.from_numpy(XR)),
-        lambda m: m(paddle.to_tensor(XR)),
+        *_fed(XR),
     ),
     "LSTM-proj": (
-        lambda: nn.LSTM(3, 5, proj_size=2, batch_first=True),
-        lambda: paddle.nn.LSTM(3, 5, proj_size=2),
-        lambda m: m(torch.from_numpy(XR)),
-        lambda m: m(paddle.to_tensor(XR)),
+        lambda: nn.LSTM(3, 5, proj_size=2, batch_first=True), lambda: paddle.nn.LSTM(3, 5, proj_size=2), *_fed(XR)
     ),
-    "GRU": (
-        lambda: nn.GRU(3, 5, batch_first=True),
-        lambda: paddle.nn.GRU(3, 5),
-        lambda m: m(torch.from_numpy(XR)),
-        lambda m: m(paddle.to_tensor(XR)),
-    ),
-    "SimpleRNN": (
-        lambda: nn.RNN(3, 5, batch_first=True),
-        lambda: paddle.nn.SimpleRNN(3, 5),
-        lambda m: m(torch.from_numpy(XR)),
-        lambda m: m(paddle.to_tensor(XR)),
-    ),
+    "GRU": (lambda: nn.GRU(3, 5, batch_first=True), lambda: paddle.nn.GRU(3, 5), *_fed(XR)),
+    "SimpleRNN": (lambda: nn.RNN(3, 5, batch_first=True), lambda: paddle.nn.SimpleRNN(3, 5), *_fed(XR)),
 }
 
 
@@ -180,6 +149,15 @@ def test_torch_module_to_paddle(case):
     # and back again, bit for bit
     back = paddle_to_torch(pm.state_dict(), tm)
     assert all(torch.equal(back[k], v) for k, v in tm.state_dict().items())
+
+
+def test_paddle_tensors_as_arrays():
+    """Paddle's tensors have detach() too: they must still be read as Paddle's, dtype name included."""
+    arr, name = array_of(paddle.to_tensor(X2))
+    assert name == "float32" and np.array_equal(arr, X2)
+    arr, name = array_of(paddle.to_tensor(X2).astype("bfloat16"))
+    assert name == "bfloat16" and arr.dtype == np.uint16
+    assert arr.tobytes() == array_of(torch.from_numpy(X2).bfloat16())[0].tobytes()
 
 
 # --------------------------------------------------------------------------------------- files
@@ -252,11 +230,16 @@ class PaddleNet(paddle.nn.Layer):
         self.out = paddle.nn.Linear(8, 2)
 
 
-def _step_both(port, popt_, layer, paddle_opt, seed: int) -> None:
-    """One step on each side with the same gradients (the port's, at the port's parameters)."""
+def _port_backward(port, seed: int) -> None:
+    """The port's gradients on a batch drawn from ``seed``."""
     x = torch.from_numpy(np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32))
     port.zero_grad()
     port(x).backward()
+
+
+def _step_both(port, popt_, layer, paddle_opt, seed: int) -> None:
+    """One step on each side with the same gradients (the port's, at the port's parameters)."""
+    _port_backward(port, seed)
     paddle_side.copy_grads(port, layer)
     popt_.step()
     paddle_opt.step()
@@ -291,9 +274,7 @@ def test_resume_paddle_checkpoint_in_the_port(name, tmp_path):
     paddle_opt = make_paddle(layer.parameters())
     for seed in range(3):  # Paddle alone (the port's forward gives the gradients)
         paddle_side.copy_params(layer, port)
-        x = torch.from_numpy(np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32))
-        port.zero_grad()
-        port(x).backward()
+        _port_backward(port, seed)
         paddle_side.copy_grads(port, layer)
         paddle_opt.step()
         paddle_opt.clear_grad()
@@ -314,9 +295,7 @@ def test_resume_port_checkpoint_in_paddle(name):
     port, layer = TorchNet(), PaddleNet()
     ours = make_ours(port.parameters())
     for seed in range(3):
-        x = torch.from_numpy(np.random.default_rng(seed).standard_normal((2, 3, 4)).astype(np.float32))
-        port.zero_grad()
-        port(x).backward()
+        _port_backward(port, seed)
         ours.step()
     paddle_side.copy_params_to_paddle(port, layer)
     paddle_opt = make_paddle(layer.parameters())
@@ -324,6 +303,20 @@ def test_resume_port_checkpoint_in_paddle(name):
     for seed in range(3, 6):
         _step_both(port, ours, layer, paddle_opt, seed)
         _params_equal(port, layer)
+
+
+def test_accumulators_not_yet_created_are_paddles_also_for_float64():
+    """A parameter not yet updated gets what Paddle's Adam creates at its first update, in its
+    dtypes: for a float64 parameter, float64 moments and beta powers."""
+    torch.manual_seed(0)
+    port = nn.Linear(3, 2).double()
+    layer = paddle.nn.Linear(3, 2)
+    layer.to(dtype="float64")
+    pd = optimizer_state_to_paddle(popt.Adam(0.01, parameters=port.parameters()), port, layer.state_dict())
+    theirs = paddle.optimizer.Adam(0.01, parameters=layer.parameters())
+    layer(paddle.ones([1, 3], dtype="float64")).sum().backward()
+    theirs.step()
+    assert {k: v.dtype for k, v in pd.items()} == {k: v.numpy().dtype for k, v in theirs.state_dict().items()}
 
 
 # ------------------------------------------------------------------------------ recording Paddle
@@ -382,14 +375,6 @@ def test_paddle_layer_taps_name_the_first_diverging_layer():
 # ------------------------------------------------------------------------------ the demo, live
 
 
-def _demo_port():
-    spec = importlib.util.spec_from_file_location("demo_port", ROOT / "examples" / "parity" / "demo_port.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("demo_port", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_demo_port_live_against_paddle(tmp_path):
     """Paddle runs in a child process (the kit's own way), for the first 8 steps: the scale backs
     off 5 times and the two runs update 3 times; the port must match every bit."""
@@ -404,7 +389,7 @@ def test_demo_port_live_against_paddle(tmp_path):
     saved = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        port = _demo_port().train("port", steps=steps)
+        port = demo_port.train("port", steps=steps)
     finally:
         torch.set_num_threads(saved)
     result = compare(paddle_trace, port, exact=True)

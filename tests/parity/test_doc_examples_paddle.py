@@ -1,10 +1,10 @@
-"""Every Paddle-side example of docs/porting.md runs with real Paddle 3.3.1 (on CPU)."""
+"""Every Paddle-side example of the docs (docs/porting.md's) runs with real Paddle 3.3.1 (on CPU)."""
 
 import pytest
 
-from ..doc_examples import blocks, run
+from ..doc_examples import DOCS, blocks, run
 
-PADDLE_BLOCKS = [b for b in blocks("docs/porting.md") if b.side == "paddle"]
+PADDLE_BLOCKS = [b for doc in DOCS for b in blocks(doc) if b.side == "paddle"]
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # Paddle's notes that AMP is off on CPU
