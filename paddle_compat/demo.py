@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 
 import torch
 
@@ -36,6 +37,70 @@ def make_data(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.T
     w = torch.randn(32, 1, generator=generator)
     y = torch.tanh(x @ w) + 0.05 * torch.randn(n, 1, generator=generator)
     return x, y
+
+
+def make_model(seed: int = 0) -> torch.nn.Sequential:
+    """The demo's model, ``Linear(32,128)-GELU-Linear(128,128)-GELU-Linear(128,1)``, initialised
+    from ``seed`` (``torch.manual_seed``).
+
+    Args:
+        seed: the seed of the initial weights.
+
+    Example::
+
+        >>> from paddle_compat.demo import make_model
+        >>> len(make_model(0))
+        5
+    """
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 128), torch.nn.GELU(), torch.nn.Linear(128, 1)
+    )
+
+
+def batches(
+    steps: int, seed: int = 0, corrupt_step: int | None = None, batch: int = 128
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The demo's mini-batches: ``batch`` rows drawn from ``make_data(4096)`` per step, the one of
+    step ``corrupt_step`` (1-based) with a NaN in it.
+
+    Args:
+        steps: how many batches.
+        seed: the seed of the data and of the draws.
+        corrupt_step: the step whose batch holds a NaN (``None``: none).
+        batch: rows per batch.
+
+    Example::
+
+        >>> from paddle_compat.demo import batches
+        >>> [tuple(x.shape) for x, _ in batches(2, batch=4)]
+        [(4, 32), (4, 32)]
+    """
+    generator = torch.Generator().manual_seed(seed)
+    x_all, y_all = make_data(4096, generator)
+    for step in range(1, steps + 1):
+        index = torch.randint(0, x_all.shape[0], (batch,), generator=generator)
+        x, y = x_all[index], y_all[index]  # indexing copies: the NaN below stays in this batch
+        if step == corrupt_step:
+            x[0, 0] = float("nan")
+        yield x, y
+
+
+def loss_of(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The demo's forward: ``auto_cast()`` (float16, O1), the MSE loss in float32.
+
+    Args:
+        model, x, y: the model, a batch and its targets.
+
+    Example::
+
+        >>> from paddle_compat.demo import batches, loss_of, make_model
+        >>> x, y = next(batches(1, batch=4))
+        >>> loss_of(make_model(), x, y).dtype
+        torch.float32
+    """
+    with auto_cast():
+        return torch.nn.functional.mse_loss(model(x).float(), y)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,13 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
 
-    torch.manual_seed(args.seed)
-    generator = torch.Generator().manual_seed(args.seed)
     device = torch.device(args.device)
-    x_all, y_all = make_data(4096, generator)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 128), torch.nn.GELU(), torch.nn.Linear(128, 1)
-    ).to(device)
+    model = make_model(args.seed).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     scaler = GradScaler(init_loss_scaling=2.0**24, incr_every_n_steps=20)
     corrupt_step = args.steps // 2
@@ -81,13 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"paddle_compat demo: {args.steps} steps on {device}, auto_cast(float16) + GradScaler")
     print("The scale starts at 2**24 on purpose: the first steps overflow float16 and are skipped.")
     start, first_loss, loss_value = time.perf_counter(), None, float("nan")
-    for step in range(1, args.steps + 1):
-        index = torch.randint(0, x_all.shape[0], (128,), generator=generator)
-        x, y = x_all[index].to(device), y_all[index].to(device)
-        if step == corrupt_step:
-            x[0, 0] = float("nan")  # a corrupted batch: the scaler must skip this step
-        with auto_cast():
-            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    for step, (x, y) in enumerate(batches(args.steps, args.seed, corrupt_step), start=1):
+        loss = loss_of(model, x.to(device), y.to(device))  # the corrupted batch: a step to skip
         scaled = scaler.scale(loss)
         scaled.backward()
         scaler.minimize(optimizer, scaled)

@@ -27,7 +27,8 @@ import torch
 
 import paddle_compat.optimizer as popt
 from paddle_compat.amp import GradScaler, auto_cast
-from paddle_compat.demo import make_data
+from paddle_compat import demo
+from paddle_compat.demo import loss_of, make_model
 from paddle_compat.parity import Trace, TraceRecorder
 from paddle_compat.parity.trace import ENV_OUT
 
@@ -44,30 +45,9 @@ BATCH = 128
 VARIANTS = ("port", "torch_adamw", "divide")
 
 
-def make_model(seed: int = SEED) -> torch.nn.Sequential:
-    """The demo's model, initialised from ``seed`` as the demo does (``torch.manual_seed``)."""
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(
-        torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 128), torch.nn.GELU(), torch.nn.Linear(128, 1)
-    )
-
-
 def batches(steps: int = STEPS, seed: int = SEED) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The demo's mini-batches, the one of step ``CORRUPT_STEP`` (1-based) corrupted with a NaN."""
-    generator = torch.Generator().manual_seed(seed)
-    x_all, y_all = make_data(4096, generator)
-    for step in range(1, steps + 1):
-        index = torch.randint(0, x_all.shape[0], (BATCH,), generator=generator)
-        x, y = x_all[index].clone(), y_all[index]
-        if step == CORRUPT_STEP:
-            x[0, 0] = float("nan")
-        yield x, y
-
-
-def loss_of(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The demo's forward: float16 auto_cast (level O1), the loss in float32."""
-    with auto_cast():
-        return torch.nn.functional.mse_loss(model(x).float(), y)
+    return demo.batches(steps, seed, CORRUPT_STEP, BATCH)
 
 
 class DividingScaler:
