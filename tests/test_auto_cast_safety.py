@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from paddle_compat import amp
+from paddle_compat.amp import _compile
 from paddle_compat.amp.amp_state import amp_global_state
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -324,6 +325,39 @@ def test_aot_autograd_cache_is_off_while_auto_cast_is_active():
             assert functorch_config.enable_autograd_cache is False
         assert functorch_config.enable_autograd_cache is False
     assert functorch_config.enable_autograd_cache is True
+
+
+def test_aot_autograd_cache_is_off_in_each_thread_with_an_active_auto_cast():
+    """torch keeps its config per thread since 2.12: a second thread entering auto_cast while
+    another thread's is active must switch its own cache setting off, and each thread gets its
+    own setting back."""
+    import torch._functorch._aot_autograd.autograd_cache  # noqa: F401 - torch.compile in use
+    import torch._functorch.config as functorch_config
+
+    if not _compile._PER_THREAD_CONFIG:
+        pytest.skip("this torch keeps its config per process")
+    seen: dict[str, bool] = {}
+    first_in, second_done = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with amp.auto_cast():
+            first_in.set()
+            second_done.wait(timeout=60)
+        seen["first after"] = functorch_config.enable_autograd_cache
+
+    def second() -> None:
+        first_in.wait(timeout=60)
+        with amp.auto_cast(level="O2"):
+            seen["second inside"] = functorch_config.enable_autograd_cache
+        seen["second after"] = functorch_config.enable_autograd_cache
+        second_done.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert seen == {"second inside": False, "second after": True, "first after": True}
 
 
 def test_auto_cast_inside_a_compiled_function_runs_eagerly():
