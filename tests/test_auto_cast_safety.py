@@ -313,10 +313,10 @@ def test_compiled_model_gives_eager_dtypes_and_values(backend):
 def test_aot_autograd_cache_is_off_while_auto_cast_is_active():
     """Its key cannot tell our configurations apart across processes: a cached graph traced
     under another configuration (or another paddle_compat version) would come back."""
-    import torch._dynamo  # noqa: F401 - torch.compile in use: the setting is restored on exit
+    import torch._functorch._aot_autograd.autograd_cache  # noqa: F401 - its reader loaded: restored on exit
     import torch._functorch.config as functorch_config
 
-    with amp.auto_cast():  # earlier tests may have left it off (while Dynamo was not imported)
+    with amp.auto_cast():  # earlier tests may have left it off (while its reader was not loaded)
         pass
     assert functorch_config.enable_autograd_cache is True
     with amp.auto_cast():
@@ -324,6 +324,30 @@ def test_aot_autograd_cache_is_off_while_auto_cast_is_active():
         with amp.auto_cast(level="O2"):
             assert functorch_config.enable_autograd_cache is False
         assert functorch_config.enable_autograd_cache is False
+    assert functorch_config.enable_autograd_cache is True
+
+
+def test_aot_autograd_cache_setting_is_not_switched_at_every_step_before_torch_compile(monkeypatch):
+    """Switching it costs tens of µs per auto_cast: until a compile has loaded the module that
+    reads it (here: while a name that is not loaded stands for it), it stays off between steps,
+    though Dynamo is imported (any torch.optim optimizer imports it)."""
+    import torch._dynamo  # noqa: F401
+    import torch._functorch._aot_autograd.autograd_cache  # noqa: F401
+    import torch._functorch.config as functorch_config
+
+    with amp.auto_cast():  # earlier tests may have left it off
+        pass
+    assert functorch_config.enable_autograd_cache is True
+    monkeypatch.setattr(_compile, "_READER", "a module not loaded")
+    seen = []
+    for _ in range(2):
+        with amp.auto_cast():
+            pass
+        seen.append(functorch_config.enable_autograd_cache)
+    monkeypatch.undo()
+    with amp.auto_cast():
+        pass
+    assert seen == [False, False]
     assert functorch_config.enable_autograd_cache is True
 
 

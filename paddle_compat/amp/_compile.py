@@ -71,6 +71,8 @@ def keep_out_of_dynamo(*functions: Callable[..., Any]) -> None:
 # auto_casts and the user's settings they replaced are kept alike, so that each thread's compiles
 # see the cache off while that thread has an auto_cast active.
 _PER_THREAD_CONFIG = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 12)
+# The module that reads the settings; torch.compile's first compile loads it.
+_READER = "torch._functorch._aot_autograd.autograd_cache"
 
 
 class _CacheSwitch:
@@ -102,11 +104,13 @@ def cache_off() -> None:
 def cache_on() -> None:
     """One active auto_cast fewer: the user's cache settings come back after the last.
 
-    Only once torch.compile is in use (Dynamo imported): before that nothing can read them, and
-    leaving them off spares a training loop the cost of switching them at every step."""
+    Only once the module that reads them is loaded: before that nothing has read them, and
+    leaving them off spares a training loop the cost of switching them at every step (tens of
+    µs: torch's config reads and writes are slow). Dynamo being imported says nothing: building
+    any torch.optim optimizer imports it."""
     with _lock:
         _switch.active -= 1
-        if _switch.active == 0 and _switch.saved is not None and "torch._dynamo" in sys.modules:
+        if _switch.active == 0 and _switch.saved is not None and _READER in sys.modules:
             import torch._functorch.config as functorch_config
 
             functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache = _switch.saved
