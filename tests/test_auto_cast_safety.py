@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from paddle_compat import amp
+from paddle_compat.amp import _compile
 from paddle_compat.amp.amp_state import amp_global_state
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -312,10 +313,10 @@ def test_compiled_model_gives_eager_dtypes_and_values(backend):
 def test_aot_autograd_cache_is_off_while_auto_cast_is_active():
     """Its key cannot tell our configurations apart across processes: a cached graph traced
     under another configuration (or another paddle_compat version) would come back."""
-    import torch._dynamo  # noqa: F401 - torch.compile in use: the setting is restored on exit
+    import torch._functorch._aot_autograd.autograd_cache  # noqa: F401 - its reader loaded: restored on exit
     import torch._functorch.config as functorch_config
 
-    with amp.auto_cast():  # earlier tests may have left it off (while Dynamo was not imported)
+    with amp.auto_cast():  # earlier tests may have left it off (while its reader was not loaded)
         pass
     assert functorch_config.enable_autograd_cache is True
     with amp.auto_cast():
@@ -324,6 +325,63 @@ def test_aot_autograd_cache_is_off_while_auto_cast_is_active():
             assert functorch_config.enable_autograd_cache is False
         assert functorch_config.enable_autograd_cache is False
     assert functorch_config.enable_autograd_cache is True
+
+
+def test_aot_autograd_cache_setting_is_not_switched_at_every_step_before_torch_compile(monkeypatch):
+    """Switching it costs tens of µs per auto_cast: until a compile has loaded the module that
+    reads it (here: while a name that is not loaded stands for it), it stays off between steps,
+    though Dynamo is imported (any torch.optim optimizer imports it)."""
+    import torch._dynamo  # noqa: F401
+    import torch._functorch._aot_autograd.autograd_cache  # noqa: F401
+    import torch._functorch.config as functorch_config
+
+    with amp.auto_cast():  # earlier tests may have left it off
+        pass
+    assert functorch_config.enable_autograd_cache is True
+    monkeypatch.setattr(_compile, "_READER", "a module not loaded")
+    seen = []
+    for _ in range(2):
+        with amp.auto_cast():
+            pass
+        seen.append(functorch_config.enable_autograd_cache)
+    monkeypatch.undo()
+    with amp.auto_cast():
+        pass
+    assert seen == [False, False]
+    assert functorch_config.enable_autograd_cache is True
+
+
+def test_aot_autograd_cache_is_off_in_each_thread_with_an_active_auto_cast():
+    """torch keeps its config per thread since 2.12: a second thread entering auto_cast while
+    another thread's is active must switch its own cache setting off, and each thread gets its
+    own setting back."""
+    import torch._functorch._aot_autograd.autograd_cache  # noqa: F401 - torch.compile in use
+    import torch._functorch.config as functorch_config
+
+    if not _compile._PER_THREAD_CONFIG:
+        pytest.skip("this torch keeps its config per process")
+    seen: dict[str, bool] = {}
+    first_in, second_done = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with amp.auto_cast():
+            first_in.set()
+            second_done.wait(timeout=60)
+        seen["first after"] = functorch_config.enable_autograd_cache
+
+    def second() -> None:
+        first_in.wait(timeout=60)
+        with amp.auto_cast(level="O2"):
+            seen["second inside"] = functorch_config.enable_autograd_cache
+        seen["second after"] = functorch_config.enable_autograd_cache
+        second_done.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert seen == {"second inside": False, "second after": True, "first after": True}
 
 
 def test_auto_cast_inside_a_compiled_function_runs_eagerly():

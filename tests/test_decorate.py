@@ -185,6 +185,17 @@ def test_model_and_optimizer_survive_pickling_together():
     assert opt2._master_pairs[0][0] is model2.weight
 
 
+def test_main_grad_optimizer_survives_pickling_and_deepcopy():
+    import pickle
+
+    model = nn.Linear(4, 4)
+    model, opt = amp.decorate(model, torch.optim.SGD(model.parameters(), lr=0.1), level="O2",
+                              master_weight=False, master_grad=True)
+    for twin in (pickle.loads(pickle.dumps(opt)), copy.deepcopy(opt)):
+        assert type(twin) is type(opt)  # the same mixed class (MainGradMixin, SGD)
+        assert twin.state_dict() == opt.state_dict()
+
+
 def test_zero_grad_clears_the_models_grads():
     model = nn.Linear(2, 2)
     model, opt = amp.decorate(model, torch.optim.SGD(model.parameters(), lr=0.1), level="O2")

@@ -10,9 +10,9 @@ its graph. Three things keep that right; all of them are set up on first use, no
   writes each configuration to torch's per-thread autocast state, which Dynamo's guards check.
 * AOTAutograd's on-disk cache keys a graph by the graph Dynamo captured, before our casts, and
   by the autocast dtypes only, which cannot tell every two configurations apart across
-  processes (nor one paddle_compat version from another); so while any ``auto_cast`` is active
-  it is switched off (``cache_off``/``cache_on``). Inductor's own cache, keyed by the graph
-  after our casts, stays on.
+  processes (nor one paddle_compat version from another); so it is switched off while an
+  ``auto_cast`` is active (``cache_off``/``cache_on``), in that thread where torch keeps its
+  config per thread. Inductor's own cache, keyed by the graph after our casts, stays on.
 """
 
 from __future__ import annotations
@@ -67,20 +67,36 @@ def keep_out_of_dynamo(*functions: Callable[..., Any]) -> None:
         _eval_frame.set_code_exec_strategy(function.__code__, skip)
 
 
+# torch keeps config values per thread since 2.12 (per process before); our count of active
+# auto_casts and the user's settings they replaced are kept alike, so that each thread's compiles
+# see the cache off while that thread has an auto_cast active.
+_PER_THREAD_CONFIG = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 12)
+# The module that reads the settings; torch.compile's first compile loads it.
+_READER = "torch._functorch._aot_autograd.autograd_cache"
+
+
+class _CacheSwitch:
+    active = 0  # auto_cast activations (with a config)
+    saved: tuple[Any, Any] | None = None  # the user's settings while ours are in place
+
+
+class _ThreadCacheSwitch(_CacheSwitch, threading.local):
+    pass
+
+
+_switch = _ThreadCacheSwitch() if _PER_THREAD_CONFIG else _CacheSwitch()
 _lock = threading.Lock()
-_active = 0  # auto_cast activations (with a config) in all threads
-_saved: tuple[Any, Any] | None = None  # the user's settings while ours are in place
 
 
 def cache_off() -> None:
-    """One more active auto_cast: AOTAutograd's cache is off while there is any."""
-    global _active, _saved
+    """One more active auto_cast: AOTAutograd's cache is off while there is any (in this
+    thread, where torch keeps its config per thread)."""
     with _lock:
-        _active += 1
-        if _saved is None:
+        _switch.active += 1
+        if _switch.saved is None:
             import torch._functorch.config as functorch_config  # light; torch.compile imports it anyway
 
-            _saved = (functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache)
+            _switch.saved = (functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache)
             functorch_config.enable_autograd_cache = False
             functorch_config.enable_remote_autograd_cache = False
 
@@ -88,13 +104,14 @@ def cache_off() -> None:
 def cache_on() -> None:
     """One active auto_cast fewer: the user's cache settings come back after the last.
 
-    Only once torch.compile is in use (Dynamo imported): before that nothing can read them, and
-    leaving them off spares a training loop the cost of switching them at every step."""
-    global _active, _saved
+    Only once the module that reads them is loaded: before that nothing has read them, and
+    leaving them off spares a training loop the cost of switching them at every step (tens of
+    µs: torch's config reads and writes are slow). Dynamo being imported says nothing: building
+    any torch.optim optimizer imports it."""
     with _lock:
-        _active -= 1
-        if _active == 0 and _saved is not None and "torch._dynamo" in sys.modules:
+        _switch.active -= 1
+        if _switch.active == 0 and _switch.saved is not None and _READER in sys.modules:
             import torch._functorch.config as functorch_config
 
-            functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache = _saved
-            _saved = None
+            functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache = _switch.saved
+            _switch.saved = None

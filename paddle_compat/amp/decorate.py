@@ -200,7 +200,15 @@ else:
     _OptimizerBase = object
 
 
-class MasterWeightMixin(_OptimizerBase):
+class _Mixin(_OptimizerBase):
+    """What the mixins share: the class ``decorate`` mixes one into is made at run time
+    (``_mixed``), so the optimizer pickles as that class's two bases, the mixin and its own class."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _restore_mixed, type(self).__bases__, self.__getstate__()
+
+
+class MasterWeightMixin(_Mixin):
     """Makes a torch optimizer update float32 master copies of its low-precision params.
 
     Masters are created from the params at the first ``step`` (or ``load_state_dict``), as in
@@ -268,10 +276,6 @@ class MasterWeightMixin(_OptimizerBase):
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_master_pairs": self._master_pairs}
 
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        # The mixed class is made at run time; pickle by the optimizer's own class instead.
-        return _restore_mixed, (MasterWeightMixin, _original_class(self)), self.__getstate__()
-
     def _create_masters(self) -> list[tuple[Tensor, Tensor]]:
         """The (param, master) pairs, created at the first call."""
         if self._master_pairs is not None:
@@ -294,7 +298,7 @@ class MasterWeightMixin(_OptimizerBase):
             master.grad = None if grad is None else grad.float()
 
 
-class MainGradMixin(_OptimizerBase):
+class MainGradMixin(_Mixin):
     """Makes a torch optimizer without master weights step with ``master_grad``'s grads.
 
     Paddle's optimizer kernels step low-precision parameters with float32 gradients directly;
@@ -323,9 +327,6 @@ class MainGradMixin(_OptimizerBase):
                 if main is not None and param.dtype in _LOW:
                     param.grad = main.to(param.dtype)
 
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        return _restore_mixed, (MainGradMixin, _original_class(self)), self.__getstate__()
-
 
 def _closure_then(closure: Callable[[], Any] | None, then: Callable[[], None]) -> Callable[[], Any] | None:
     """A step closure that also runs ``then`` after the user's, so that the grads it makes reach
@@ -342,7 +343,6 @@ def _closure_then(closure: Callable[[], Any] | None, then: Callable[[], None]) -
     return wrapped
 
 
-_MIXINS = (MasterWeightMixin, MainGradMixin)
 _OptimizerClass = type[torch.optim.Optimizer]
 _mixed_classes: dict[tuple[type, _OptimizerClass], _OptimizerClass] = {}
 
@@ -355,12 +355,6 @@ def _mixed(mixin: type, cls: _OptimizerClass) -> _OptimizerClass:
     return _mixed_classes[mixin, cls]
 
 
-def _original_class(optimizer: torch.optim.Optimizer) -> _OptimizerClass:
-    """The optimizer's own class, under any mixed class decorate gave it."""
-    return next(c for c in type(optimizer).__mro__
-                if issubclass(c, torch.optim.Optimizer) and c not in _mixed_classes.values() and c not in _MIXINS)
-
-
 def _restore_mixed(mixin: type, cls: _OptimizerClass) -> torch.optim.Optimizer:
     """Unpickling: an empty instance of the mixed class; its state follows."""
     mixed = _mixed(mixin, cls)
@@ -368,7 +362,7 @@ def _restore_mixed(mixin: type, cls: _OptimizerClass) -> torch.optim.Optimizer:
 
 
 def _mix_into(optimizer: torch.optim.Optimizer, mixin: type) -> None:
-    if isinstance(optimizer, _MIXINS):  # decorated before: the first decorate's choice stays
+    if isinstance(optimizer, _Mixin):  # decorated before: the first decorate's choice stays
         return
     optimizer.__class__ = _mixed(mixin, type(optimizer))
     if getattr(optimizer.__dict__.get("step"), "_wrapped_by_lr_sched", False):
