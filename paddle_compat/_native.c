@@ -97,31 +97,57 @@ static void store_f(void *base, int dt, int64_t off, int64_t len, const float *r
     }
 }
 
+static inline int dt_w(int64_t packed) { return (int)(packed & 15); }
+static inline int dt_g(int64_t packed) { return (int)((packed >> 4) & 15); }
+static inline int dt_p(int64_t packed) { return (int)((packed >> 8) & 15); }
+static inline int dt_s(int64_t packed) { return (int)((packed >> 12) & 15); }
+#define ROW_PTR(rows, t, s) ((void *)(intptr_t)(rows)[(t) * ROW + (s)])
+#define PTR(t, s) ROW_PTR(c->rows, t, s)
+
 /* --- the work list, split across threads ------------------------------------------------------- */
-typedef void (*piece_fn)(const void *ctx, int64_t t, int64_t off, int64_t len);
+/* An optimizer's update loop over elements [off, off+len) of tensor t (dt: the row's packed dtypes). */
+typedef void (*loop_fn)(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt);
 
 typedef struct {
     const void *ctx;
-    piece_fn fn;
+    loop_fn f64, f32; /* the loops for float64 tensors and for the float32 compute type */
     const int64_t *rows;
     int64_t count, lo, hi; /* the range of the concatenated elements this worker updates */
 } range_t;
+
+/* Elements [off, off+len) of tensor t: the float64 loop at once; the float32 loop at once when
+ * every operand is float32 (used in place), else CHUNK elements at a time (the size of the local
+ * buffers operands are widened into), each chunk then refreshing the low-precision parameter
+ * (when there is one) from its float32 master weight. */
+static void run_piece(const range_t *r, int64_t t, int64_t off, int64_t len) {
+    int64_t dt = r->rows[t * ROW + S_DT];
+    if (dt_w(dt) == DT_F64) { r->f64(r->ctx, t, off, len, dt); return; }
+    int in_place = dt_w(dt) == DT_F32 && dt_g(dt) == DT_F32 && (dt_s(dt) == DT_F32 || dt_s(dt) == DT_NONE);
+    int64_t step = in_place && len > 0 ? len : CHUNK;
+    for (int64_t o = off, end = off + len; o < end; o += step) {
+        int64_t n = end - o < step ? end - o : step;
+        r->f32(r->ctx, t, o, n, dt);
+        if (dt_p(dt) != DT_NONE)
+            store_f(ROW_PTR(r->rows, t, S_P), dt_p(dt), o, n, (float *)ROW_PTR(r->rows, t, S_W) + o);
+    }
+}
 
 static void run_range(const range_t *r) {
     int64_t start = 0;
     for (int64_t t = 0; t < r->count && start < r->hi; t++) {
         int64_t n = r->rows[t * ROW + S_N], end = start + n;
         int64_t a = r->lo > start ? r->lo - start : 0, b = r->hi < end ? r->hi - start : n;
-        if (b > a) r->fn(r->ctx, t, a, b - a);
+        if (b > a) run_piece(r, t, a, b - a);
         start = end;
     }
 }
 
-/* Apply fn to every element range of every tensor, on up to nthreads threads (this one included).
+/* Run the loops over every element of every tensor, on up to nthreads threads (this one included).
  * The threads are OpenMP's: built with -fopenmp, this library binds to the OpenMP runtime torch has
  * loaded already (same soname), so it shares torch's thread pool, warm from torch's own ops,
  * instead of adding threads that would compete with it for the cores. */
-static void for_all(const void *ctx, piece_fn fn, const int64_t *rows, int64_t count, int nthreads, int64_t grain) {
+static void for_all(const void *ctx, loop_fn f64, loop_fn f32, const int64_t *rows, int64_t count, int nthreads,
+                    int64_t grain) {
     int64_t total = 0;
     for (int64_t t = 0; t < count; t++) total += rows[t * ROW + S_N];
     int64_t workers = total / grain;
@@ -133,25 +159,15 @@ static void for_all(const void *ctx, piece_fn fn, const int64_t *rows, int64_t c
             int64_t n = omp_get_num_threads(), k = omp_get_thread_num();
             int64_t per = ((total + n - 1) / n + 63) & ~(int64_t)63; /* whole cache lines per thread */
             int64_t lo = k * per < total ? k * per : total, hi = lo + per < total ? lo + per : total;
-            range_t mine = {ctx, fn, rows, count, lo, hi};
+            range_t mine = {ctx, f64, f32, rows, count, lo, hi};
             run_range(&mine);
         }
         return;
     }
 #endif
-    range_t all = {ctx, fn, rows, count, 0, total};
+    range_t all = {ctx, f64, f32, rows, count, 0, total};
     run_range(&all);
 }
-
-/* Elements per call of an update loop: all at once when every operand is used in place, else
- * CHUNK (the size of the local buffers operands are widened into). */
-static inline int64_t chunk_size(int64_t len, int in_place) { return in_place && len > 0 ? len : CHUNK; }
-
-static inline int dt_w(int64_t packed) { return (int)(packed & 15); }
-static inline int dt_g(int64_t packed) { return (int)((packed >> 4) & 15); }
-static inline int dt_p(int64_t packed) { return (int)((packed >> 8) & 15); }
-static inline int dt_s(int64_t packed) { return (int)((packed >> 12) & 15); }
-#define PTR(t, s) ((void *)(intptr_t)c->rows[(t) * ROW + (s)])
 
 /* ================================================================================================
  * SGD: w = w - g*rate, each operation rounded in w's dtype (rate: the rate rounded to it).
@@ -170,7 +186,8 @@ typedef struct {
         w[i] = R(w[i] - R(gi * rate));                                                             \
     }
 
-static void sgd_f64(const sgd_ctx *c, int64_t t, int64_t off, int64_t len) {
+static void sgd_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const sgd_ctx *c = (const sgd_ctx *)ctx;
     double *restrict w = (double *)PTR(t, S_W) + off;
     const double *restrict g = (const double *)PTR(t, S_G) + off;
     const double rate = c->per[t * PER + P_LR], l2 = c->per[t * PER + P_L2];
@@ -178,7 +195,9 @@ static void sgd_f64(const sgd_ctx *c, int64_t t, int64_t off, int64_t len) {
     SGD_LOOP(double, ROUND_NONE)
 }
 
-static void sgd_f32(const sgd_ctx *c, int64_t t, int64_t off, int64_t len, int wt, int gt) {
+static void sgd_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const sgd_ctx *c = (const sgd_ctx *)ctx;
+    const int wt = dt_w(dt), gt = dt_g(dt);
     float wbuf[CHUNK], gbuf[CHUNK];
     float *restrict w = load_f(PTR(t, S_W), wt, off, len, wbuf);
     const float *restrict g = load_f(PTR(t, S_G), gt, off, len, gbuf);
@@ -192,21 +211,9 @@ static void sgd_f32(const sgd_ctx *c, int64_t t, int64_t off, int64_t len, int w
     store_f(PTR(t, S_W), wt, off, len, w);
 }
 
-static void sgd_piece(const void *ctx, int64_t t, int64_t off, int64_t len) {
-    const sgd_ctx *c = (const sgd_ctx *)ctx;
-    int64_t dt = c->rows[t * ROW + S_DT];
-    if (dt_w(dt) == DT_F64) { sgd_f64(c, t, off, len); return; }
-    int64_t step = chunk_size(len, dt_w(dt) == DT_F32 && dt_g(dt) == DT_F32);
-    for (int64_t o = off, end = off + len; o < end; o += step) {
-        int64_t n = end - o < step ? end - o : step;
-        sgd_f32(c, t, o, n, dt_w(dt), dt_g(dt));
-        if (dt_p(dt) != DT_NONE) store_f(PTR(t, S_P), dt_p(dt), o, n, (float *)PTR(t, S_W) + o);
-    }
-}
-
 int pc_sgd(int64_t count, const int64_t *rows, const double *per, int nthreads) {
     sgd_ctx c = {rows, per};
-    for_all(&c, sgd_piece, rows, count, nthreads, GRAIN_SGD);
+    for_all(&c, sgd_f64, sgd_f32, rows, count, nthreads, GRAIN_SGD);
     return 0;
 }
 
@@ -233,7 +240,8 @@ typedef struct {
         w[i] = R(wi - step);                                                                       \
     }
 
-static void momentum_f64(const momentum_ctx *c, int64_t t, int64_t off, int64_t len) {
+static void momentum_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const momentum_ctx *c = (const momentum_ctx *)ctx;
     double *restrict w = (double *)PTR(t, S_W) + off;
     const double *restrict g = (const double *)PTR(t, S_G) + off;
     double *restrict v = (double *)PTR(t, S_S1) + off;
@@ -242,7 +250,9 @@ static void momentum_f64(const momentum_ctx *c, int64_t t, int64_t off, int64_t 
     MOMENTUM_LOOP(double, ROUND_NONE)
 }
 
-static void momentum_f32(const momentum_ctx *c, int64_t t, int64_t off, int64_t len, int wt, int gt) {
+static void momentum_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const momentum_ctx *c = (const momentum_ctx *)ctx;
+    const int wt = dt_w(dt), gt = dt_g(dt);
     float wbuf[CHUNK], gbuf[CHUNK], vbuf[CHUNK];
     float *restrict w = load_f(PTR(t, S_W), wt, off, len, wbuf);
     const float *restrict g = load_f(PTR(t, S_G), gt, off, len, gbuf);
@@ -256,22 +266,10 @@ static void momentum_f32(const momentum_ctx *c, int64_t t, int64_t off, int64_t 
     store_f(PTR(t, S_W), wt, off, len, w);
 }
 
-static void momentum_piece(const void *ctx, int64_t t, int64_t off, int64_t len) {
-    const momentum_ctx *c = (const momentum_ctx *)ctx;
-    int64_t dt = c->rows[t * ROW + S_DT];
-    if (dt_w(dt) == DT_F64) { momentum_f64(c, t, off, len); return; }
-    int64_t step = chunk_size(len, dt_w(dt) == DT_F32 && dt_g(dt) == DT_F32);
-    for (int64_t o = off, end = off + len; o < end; o += step) {
-        int64_t n = end - o < step ? end - o : step;
-        momentum_f32(c, t, o, n, dt_w(dt), dt_g(dt));
-        if (dt_p(dt) != DT_NONE) store_f(PTR(t, S_P), dt_p(dt), o, n, (float *)PTR(t, S_W) + o);
-    }
-}
-
 int pc_momentum(int64_t count, const int64_t *rows, const double *per, double mu, double coeff, int nesterov,
                 int nthreads) {
     momentum_ctx c = {rows, per, mu, coeff, nesterov};
-    for_all(&c, momentum_piece, rows, count, nthreads, GRAIN_MOMENTUM);
+    for_all(&c, momentum_f64, momentum_f32, rows, count, nthreads, GRAIN_MOMENTUM);
     return 0;
 }
 
@@ -326,7 +324,8 @@ typedef struct {
 
 static inline double no_fma(double a, double b, double c) { return a * b + c; } /* never called */
 
-static void adam_f64(const adam_ctx *c, int64_t t, int64_t off, int64_t len) {
+static void adam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const adam_ctx *c = (const adam_ctx *)ctx;
     double *restrict w = (double *)PTR(t, S_W) + off;
     const double *restrict g = (const double *)PTR(t, S_G) + off;
     double *restrict m = (double *)PTR(t, S_S1) + off;
@@ -341,7 +340,8 @@ static void adam_f64(const adam_ctx *c, int64_t t, int64_t off, int64_t len) {
     ADAM_DISPATCH(double, no_fma, sqrt, ones)
 }
 
-static void adam_f32(const adam_ctx *c, int64_t t, int64_t off, int64_t len, int64_t dt) {
+static void adam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const adam_ctx *c = (const adam_ctx *)ctx;
     float wbuf[CHUNK], gbuf[CHUNK], mbuf[CHUNK], vbuf[CHUNK], xbuf[CHUNK];
     int wt = dt_w(dt), st = dt_s(dt);
     float *restrict w = load_f(PTR(t, S_W), wt, off, len, wbuf);
@@ -360,15 +360,6 @@ static void adam_f32(const adam_ctx *c, int64_t t, int64_t off, int64_t len, int
     store_f(PTR(t, S_S2), st, off, len, v);
     if (c->amsgrad) store_f(PTR(t, S_S3), st, off, len, vmax);
     store_f(PTR(t, S_W), wt, off, len, w);
-    if (dt_p(dt) != DT_NONE) store_f(PTR(t, S_P), dt_p(dt), off, len, w);
-}
-
-static void adam_piece(const void *ctx, int64_t t, int64_t off, int64_t len) {
-    const adam_ctx *c = (const adam_ctx *)ctx;
-    int64_t dt = c->rows[t * ROW + S_DT];
-    if (dt_w(dt) == DT_F64) { adam_f64(c, t, off, len); return; }
-    int64_t step = chunk_size(len, dt_w(dt) == DT_F32 && dt_g(dt) == DT_F32 && dt_s(dt) == DT_F32);
-    for (int64_t o = off, end = off + len; o < end; o += step) adam_f32(c, t, o, end - o < step ? end - o : step, dt);
 }
 
 /* b1, b2, eps: the group's values (rounded to float32 here for float32 tensors); scratch: 2*count
@@ -391,7 +382,7 @@ int pc_adam(int64_t count, const int64_t *rows, const double *per, double *scrat
             scratch[2 * t + 1] = (float)eps * root;
         }
     }
-    for_all(&c, adam_piece, rows, count, nthreads, GRAIN_ADAM);
+    for_all(&c, adam_f64, adam_f32, rows, count, nthreads, GRAIN_ADAM);
     for (int64_t t = 0; t < count; t++) {
         void *p1 = (void *)(intptr_t)rows[t * ROW + S_POW1], *p2 = (void *)(intptr_t)rows[t * ROW + S_POW2];
         if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {

@@ -45,10 +45,11 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(nan_a, nan_b) and torch.equal(a.view(ints)[~nan_a], b.view(ints)[~nan_b])
 
 
-def train(make, dtype, grad_dtype, main_grad, sizes, steps=3, nonfinite=False):
-    """Steps with fixed random gradients; returns the parameters and the optimizer."""
+def train(make, dtype, grad_dtype, main_grad, sizes, steps=3, nonfinite=False, device="cpu"):
+    """Steps with fixed random gradients (drawn on the CPU, moved to ``device``); returns the
+    parameters and the optimizer."""
     gen = torch.Generator().manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(n, generator=gen).to(dtype)) for n in sizes]
+    params = [torch.nn.Parameter(torch.randn(n, generator=gen).to(dtype).to(device)) for n in sizes]
     opt = make(params)
     for step in range(steps):
         for p in params:
@@ -56,7 +57,7 @@ def train(make, dtype, grad_dtype, main_grad, sizes, steps=3, nonfinite=False):
             if nonfinite and step == 1:
                 g[::7] = float("inf")
                 g[3::11] = float("nan")
-            g = g.to(grad_dtype)
+            g = g.to(grad_dtype).to(device)
             if main_grad:
                 p.main_grad = g
             else:
@@ -535,24 +536,10 @@ def test_cuda_multi_tensor_matches_per_tensor(name, dtypes, monkeypatch: pytest.
     if _multi_tensor.kernels(torch.device("cuda")) is None:
         pytest.skip("no Triton")
     dtype, grad_dtype, mp, main_grad = dtypes
-
-    def run():
-        gen = torch.Generator().manual_seed(0)
-        params = [torch.nn.Parameter(torch.randn(n, generator=gen).to(dtype).cuda()) for n in (3000, 7, 100_003)]
-        opt = OPTIMIZERS[name](params, mp)
-        for _ in range(3):
-            for p in params:
-                g = (torch.randn(p.shape, generator=gen) * 0.1).to(grad_dtype).cuda()
-                if main_grad:
-                    p.main_grad = g
-                else:
-                    p.grad = g
-            opt.step()
-        return params, opt
-
-    multi = run()
+    make = lambda ps: OPTIMIZERS[name](ps, mp)  # noqa: E731
+    multi = train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), device="cuda")
     monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
-    assert_same_run(multi, run())
+    assert_same_run(multi, train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), device="cuda"))
 
 
 @pytest.mark.cuda
