@@ -8,8 +8,8 @@ out the same formulas as the torch forms, operation for operation, so the bits a
 Mechanics only; the optimizers decide what to hand over. ``kernels()`` is ``None`` when the
 kernels cannot be used, and callers then take their torch path:
 
-- ``PADDLE_COMPAT_NATIVE=0`` in the environment (read at every call, so it can be switched at
-  run time);
+- ``PADDLE_COMPAT_NATIVE=0`` in the environment (read once, at the first step of any optimizer:
+  reading the environment costs more than a small step's whole bookkeeping);
 - no C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang`` on the ``PATH``), a failed build, or a
   failed self-test of the built library: one debug-level log line on the ``paddle_compat`` logger,
   and the torch path from then on in this process.
@@ -155,9 +155,15 @@ class Batch:
         self.grads.clear()
 
 
+_enabled: bool | None = None  # PADDLE_COMPAT_NATIVE, read at the first call of enabled()
+
+
 def enabled() -> bool:
-    """Whether compiled kernels may be used (``PADDLE_COMPAT_NATIVE`` is not ``0``)."""
-    return os.environ.get("PADDLE_COMPAT_NATIVE") != "0"
+    """Whether compiled kernels may be used (``PADDLE_COMPAT_NATIVE`` was not ``0`` at the first call)."""
+    global _enabled
+    if _enabled is None:
+        _enabled = os.environ.get("PADDLE_COMPAT_NATIVE") != "0"
+    return _enabled
 
 
 def kernels() -> Kernels | None:

@@ -119,12 +119,17 @@ DTYPES = {
 SIZES = (300, 7, 1001)
 
 
+def use_native(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
+    """What ``PADDLE_COMPAT_NATIVE`` (``1``/``0``) does, read once per process, switched for a test."""
+    monkeypatch.setattr(_native, "_enabled", on)
+
+
 def forms(monkeypatch: pytest.MonkeyPatch, make, dtypes, sizes=SIZES, **kwargs):
     """The same run through the compiled kernels, the in-place torch form and the plain one."""
     dtype, grad_dtype, mp, main_grad = dtypes
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "1")
+    use_native(monkeypatch, True)
     compiled = train(lambda ps: make(ps, mp), dtype, grad_dtype, main_grad, sizes, **kwargs)
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    use_native(monkeypatch, False)
     in_place = train(lambda ps: make(ps, mp), dtype, grad_dtype, main_grad, sizes, **kwargs)
     monkeypatch.setattr(Optimizer, "_same_layout", staticmethod(lambda *tensors: False))
     plain = train(lambda ps: make(ps, mp), dtype, grad_dtype, main_grad, sizes, **kwargs)
@@ -194,7 +199,7 @@ def test_the_compiled_kernels_are_used_unless_switched_off(monkeypatch: pytest.M
         cls(0.1, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0)).step()
     assert calls == ["sumsq", "sgd", "sumsq", "momentum", "sumsq", "adam"]
     calls.clear()
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    use_native(monkeypatch, False)
     assert _native.kernels() is None
     popt.AdamW(0.1, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0)).step()
     assert calls == []
@@ -233,7 +238,15 @@ def fresh_native(monkeypatch: pytest.MonkeyPatch, tmp_path):
     monkeypatch.setattr(_native, "_failed", False)
     monkeypatch.setenv("PADDLE_COMPAT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PADDLE_COMPAT_NATIVE", raising=False)
+    monkeypatch.setattr(_native, "_enabled", None)
     return tmp_path
+
+
+def test_the_environment_switch_is_read_once(fresh_native, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    assert _native.kernels() is None
+    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "1")
+    assert not _native.enabled() and _native.kernels() is None  # the first reading stays
 
 
 def test_without_a_compiler_the_torch_path_is_taken_quietly(
@@ -357,7 +370,7 @@ def test_multi_tensor_kernels_match_the_per_tensor_gpu_formulas(
     make = lambda ps: OPTIMIZERS[name](ps, mp)  # noqa: E731
     multi = train(make, dtype, grad_dtype, main_grad, GPU_SIZES)
     assert interpreted_gpu_path, "the multi-tensor kernels did not run"
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    use_native(monkeypatch, False)
     per_tensor = train(make, dtype, grad_dtype, main_grad, GPU_SIZES)
     assert_same_run(multi, per_tensor)
 
@@ -374,7 +387,7 @@ def test_a_failing_gpu_kernel_falls_back_to_the_per_tensor_path(
     with caplog.at_level(logging.WARNING, logger="paddle_compat"):
         fell_back = train(make, torch.float32, torch.float32, False, GPU_SIZES)
     assert "failed" in caplog.text and _multi_tensor.kernels(torch.device("cpu")) is None
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    use_native(monkeypatch, False)
     assert_same_run(fell_back, train(make, torch.float32, torch.float32, False, GPU_SIZES))
 
 
@@ -491,7 +504,7 @@ def test_the_optimizers_declare_the_fused_scaler_contract() -> None:
 @pytest.mark.parametrize("found", [0.0, 1.0], ids=["finite", "skipped"])
 @pytest.mark.parametrize("name", HANDOVER)
 def test_handover_on_cpu(name, found, native, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", native)
+    use_native(monkeypatch, native == "1")
     handover_runs(HANDOVER[name], found, torch.bfloat16 if name.endswith("master") else torch.float32)
 
 
@@ -506,7 +519,7 @@ def test_handover_with_a_device_flag(name, found, interpreted_gpu_path) -> None:
 def test_handover_with_a_device_flag_on_the_per_tensor_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the multi-tensor kernels the per-tensor GPU path reads the flag (one sync)."""
     monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    use_native(monkeypatch, False)
     for name in HANDOVER:
         for found in (0.0, 1.0):
             handover_runs(HANDOVER[name], found)
@@ -538,7 +551,7 @@ def test_cuda_multi_tensor_matches_per_tensor(name, dtypes, monkeypatch: pytest.
     dtype, grad_dtype, mp, main_grad = dtypes
     make = lambda ps: OPTIMIZERS[name](ps, mp)  # noqa: E731
     multi = train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), device="cuda")
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
+    use_native(monkeypatch, False)
     assert_same_run(multi, train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), device="cuda"))
 
 
