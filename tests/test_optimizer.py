@@ -207,6 +207,29 @@ def test_params_without_grad_or_frozen_are_skipped(cls: type) -> None:
     assert len(opt.state[a]) == 0
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])  # the compiled kernels; the torch forms
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_the_update_is_not_recorded_and_grad_mode_comes_back(cls: type, layout: str) -> None:
+    a, b = _params(torch.bfloat16)
+    opt = cls(0.1, parameters=[a, b], multi_precision=True, grad_clip=pnn.ClipGradByGlobalNorm(1.0))
+    for step in range(2):
+        _set_grads([a, b], step)
+        if layout == "strided":
+            a.grad = a.grad.t().contiguous().t()
+        with torch.enable_grad():
+            opt.step()
+            assert torch.is_grad_enabled()
+        for p in (a, b, *(s["master_weight"] for s in opt.state.values())):
+            assert p.is_leaf and p.grad_fn is None
+    with torch.no_grad():
+        opt.step()
+        assert not torch.is_grad_enabled()
+    a.grad = a.grad.to_sparse()
+    with pytest.raises(RuntimeError, match="do not support sparse gradients"):
+        opt.step()
+    assert torch.is_grad_enabled()
+
+
 def test_step_closure_and_minimize() -> None:
     a, b = _params()
     opt = popt.SGD(0.1, parameters=[a, b])

@@ -47,6 +47,7 @@ __all__ = ["Optimizer"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
+_Pair = tuple[Tensor, Tensor]  # (param, grad)
 # (param, grad, state, master weight or None): one parameter's share of a step
 _Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
 
@@ -353,7 +354,6 @@ class Optimizer(torch.optim.Optimizer):
         return lr if ratio == 1.0 else rnd(lr * rnd(ratio))
 
     # --- the step ------------------------------------------------------------------------------
-    @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Apply clip -> regularization -> update to every parameter that has a gradient."""
         loss = None
@@ -363,7 +363,6 @@ class Optimizer(torch.optim.Optimizer):
         self._apply_optimize(None)
         return loss
 
-    @torch.no_grad()
     def minimize(
         self,
         loss: Tensor,
@@ -390,29 +389,34 @@ class Optimizer(torch.optim.Optimizer):
     def _apply_optimize(self, selected: set[int] | None) -> list[tuple[Tensor, Tensor]]:
         """One step over the selected parameters; returns their ``(param, grad)`` pairs as
         Paddle's ``minimize`` does (the gradients before clipping, unscaled)."""
-        self._read_lr_scheduler()
-        work = []
-        for group in self.param_groups:
-            pairs = [
-                (p, g)
-                for p in group["params"]
-                if p.requires_grad and (g := grad_of(p)) is not None and (selected is None or id(p) in selected)
-            ]
-            for _, g in pairs:
-                if g.is_sparse:
-                    raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
-            if pairs:
-                work.append((group, pairs))
-        skip, device_flag = self._scaler_handover([g for _, pairs in work for _, g in pairs])
-        applied = []
-        for group, pairs in work:
-            applied.extend(pairs)
+        # Autograd must not record the update. This is the switch torch.no_grad() sets, set
+        # directly: its Python context manager costs as much as the rest of a small step's
+        # bookkeeping.
+        grad_enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            self._read_lr_scheduler()
+            work = []
+            for group in self.param_groups:
+                pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
+                if selected is not None:
+                    pairs = [(p, g) for p, g in pairs if id(p) in selected]
+                for _, g in pairs:
+                    if g.is_sparse:
+                        raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
+                if pairs:
+                    work.append((group, pairs))
+            skip, device_flag = self._scaler_handover(work)
             if not skip:
-                self._step_group(group, pairs, device_flag)
-        return applied
+                for group, pairs in work:
+                    self._step_group(group, pairs, device_flag)
+            return [pair for _, pairs in work for pair in pairs]
+        finally:
+            torch._C._set_grad_enabled(grad_enabled)
 
-    def _scaler_handover(self, grads: list[Tensor]) -> tuple[bool, Tensor | None]:
-        """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags.
+    def _scaler_handover(self, work: list[tuple[dict[str, Any], list[_Pair]]]) -> tuple[bool, Tensor | None]:
+        """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags;
+        ``work``: the step's groups with their ``(param, grad)`` pairs.
 
         Unscales the gradients in place when ``grad_scale`` is set, as Paddle's kernel does:
         ``g = T(f32(g) * reciprocal(f32(scale)))``, on a skipped step too. Returns whether to skip
@@ -420,8 +424,8 @@ class Optimizer(torch.optim.Optimizer):
         lives on a GPU (never read there: the update kernels test it themselves).
         """
         scale = getattr(self, "grad_scale", None)
-        if scale is not None and grads:
-            _unscale_(grads, scale)
+        if scale is not None and work:
+            _unscale_([g for _, pairs in work for _, g in pairs], scale)
         found_inf = getattr(self, "found_inf", None)
         if found_inf is None:
             return False, None
@@ -437,16 +441,16 @@ class Optimizer(torch.optim.Optimizer):
                 pairs = clip._clip(pairs, skip=found_inf)  # scales in place: not on a skipped step
             else:
                 pairs = clip(pairs)
-        lr = self._group_lr(group)
         # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
-        # the rate, the group's options, the parameters' addresses, the gradients' dtypes and
-        # layouts, master weights, the kernels' availability, and the state (replaced as a whole
-        # by load_state_dict). A steady step then only checks that, points the rows at the
-        # gradients (new tensors after zero_grad(set_to_none=True)) and calls the kernels.
+        # the group's options (the rate among them), the parameters' addresses, the gradients'
+        # dtypes and layouts, master weights, the kernels' availability, and the state (replaced as
+        # a whole by load_state_dict). A steady step then only checks that, points the rows at the
+        # gradients (new tensors after zero_grad(set_to_none=True)) and calls the kernels: every
+        # line here runs at each step, on caches a forward and backward pass have just emptied.
         key = (
-            lr,
-            tuple(v for k, v in group.items() if k != "params"),
-            tuple((p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs),
+            [v for k, v in group.items() if k != "params"],
+            [(p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs],
+            self._dtype,
             self._multi_precision,
             found_inf is not None,
             _native.enabled(),
@@ -454,10 +458,11 @@ class Optimizer(torch.optim.Optimizer):
         plans = self.__dict__.setdefault("_plans", {})
         plan = plans.get(id(group))
         if plan is None or plan.key != key or plan.state is not self.state:
-            plan = _Plan(key, self.state, *self._plan(group, pairs, lr, found_inf))
+            lr = self._group_lr(group)
+            plan = _Plan(key, self.state, lr, *self._plan(group, pairs, lr, found_inf))
             plans[id(group)] = plan if plan.reusable else None
         else:
-            plan.point_at([g for _, g in pairs])
+            plan.point_at(pairs)
         rest = plan.rest
         if plan.compiled is not None:
             self._compiled_call(plan.kernels[None], plan.compiled, group)
@@ -471,7 +476,7 @@ class Optimizer(torch.optim.Optimizer):
             p, g = pairs[i]
             state, master = self._prepare_state(p, group)
             g = self._regularize(p, g, group)
-            new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
+            new = self._kernel(p, master if master is not None else p.detach(), g, state, group, plan.lr)
             # When the kernel updated its input in place, new *is* the master weight, or a view of
             # p's own data: copy_ then returns at once.
             if master is not None:
@@ -520,7 +525,7 @@ class Optimizer(torch.optim.Optimizer):
                 if indices is not None:
                     indices.append(i)
         multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
-        grads = tuple(g.data_ptr() for _, g in pairs)
+        grads = [g.data_ptr() for _, g in pairs]
         return kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
 
     def _run_multi_tensor(self, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
@@ -856,19 +861,19 @@ def gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
 class _Plan:
     """The kernels' share of a group's step (see ``_step_group``), and what it was made for."""
 
-    __slots__ = ("compiled", "grads", "key", "kernels", "multi_tensor", "rest", "reusable", "slots", "state")
+    __slots__ = ("compiled", "grads", "key", "kernels", "lr", "multi_tensor", "rest", "reusable", "slots", "state")
 
     def __init__(
-        self, key: tuple[Any, ...], state: Any, kernels: dict[Any, Any], compiled: Any, multi_tensor: dict[Any, Any], rest: list[int],
-        slots: list[Any], grads: tuple[int, ...], reusable: bool,
+        self, key: tuple[Any, ...], state: Any, lr: float, kernels: dict[Any, Any], compiled: Any,
+        multi_tensor: dict[Any, Any], rest: list[int], slots: list[Any], grads: list[int], reusable: bool,
     ) -> None:
-        self.key, self.state, self.kernels, self.reusable = key, state, kernels, reusable
+        self.key, self.state, self.lr, self.kernels, self.reusable = key, state, lr, kernels, reusable
         self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest
         self.slots, self.grads = slots, grads  # each pair's (batch, row) or None; the gradients' addresses
 
-    def point_at(self, grads: list[Tensor]) -> None:
+    def point_at(self, pairs: list[tuple[Tensor, Tensor]]) -> None:
         """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
-        addresses = tuple(g.data_ptr() for g in grads)
+        addresses = [g.data_ptr() for _, g in pairs]
         if addresses == self.grads:
             return
         for address, slot in zip(addresses, self.slots):
