@@ -27,6 +27,8 @@ enum slot { S_N, S_W, S_G, S_P, S_S1, S_S2, S_S3, S_POW1, S_POW2, S_DT, ROW };
 enum per { P_LR, P_DECAY, P_L2, PER = 4 }; /* P_DECAY, P_L2: NaN when absent */
 
 #define CHUNK 1024
+#define BLOCK 4096          /* elements per loop call on float32 operands used in place */
+#define AHEAD (8 * BLOCK)   /* how far ahead of the loop those operands are prefetched */
 /* Elements per thread below which handing work to another thread costs more than it saves: the
  * cheaper the update per element, the more elements a thread needs. */
 #define GRAIN_SGD (1 << 18)
@@ -115,17 +117,31 @@ typedef struct {
     int64_t count, lo, hi; /* the range of the concatenated elements this worker updates */
 } range_t;
 
-/* Elements [off, off+len) of tensor t: the float64 loop at once; the float32 loop at once when
- * every operand is float32 (used in place), else CHUNK elements at a time (the size of the local
- * buffers operands are widened into), each chunk then refreshing the low-precision parameter
- * (when there is one) from its float32 master weight. */
+/* Asks for one cache line of each float32 operand of tensor t at element `at`, ahead of its use.
+ * The loops stream their operands once, and the hardware prefetcher stops at each 4 KiB page, so
+ * without this every page of every operand starts with a wait (measured: the SGD loop ran 7-10%
+ * slower than torch's add_ on 10M cache-cold parameters). */
+static inline void prefetch_f32(const int64_t *rows, int64_t t, int64_t at) {
+    static const int written[] = {S_W, S_S1, S_S2, S_S3};
+    __builtin_prefetch((const float *)ROW_PTR(rows, t, S_G) + at, 0);
+    for (int k = 0; k < 4; k++) {
+        const float *base = (const float *)ROW_PTR(rows, t, written[k]);
+        if (base) __builtin_prefetch(base + at, 1);
+    }
+}
+
+/* Elements [off, off+len) of tensor t: the float64 loop at once; the float32 loop BLOCK elements
+ * at a time, prefetching AHEAD elements on, when every operand is float32 (used in place), else
+ * CHUNK elements at a time (the size of the local buffers operands are widened into), each chunk
+ * then refreshing the low-precision parameter (when there is one) from its float32 master weight. */
 static void run_piece(const range_t *r, int64_t t, int64_t off, int64_t len) {
     int64_t dt = r->rows[t * ROW + S_DT];
     if (dt_w(dt) == DT_F64) { r->f64(r->ctx, t, off, len, dt); return; }
     int in_place = dt_w(dt) == DT_F32 && dt_g(dt) == DT_F32 && (dt_s(dt) == DT_F32 || dt_s(dt) == DT_NONE);
-    int64_t step = in_place && len > 0 ? len : CHUNK;
+    int64_t step = in_place ? BLOCK : CHUNK;
     for (int64_t o = off, end = off + len; o < end; o += step) {
         int64_t n = end - o < step ? end - o : step;
+        if (in_place && o + AHEAD < end) prefetch_f32(r->rows, t, o + AHEAD);
         r->f32(r->ctx, t, o, n, dt);
         if (dt_p(dt) != DT_NONE)
             store_f(ROW_PTR(r->rows, t, S_P), dt_p(dt), o, n, (float *)ROW_PTR(r->rows, t, S_W) + o);
