@@ -2,14 +2,23 @@
 
     python benchmarks/bench_optimizers.py [--device cpu|cuda] [--sizes 1M,10M,tf] [--rounds 15]
                                           [--threads 2] [--only SGD,Adam] [--no-paddle]
+                                          [--block 3] [--interlude-mb 64]
 
 Parameter sets: ``1M``/``10M``/``100M`` are four float32 tensors of a quarter each; ``tf`` is a
 transformer-shaped list (16 blocks of 12 tensors, embeddings and a final norm: 196 tensors of
 mixed sizes; ``--width`` sets the model width, 256 on CPU, 1024 on CUDA). Gradients are set once
 and every variant steps on its own copy of the same values.
 
-One run, interleaved rounds: every variant steps once per round, in rotating order, and the
-figures are medians. Paddle (CPU only: these machines have no Paddle GPU build) runs in a child
+One run, interleaved rounds: in every round each variant, in rotating order, takes ``--block``
+steps in a row, the first untimed, and the figures are medians of the timed ones. On the CPU
+every step follows the same interlude, a write of a buffer larger than the last-level cache
+(``--interlude-mb``, 0 for none), standing for the forward and backward passes a real step
+follows, so that each step starts from cold data caches. The untimed first step of a block makes
+the comparison fair to the code: four of the five in-process variants are torch.optim's, and a
+variant stepping right after a different one finds the processor's other state (branch history,
+translation buffers) trained on the other's code. Timing single steps in a plain rotation favours
+whichever code most variants share: ours comes out about 15% slower there, and a lone torch.optim
+among four instances of ours as much slower the other way round. Paddle (CPU only: these machines have no Paddle GPU build) runs in a child
 process, in the same rounds: the parent waits while the child steps, and the other way round, so
 the two never compete for the cores, and Paddle's thread pools do not slow torch in the parent.
 Ratios are ours over each anchor measured in the same run; the A/A line (torch.optim's default
@@ -24,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -115,7 +125,9 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(step: Callable[[], None], device: str) -> float:
+def timed(step: Callable[[], None], device: str, interlude: torch.Tensor | None = None) -> float:
+    if interlude is not None:
+        interlude.add_(1)  # evicts the caches (see the module docstring)
     sync(device)
     start = time.perf_counter()
     step()
@@ -229,7 +241,9 @@ def bench(size: str, args: argparse.Namespace) -> None:
     if device == "cpu" and not args.no_paddle:
         child = PaddleChild(size, width, args.only, args.threads)
     label = f"{size} ({len(values)} tensors, {numel / 1e6:.1f}M float32 parameters)"
-    print(f"\n## {label}, {device}, {torch.get_num_threads()} threads, median of {args.rounds} rounds")
+    cold = f", each after a {args.interlude_mb} MiB write" if device == "cpu" and args.interlude_mb else ""
+    print(f"\n## {label}, {device}, {torch.get_num_threads()} threads, median of {args.rounds} rounds"
+          f" of {args.block} steps{cold}")
     header = "| optimizer | ours ms | torch default | foreach | fused |" + (" Paddle |" if child else "")
     header += " ours/torch default | ours/foreach | ours/fused |" + (" ours/Paddle |" if child else "") + " A/A |"
     if device == "cuda":
@@ -237,6 +251,9 @@ def bench(size: str, args: argparse.Namespace) -> None:
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     bandwidth = copy_bandwidth(numel, args.rounds) if device == "cuda" else None
+    interlude = None
+    if device == "cpu" and args.interlude_mb:
+        interlude = torch.zeros(args.interlude_mb * 2**20 // 4)
     for config in args.only:
         variants = {"ours": instantiate(ours(config), values, grads)}
         for mode in modes:
@@ -249,12 +266,19 @@ def bench(size: str, args: argparse.Namespace) -> None:
             variants["Paddle"] = lambda config=config: child.step(config)
         times: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
-        for r in range(args.rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
-                if name == "Paddle":
-                    times[name].append(variants[name]())
-                else:
-                    times[name].append(timed(variants[name], device))
+        order = random.Random(0)
+        for _ in range(args.rounds):
+            order.shuffle(names)  # no variant always follows the same one
+            for name in names:
+                for k in range(args.block):
+                    if name == "Paddle":
+                        if interlude is not None:
+                            interlude.add_(1)  # the child shares the machine's caches
+                        t = variants[name]()
+                    else:
+                        t = timed(variants[name], device, interlude)
+                    if k or args.block == 1:
+                        times[name].append(t)
         med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
         ratio = lambda a, b: f"{med[a] / med[b]:.2f}" if b in med else "-"  # noqa: E731
         row = f"| {config} | {med['ours']:.3f} | " + " | ".join(
@@ -284,6 +308,10 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=None, help="model width of the tf set")
     parser.add_argument("--only", default=",".join(CONFIGS), help="comma-separated optimizer configurations")
     parser.add_argument("--no-paddle", action="store_true", help="skip Paddle (CPU)")
+    parser.add_argument("--block", type=int, default=3,
+                        help="steps per variant in a row in each round, the first untimed (1: one, timed)")
+    parser.add_argument("--interlude-mb", type=int, default=64,
+                        help="CPU: MiB written before every timed step, to start each from cold caches (0: none)")
     parser.add_argument("--paddle-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.only = args.only.split(",")
