@@ -6,10 +6,11 @@
 
 Parameter sets: ``1M``/``10M``/``100M`` are four float32 tensors of a quarter each; ``tf`` is a
 transformer-shaped list (16 blocks of 12 tensors, embeddings and a final norm: 196 tensors of
-mixed sizes; ``--width`` sets the model width, 256 on CPU, 1024 on CUDA). Gradients are set once
-and every variant steps on its own copy of the same values.
+mixed sizes; ``--width`` sets the model width, 256 on CPU, 1024 on CUDA). Gradients are set once,
+and every variant in the process steps the same parameters with its own state, so that where its
+tensors lie in memory favours none.
 
-One run, interleaved rounds: in every round each variant, in rotating order, takes ``--block``
+One run, interleaved rounds: in every round each variant, in shuffled order, takes ``--block``
 steps in a row, the first untimed, and the figures are medians of the timed ones. On the CPU
 every step follows the same interlude, a write of a buffer larger than the last-level cache
 (``--interlude-mb``, 0 for none), standing for the forward and backward passes a real step
@@ -111,10 +112,15 @@ def torch_optim(config: str, mode: str) -> Callable[[list], Callable[[], None]]:
     return build
 
 
-def instantiate(build: Callable[[list], Callable[[], None]], values: list, grads: list) -> Callable[[], None]:
+def parameters(values: list, grads: list) -> list[torch.nn.Parameter]:
+    """Parameters holding copies of ``values``, with copies of ``grads`` as their gradients."""
     params = [torch.nn.Parameter(v.clone()) for v in values]
     for p, g in zip(params, grads):
         p.grad = g.clone()
+    return params
+
+
+def instantiate(build: Callable[[list], Callable[[], None]], params: list) -> Callable[[], None]:
     step = build(params)
     step()  # creates the state (and, for ours, builds or loads the compiled kernels)
     return step
@@ -210,10 +216,7 @@ def syncs_per_step(values: list, grads: list, config: str, steps: int = 3) -> fl
     """Host syncs per step of ours driven by paddle_compat's GradScaler (``minimize``)."""
     from paddle_compat.amp import GradScaler
 
-    params = [torch.nn.Parameter(v.clone()) for v in values]
-    for p, g in zip(params, grads):
-        p.grad = g.clone()
-    opt = ours(config)(params).__self__
+    opt = ours(config)(parameters(values, grads)).__self__
     scaler = GradScaler()
     loss = torch.zeros((), device="cuda")
     scaler.minimize(opt, scaler.scale(loss))  # the first step builds the state
@@ -255,13 +258,17 @@ def bench(size: str, args: argparse.Namespace) -> None:
     if device == "cpu" and args.interlude_mb:
         interlude = torch.zeros(args.interlude_mb * 2**20 // 4)
     for config in args.only:
-        variants = {"ours": instantiate(ours(config), values, grads)}
+        # Every variant steps the same parameters and gradients (each with its own state), so that
+        # none is faster or slower for where in memory its tensors happen to lie: with a copy each,
+        # two instances of the same optimizer differed by up to 8% (the steps are memory-bound).
+        params = parameters(values, grads)
+        variants = {"ours": instantiate(ours(config), params)}
         for mode in modes:
             try:
-                variants[mode] = instantiate(torch_optim(config, mode), values, grads)
+                variants[mode] = instantiate(torch_optim(config, mode), params)
             except (RuntimeError, ValueError) as exc:  # e.g. no fused kernel for this optimizer here
                 print(f"<!-- torch {mode} {config}: {exc} -->")
-        variants["A/A"] = instantiate(torch_optim(config, "default"), values, grads)
+        variants["A/A"] = instantiate(torch_optim(config, "default"), params)
         if child is not None:
             variants["Paddle"] = lambda config=config: child.step(config)
         times: dict[str, list[float]] = {name: [] for name in variants}
