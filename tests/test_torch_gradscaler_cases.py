@@ -58,6 +58,12 @@ def poison(model):
         model[1].weight.grad.fill_(float("inf"))
 
 
+def poison_at_skip_iter(scaler, model, i):
+    """The scaled run's overflow: an inf in the grads at SKIP_ITER (when the scaler is on)."""
+    if i == SKIP_ITER and scaler.is_enable():
+        poison(model)
+
+
 def scale_in_use(scaler):
     # ADAPTED: torch's get_scale() is 1.0 on a disabled scaler; Paddle's (and ours) is 0.0, so
     # code that divides or clips by it must ask is_enable() first.
@@ -82,8 +88,10 @@ def check_scaling_case(train, unskipped, skipped, atol=1e-7, opt_ctor=torch.opti
             torch.testing.assert_close(s, c, atol=atol, rtol=1e-5)
 
 
-def control_steps(scaler, i):
-    return not scaler.is_enable() or i != SKIP_ITER
+def control_step(scaler, opt, i):
+    """The unscaled control's step: skipped where the scaled run overflows."""
+    if not scaler.is_enable() or i != SKIP_ITER:
+        opt.step()
 
 
 @pytest.mark.parametrize("opt_kwargs", [{}, {"foreach": True}, {"fused": True}], ids=["forloop", "foreach", "fused"])
@@ -99,16 +107,14 @@ def test_autocast_fp16_with_scaling_tracks_fp32_without(opt_kwargs, round_trip_b
                 loss = torch.nn.functional.mse_loss(model(x), y)
             if use_scaler:
                 scaler.scale(loss).backward()
-                if i == SKIP_ITER and scaler.is_enable():
-                    poison(model)
+                poison_at_skip_iter(scaler, model, i)
                 scaler.step(opt)
                 scaler.update()
                 if round_trip_by_pickle:
                     scaler = pickle.loads(pickle.dumps(scaler))
             else:
                 loss.backward()
-                if control_steps(scaler, i):
-                    opt.step()
+                control_step(scaler, opt, i)
         return scaler
 
     check_scaling_case(train, unskipped=3, skipped=1, atol=1e-3, **opt_kwargs)
@@ -126,15 +132,13 @@ def test_clipping_the_scaled_grads_by_a_scaled_norm():
             if use_scaler:
                 scaler.scale(loss).backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm * scale_in_use(scaler))
-                if i == SKIP_ITER and scaler.is_enable():
-                    poison(model)
+                poison_at_skip_iter(scaler, model, i)
                 scaler.step(opt)
                 scaler.update()
             else:
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-                if control_steps(scaler, i):
-                    opt.step()
+                control_step(scaler, opt, i)
 
     check_scaling_case(train, unskipped=3, skipped=1, atol=1e-5)
 
@@ -149,8 +153,7 @@ def test_clipping_after_an_explicit_unscale():
             loss = torch.nn.functional.mse_loss(model(x), y)
             if use_scaler:
                 scaler.scale(loss).backward()
-                if i == SKIP_ITER and scaler.is_enable():
-                    poison(model)
+                poison_at_skip_iter(scaler, model, i)
                 scaler.unscale_(opt)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, error_if_nonfinite=False)
                 scaler.step(opt)
@@ -158,8 +161,7 @@ def test_clipping_after_an_explicit_unscale():
             else:
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-                if control_steps(scaler, i):
-                    opt.step()
+                control_step(scaler, opt, i)
 
     check_scaling_case(train, unskipped=3, skipped=1)
 
@@ -180,14 +182,12 @@ def test_gradient_penalty_through_a_scaled_double_backward():
             loss = loss + torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
             if use_scaler:
                 scaler.scale(loss).backward()
-                if i == SKIP_ITER and scaler.is_enable():
-                    poison(model)
+                poison_at_skip_iter(scaler, model, i)
                 scaler.step(opt)
                 scaler.update()
             else:
                 loss.backward()
-                if control_steps(scaler, i):
-                    opt.step()
+                control_step(scaler, opt, i)
 
     check_scaling_case(train, unskipped=3, skipped=1)
 
