@@ -94,6 +94,22 @@ def copy_grads_to_paddle(torch_params, paddle_params) -> None:
         pp.grad = paddle.to_tensor(to_numpy(tp.grad).copy())
 
 
+def finish_step_both(style: str, ours, pscaler, opt, popt, scaled, p_scaled) -> None:
+    """End an iteration the same way on both scalers. ``style``: ``"minimize"``,
+    ``"step_update"`` or ``"unscale_step_update"`` (an explicit ``unscale_`` first)."""
+    if style == "minimize":
+        ours.minimize(opt, scaled)
+        pscaler.minimize(popt, p_scaled)
+        return
+    if style == "unscale_step_update":
+        ours.unscale_(opt)
+        pscaler.unscale_(popt)
+    ours.step(opt)
+    pscaler.step(popt)
+    ours.update()
+    pscaler.update()
+
+
 # Within this block Paddle scalers unscale with the GPU kernel's semantics, written with Paddle's
 # own (non-flushing) ops; see the parity kit's ``paddle_side.gpu_unscale_semantics``.
 paddle_gpu_kernel_semantics = paddle_side.gpu_unscale_semantics

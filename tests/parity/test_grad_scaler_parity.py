@@ -24,6 +24,7 @@ from .paddle_oracle import (
     assert_bitwise_equal,
     bits,
     copy_grads_to_paddle,
+    finish_step_both,
     paddle_gpu_kernel_semantics,
     paddle_params_like,
     paddle_scaler,
@@ -352,17 +353,7 @@ def test_fixed_scale_still_skips_overflowing_steps(style):
         if inject == "grad":
             tparams[1].grad[2] = INF
         copy_grads_to_paddle(tparams, pparams)
-        if style == "minimize":
-            ours.minimize(opt, scaled)
-            pscaler.minimize(popt, p_scaled)
-        else:
-            if style == "unscale_step_update":
-                ours.unscale_(opt)
-                pscaler.unscale_(popt)
-            ours.step(opt)
-            pscaler.step(popt)
-            ours.update()
-            pscaler.update()
+        finish_step_both(style, ours, pscaler, opt, popt, scaled, p_scaled)
         opt.zero_grad()
         popt.clear_grad()
         assert_same_state(ours, pscaler, tparams, pparams, step)

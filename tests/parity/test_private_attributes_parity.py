@@ -10,7 +10,13 @@ import torch
 
 from paddle_compat.amp import AmpScaler, GradScaler
 
-from .paddle_oracle import assert_bitwise_equal, copy_grads_to_paddle, paddle_params_like, paddle_scaler
+from .paddle_oracle import (
+    assert_bitwise_equal,
+    copy_grads_to_paddle,
+    finish_step_both,
+    paddle_params_like,
+    paddle_scaler,
+)
 
 OURS = {"GradScaler": GradScaler, "AmpScaler": AmpScaler}
 POLICY = ("_incr_ratio", "_decr_ratio", "_incr_every_n_steps", "_decr_every_n_nan_or_inf")
@@ -48,14 +54,7 @@ def test_private_attributes_follow_paddle_step_by_step(cls, api):
         p_scaled = pscaler.scale(paddle.to_tensor(scaled.detach().numpy() / ours.get_scale()))
         scaled.backward()
         copy_grads_to_paddle(tparams, pparams)
-        if paddle_minimize:
-            ours.minimize(opt, scaled)
-            pscaler.minimize(popt, p_scaled)
-        else:
-            ours.step(opt)
-            pscaler.step(popt)
-            ours.update()
-            pscaler.update()
+        finish_step_both("minimize" if paddle_minimize else "step_update", ours, pscaler, opt, popt, scaled, p_scaled)
         opt.zero_grad()
         popt.clear_grad()
         assert_same_attributes(ours, pscaler, f"step {i}")
