@@ -840,6 +840,15 @@ def _is_valid_lr(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0.0 and not math.isinf(value)
 
 
+def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Tensor) -> bool:
+    """Whether the compiled CPU kernels (the GPU kernels with ``gpu``) take ``value`` updated from
+    ``grad`` at rate ``lr``, with ``tensors`` beside it: all dense, of ``value``'s size, on its
+    device (the CPU for the compiled kernels), in dtypes the kernels compute with."""
+    if gpu:
+        return _dense_like(value, grad, *tensors) and gpu_dtypes(value, grad, lr)
+    return _dense_cpu(value.numel(), value, grad, *tensors) and native_dtypes(value, grad)
+
+
 def native_dtypes(value: Tensor, grad: Tensor) -> bool:
     """Whether the compiled kernels take this pair of dtypes: float64 with float64, else a
     float32/bfloat16/float16 value with a float32/bfloat16/float16 gradient."""
@@ -891,7 +900,7 @@ class _Plan:
             batch.release_grads()
 
 
-def dense_like(value: Tensor, *tensors: Tensor) -> bool:
+def _dense_like(value: Tensor, *tensors: Tensor) -> bool:
     """Whether the tensors suit the GPU kernels: contiguous, on ``value``'s device, of its size."""
     device, n = value.device, value.numel()
     if not value.is_contiguous():
@@ -902,7 +911,7 @@ def dense_like(value: Tensor, *tensors: Tensor) -> bool:
     return True
 
 
-def dense_cpu(n: int, *tensors: Tensor) -> bool:
+def _dense_cpu(n: int, *tensors: Tensor) -> bool:
     """Whether the tensors suit the compiled CPU kernels: on the CPU, contiguous, ``n`` elements."""
     for t in tensors:
         if not (t.is_cpu and t.is_contiguous() and t.numel() == n):
