@@ -85,7 +85,8 @@ def _load(interpret: bool) -> ModuleType | None:
 
 class Launch:
     """The device tables of one kernel launch: rows (pointers as byte offsets from ``base``),
-    per-tensor numbers, blocks; the dtypes, and whether every tensor is aligned for vector access."""
+    per-tensor numbers, blocks; the dtypes, whether every tensor is aligned for vector access, and
+    Adam's beta powers (the first ones, the second ones)."""
 
     __slots__ = ("aligned", "base", "blocks", "dtypes", "grid", "per", "pows", "rows")
 
@@ -114,7 +115,7 @@ class Launch:
         self.rows = _upload(torch.tensor(relative, dtype=torch.int64), device)
         self.per = _upload(torch.tensor(per, dtype=torch.float32), device)
         self.blocks = _upload(blocks, device)
-        self.pows = pows
+        self.pows = ([a for a, _ in pows], [b for _, b in pows])
 
 
 def _upload(t: Tensor, device: torch.device) -> Tensor:
@@ -186,7 +187,7 @@ def adam(
         b1=b1, b2=b2, c1=round_(1 - b1), c2=round_(1 - b2), eps=round_(eps), W=w, G=g, P=p, S=s,
         AMSGRAD=bool(amsgrad), **_common(found_inf, launch),
     )
-    first, second = [a for a, _ in launch.pows], [b for _, b in launch.pows]
+    first, second = launch.pows
     if found_inf is None:
         torch._foreach_mul_(first, b1)
         torch._foreach_mul_(second, b2)

@@ -87,20 +87,31 @@ def _block(blocks, rows, found, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, 
 
 
 @triton.jit
+def _with_l2(g, w, per, t):
+    """g + w*l2 (two roundings) where the tensor's L2 coefficient is set (not NaN), else g."""
+    l2 = tl.load(per + t * PER + 2)
+    return tl.where(l2 == l2, g + w * l2, g)
+
+
+@triton.jit
+def _store_w(base, row, w_ptr, offs, w, mask, W: tl.constexpr, P: tl.constexpr, ALIGNED: tl.constexpr):
+    """The updated value, and the low-precision parameter refreshed from it when there is one."""
+    _store(w_ptr, offs, w, mask, W)
+    if P != NONE:
+        _store(_ptr(base, row, 3, P, ALIGNED), offs, w, mask, P)
+
+
+@triton.jit
 def sgd_kernel(base, blocks, rows, per, found, W: tl.constexpr, G: tl.constexpr, P: tl.constexpr,
                HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
     """w = fma(-lr, g, w); with L2 decay first g = g + w*coeff (two roundings)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
     lr = tl.load(per + t * PER)
-    l2 = tl.load(per + t * PER + 2)
     w_ptr = _ptr(base, row, 1, W, ALIGNED)
     w = _load(w_ptr, offs, mask, W)
-    g = _load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G)
-    g = tl.where(l2 == l2, g + w * l2, g)
+    g = _with_l2(_load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G), w, per, t)
     w = tl.fma(-lr, g, w)
-    _store(w_ptr, offs, w, mask, W)
-    if P != NONE:
-        _store(_ptr(base, row, 3, P, ALIGNED), offs, w, mask, P)
+    _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
 
 
 @triton.jit
@@ -123,9 +134,7 @@ def momentum_kernel(base, blocks, rows, per, found, mu, coeff, rescale, W: tl.co
     else:
         w = tl.fma(-lr, v, w)
     _store(v_ptr, offs, v, mask, W)
-    _store(w_ptr, offs, w, mask, W)
-    if P != NONE:
-        _store(_ptr(base, row, 3, P, ALIGNED), offs, w, mask, P)
+    _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
 
 
 @triton.jit
@@ -139,15 +148,13 @@ def adam_kernel(base, blocks, rows, per, found, b1, b2, c1, c2, eps, W: tl.const
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
     lr = tl.load(per + t * PER)
     keep = tl.load(per + t * PER + 1)
-    l2 = tl.load(per + t * PER + 2)
     b1p = tl.load(_ptr(base, row, 7, 0, False))
     b2p = tl.load(_ptr(base, row, 8, 0, False))
     w_ptr = _ptr(base, row, 1, W, ALIGNED)
     m_ptr = _ptr(base, row, 4, S, ALIGNED)
     v_ptr = _ptr(base, row, 5, S, ALIGNED)
     w = _load(w_ptr, offs, mask, W)
-    g = _load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G)
-    g = tl.where(l2 == l2, g + w * l2, g)
+    g = _with_l2(_load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G), w, per, t)
     w = w * keep
     m = tl.fma(b1, _load(m_ptr, offs, mask, S), g * c1)
     v = tl.fma(b2, _load(v_ptr, offs, mask, S), (g * c2) * g)
@@ -159,6 +166,4 @@ def adam_kernel(base, blocks, rows, per, found, b1, b2, c1, c2, eps, W: tl.const
         _store(vmax_ptr, offs, v, mask, S)
     denom = tl.math.div_rn(tl.sqrt_rn(v), tl.sqrt_rn(1.0 - b2p)) + eps
     w = tl.fma(tl.math.div_rn(m, denom), -tl.math.div_rn(lr, 1.0 - b1p), w)
-    _store(w_ptr, offs, w, mask, W)
-    if P != NONE:
-        _store(_ptr(base, row, 3, P, ALIGNED), offs, w, mask, P)
+    _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)

@@ -13,7 +13,7 @@ from .. import _native, _numerics
 from .._numerics import fma, fma_into, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
 from . import _multi_tensor
-from .optimizer import Optimizer, compute_dtype, dense_cpu, dense_like, gpu_dtypes, native_dtypes, round_to
+from .optimizer import Optimizer, compute_dtype, kernels_take, round_to
 
 __all__ = ["Adam"]
 
@@ -101,27 +101,19 @@ class Adam(Optimizer):
         moments = (state["moment1"], state["moment2"], state.get("moment2_max"))
         present = [m for m in moments if m is not None]
         low_moments = mt == torch.float32 and moments[0].dtype in (torch.bfloat16, torch.float16)
+        pows = (state["beta1_pow_acc"], state["beta2_pow_acc"])
         if not (
             all(m.dtype == moments[0].dtype for m in present)
             and (moments[0].dtype == mt or low_moments)
-            and state["beta1_pow_acc"].dtype == state["beta2_pow_acc"].dtype == mt
-            and state["beta1_pow_acc"].numel() == 1
+            and pows[0].dtype == pows[1].dtype == mt
+            and pows[0].numel() == pows[1].numel() == 1
+            and kernels_take(value, g, lr, gpu, p, *present)
         ):
             return None
-        if gpu:
-            if not (dense_like(value, g, p, *present) and gpu_dtypes(value, g, lr)):
-                return None
-            for key in ("beta1_pow_acc", "beta2_pow_acc"):  # on the device: a step reads nothing on the host
-                if state[key].device != value.device:
-                    state[key] = state[key].to(value.device)
-        elif not (
-            dense_cpu(value.numel(), value, g, p, *present)
-            and dense_cpu(1, state["beta1_pow_acc"], state["beta2_pow_acc"])
-            and native_dtypes(value, g)
-        ):
-            return None
-        pows = (state["beta1_pow_acc"], state["beta2_pow_acc"])
-        if not (pows[0].is_contiguous() and pows[1].is_contiguous()):
+        if gpu:  # the beta powers on the device: a step reads nothing on the host
+            pows = tuple(t if t.device == value.device else t.to(value.device) for t in pows)
+            state["beta1_pow_acc"], state["beta2_pow_acc"] = pows
+        elif not (pows[0].is_cpu and pows[1].is_cpu):
             return None
         g, l2, fresh = self._grad_for_kernel(p, g, group)
         decay, lr_t = self._decay_rate(p, group, lr, round_to(mt))

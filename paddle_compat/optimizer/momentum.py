@@ -13,7 +13,7 @@ from .. import _native, _numerics
 from .._numerics import fma
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
-from .optimizer import Optimizer, dense_cpu, dense_like, gpu_dtypes, native_dtypes, round_to
+from .optimizer import Optimizer, kernels_take, round_to
 
 __all__ = ["Momentum"]
 
@@ -80,12 +80,7 @@ class Momentum(Optimizer):
     ) -> bool | None:
         p, g, state, master = item
         value, velocity = master if master is not None else p, state["velocity"]
-        if gpu:
-            usable = dense_like(value, g, p, velocity) and velocity.dtype == value.dtype and gpu_dtypes(value, g, lr)
-        else:
-            usable = (dense_cpu(value.numel(), value, g, p, velocity) and velocity.dtype == value.dtype
-                      and native_dtypes(value, g))
-        if not usable:
+        if not (velocity.dtype == value.dtype and kernels_take(value, g, lr, gpu, p, velocity)):
             return None
         regularized = self._regularize(p, g, group)  # an L1Decay here; L2Decay is the kernel's coeff
         batch.add(value, regularized, p if master is not None else None, (velocity,), lr=lr)

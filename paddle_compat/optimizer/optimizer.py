@@ -458,8 +458,7 @@ class Optimizer(torch.optim.Optimizer):
         plans = self.__dict__.setdefault("_plans", {})
         plan = plans.get(id(group))
         if plan is None or plan.key != key or plan.state is not self.state:
-            lr = self._group_lr(group)
-            plan = _Plan(key, self.state, lr, *self._plan(group, pairs, lr, found_inf))
+            plan = self._plan(key, group, pairs, found_inf)
             plans[id(group)] = plan if plan.reusable else None
         else:
             plan.point_at(pairs)
@@ -484,16 +483,15 @@ class Optimizer(torch.optim.Optimizer):
             p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
 
     def _plan(
-        self, group: dict[str, Any], pairs: list[tuple[Tensor, Tensor]], lr: float, found_inf: Tensor | None
-    ) -> tuple[Any, ...]:
-        """Create the missing state, and sort the parameters: the rows of the compiled CPU kernel
-        (``_native``), the rows of the GPU multi-tensor kernels per device (``_multi_tensor``), and
-        the rest, for the per-tensor ``_kernel``. Which formulas apply (Paddle's GPU or CPU
-        kernels) follows ``_numerics.gpu_kernels`` of the parameter.
-
-        Returns ``(kernels by device (None: CPU), CPU batch or None, GPU batches by device,
-        indices of the rest, whether the plan may be kept)``.
+        self, key: tuple[Any, ...], group: dict[str, Any], pairs: list[tuple[Tensor, Tensor]], found_inf: Tensor | None
+    ) -> _Plan:
+        """The plan of this step (made for ``key``): create the missing state, and sort the
+        parameters into the rows of the compiled CPU kernel (``_native``), the rows of the GPU
+        multi-tensor kernels per device (``_multi_tensor``), and the rest, for the per-tensor
+        ``_kernel``. Which formulas apply (Paddle's GPU or CPU kernels) follows
+        ``_numerics.gpu_kernels`` of the parameter.
         """
+        lr = self._group_lr(group)
         kernels: dict[torch.device | None, Any] = {None: _native.kernels()}
         compiled, reusable = _native.Batch(), True
         multi_tensor: dict[torch.device, tuple[_native.Batch, list[int]]] = {}
@@ -526,7 +524,9 @@ class Optimizer(torch.optim.Optimizer):
                     indices.append(i)
         multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
         grads = [g.data_ptr() for _, g in pairs]
-        return kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
+        return _Plan(
+            key, self.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
+        )
 
     def _run_multi_tensor(self, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
         """Launch the GPU kernels of ``plan``; ``False`` if they failed before updating anything."""
@@ -840,6 +840,15 @@ def _is_valid_lr(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0.0 and not math.isinf(value)
 
 
+def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Tensor) -> bool:
+    """Whether the compiled CPU kernels (the GPU kernels with ``gpu``) take ``value`` updated from
+    ``grad`` at rate ``lr``, with ``tensors`` beside it: all dense, of ``value``'s size, on its
+    device (the CPU for the compiled kernels), in dtypes the kernels compute with."""
+    if gpu:
+        return _dense_like(value, grad, *tensors) and gpu_dtypes(value, grad, lr)
+    return _dense_cpu(value.numel(), value, grad, *tensors) and native_dtypes(value, grad)
+
+
 def native_dtypes(value: Tensor, grad: Tensor) -> bool:
     """Whether the compiled kernels take this pair of dtypes: float64 with float64, else a
     float32/bfloat16/float16 value with a float32/bfloat16/float16 gradient."""
@@ -891,7 +900,7 @@ class _Plan:
             batch.release_grads()
 
 
-def dense_like(value: Tensor, *tensors: Tensor) -> bool:
+def _dense_like(value: Tensor, *tensors: Tensor) -> bool:
     """Whether the tensors suit the GPU kernels: contiguous, on ``value``'s device, of its size."""
     device, n = value.device, value.numel()
     if not value.is_contiguous():
@@ -902,7 +911,7 @@ def dense_like(value: Tensor, *tensors: Tensor) -> bool:
     return True
 
 
-def dense_cpu(n: int, *tensors: Tensor) -> bool:
+def _dense_cpu(n: int, *tensors: Tensor) -> bool:
     """Whether the tensors suit the compiled CPU kernels: on the CPU, contiguous, ``n`` elements."""
     for t in tensors:
         if not (t.is_cpu and t.is_contiguous() and t.numel() == n):

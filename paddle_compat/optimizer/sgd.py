@@ -11,7 +11,7 @@ from torch import Tensor
 from .. import _native, _numerics
 from .._numerics import fma
 from . import _multi_tensor
-from .optimizer import Optimizer, compute_dtype, dense_cpu, dense_like, gpu_dtypes, native_dtypes
+from .optimizer import Optimizer, compute_dtype, kernels_take
 
 __all__ = ["SGD"]
 
@@ -45,15 +45,10 @@ class SGD(Optimizer):
     ) -> bool | None:
         p, g, _, master = item
         value = master if master is not None else p
-        if gpu:
-            if not (dense_like(value, g, p) and gpu_dtypes(value, g, lr)):
-                return None
-            rate = lr
-        else:
-            if not (dense_cpu(value.numel(), value, g, p) and native_dtypes(value, g)):
-                return None
-            # the rate as Paddle's CPU kernel casts it to the dtype
-            rate = lr if value.dtype == torch.float64 else torch.tensor(lr, dtype=value.dtype).item()
+        if not kernels_take(value, g, lr, gpu, p):
+            return None
+        # on the CPU, the rate as Paddle's kernel casts it to the dtype
+        rate = lr if gpu or value.dtype == torch.float64 else torch.tensor(lr, dtype=value.dtype).item()
         g, l2, fresh = self._grad_for_kernel(p, g, group)
         batch.add(value, g, p if master is not None else None, lr=rate, l2=l2)
         return not fresh

@@ -24,7 +24,7 @@ import paddle_compat.optimizer as popt
 from paddle_compat.amp import GradScaler
 from paddle_compat.regularizer import L1Decay, L2Decay
 
-from .paddle_oracle import paddle_scaler
+from .paddle_oracle import bits, paddle_scaler
 
 SHAPES = {"w1": (8, 16), "b1": (16,), "w2": (16, 4), "b2": (4,)}
 STEPS = 60
@@ -44,13 +44,6 @@ def model_loss(params: dict[str, torch.Tensor], step: int) -> torch.Tensor:
 def initial_values(seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {n: (rng.standard_normal(s) * 0.5).astype(np.float32) for n, s in SHAPES.items()}
-
-
-def bits(a: np.ndarray | torch.Tensor) -> np.ndarray:
-    if isinstance(a, torch.Tensor):
-        a = a.detach().cpu().numpy()
-    a = np.ascontiguousarray(a)
-    return a.view(np.int32 if a.dtype == np.float32 else np.int64)
 
 
 def max_ulps(a: np.ndarray, b: np.ndarray) -> int:
