@@ -38,7 +38,7 @@ from torch import Tensor
 from .. import _native, _numerics
 from ..amp._args import user_stacklevel
 from ..amp.master_grad import grad_of, main_grad_of, set_main_grad
-from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
+from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
 from .lr import LambdaDecay
@@ -47,7 +47,6 @@ __all__ = ["Optimizer"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
-_Pair = tuple[Tensor, Tensor]  # (param, grad)
 # (param, grad, state, master weight or None): one parameter's share of a step
 _Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
 
@@ -369,7 +368,7 @@ class Optimizer(torch.optim.Optimizer):
         startup_program: Any = None,
         parameters: Iterable[Tensor] | None = None,
         no_grad_set: Iterable[Tensor] | None = None,
-    ) -> tuple[None, list[tuple[Tensor, Tensor]]]:
+    ) -> tuple[None, ParamsGrads]:
         """Paddle's dygraph ``minimize``: the gradients already exist (no backward is run).
 
         ``parameters`` restricts the update to those tensors and ``no_grad_set`` excludes some.
@@ -386,7 +385,7 @@ class Optimizer(torch.optim.Optimizer):
             selected = every - excluded
         return None, self._apply_optimize(selected)
 
-    def _apply_optimize(self, selected: set[int] | None) -> list[tuple[Tensor, Tensor]]:
+    def _apply_optimize(self, selected: set[int] | None) -> ParamsGrads:
         """One step over the selected parameters; returns their ``(param, grad)`` pairs as
         Paddle's ``minimize`` does (the gradients before clipping, unscaled)."""
         # Autograd must not record the update. This is the switch torch.no_grad() sets, set
@@ -414,7 +413,7 @@ class Optimizer(torch.optim.Optimizer):
         finally:
             torch._C._set_grad_enabled(grad_enabled)
 
-    def _scaler_handover(self, work: list[tuple[dict[str, Any], list[_Pair]]]) -> tuple[bool, Tensor | None]:
+    def _scaler_handover(self, work: list[tuple[dict[str, Any], ParamsGrads]]) -> tuple[bool, Tensor | None]:
         """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags;
         ``work``: the step's groups with their ``(param, grad)`` pairs.
 
@@ -433,7 +432,7 @@ class Optimizer(torch.optim.Optimizer):
             return bool(found_inf.item()), None
         return False, found_inf
 
-    def _step_group(self, group: dict[str, Any], pairs: list[tuple[Tensor, Tensor]], found_inf: Tensor | None) -> None:
+    def _step_group(self, group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None) -> None:
         """clip -> regularization -> update for one parameter group (``found_inf``: a device flag)."""
         clip = group["grad_clip"]
         if clip is not None:
@@ -483,7 +482,7 @@ class Optimizer(torch.optim.Optimizer):
             p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
 
     def _plan(
-        self, key: tuple[Any, ...], group: dict[str, Any], pairs: list[tuple[Tensor, Tensor]], found_inf: Tensor | None
+        self, key: tuple[Any, ...], group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None
     ) -> _Plan:
         """The plan of this step (made for ``key``): create the missing state, and sort the
         parameters into the rows of the compiled CPU kernel (``_native``), the rows of the GPU
@@ -880,7 +879,7 @@ class _Plan:
         self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest
         self.slots, self.grads = slots, grads  # each pair's (batch, row) or None; the gradients' addresses
 
-    def point_at(self, pairs: list[tuple[Tensor, Tensor]]) -> None:
+    def point_at(self, pairs: ParamsGrads) -> None:
         """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
         addresses = [g.data_ptr() for _, g in pairs]
         if addresses == self.grads:
