@@ -51,9 +51,6 @@ class _AmpGuard(contextlib.ContextDecorator):
     def __exit__(self, *exc_info: Any) -> None:
         op_interceptor.restore(_tokens.stack.pop())
 
-    def _recreate_cm(self) -> _AmpGuard:
-        return self
-
 
 class _TokenStack(threading.local):
     def __init__(self) -> None:
