@@ -201,7 +201,7 @@ def get_autocast_dtype(device_type: Any = None) -> str:
         'bfloat16'
     """
     config = op_interceptor.current()
-    return "float16" if config is None else str(config.amp_dtype).removeprefix("torch.")
+    return "float16" if config is None else _dtype_name(config.amp_dtype)
 
 
 get_autocast_cpu_dtype = get_autocast_dtype
