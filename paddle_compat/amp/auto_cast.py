@@ -23,9 +23,9 @@ from ._args import check_flag
 from ._compile import eager_only
 from .amp_lists import LEVELS, black_list, effective_lists, white_list
 from .amp_state import amp_global_state
+from .cast_rule import AMP_DTYPES
 from .op_table import PROMOTED_GRAY_ATEN, aten_names, resolve
 
-_AMP_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 CustomList = Iterable[str] | None
 
 
@@ -92,7 +92,7 @@ def amp_guard(
         raise TypeError("dtype should be a str ('float16' or 'bfloat16') or a torch.dtype, "
                         f"but got {type(dtype).__name__}.")
     dtype = _dtype_name(dtype)
-    if enable and dtype not in _AMP_DTYPES:
+    if enable and dtype not in AMP_DTYPES:
         raise ValueError("If enable amp, dtype should be 'float16' or 'bfloat16'.")
     if level != "O0" and white & black:  # Paddle checks this even when disabled
         raise ValueError("Custom white list overlap custom black list")
@@ -294,7 +294,7 @@ def _cached_config(
     # Every op a default list can govern gets its kernel now, before other threads may be
     # dispatching through the key: later registrations are then only for custom-list ops.
     op_interceptor.ensure_registered(_default_governed())
-    return op_interceptor.prepare(level, _AMP_DTYPES[dtype], use_promote, frozenset(white), frozenset(black))
+    return op_interceptor.prepare(level, AMP_DTYPES[dtype], use_promote, frozenset(white), frozenset(black))
 
 
 @functools.cache
