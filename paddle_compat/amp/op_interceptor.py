@@ -277,14 +277,10 @@ def _overload_name(op: torch._ops.OpOverload) -> str:
 
 
 def _kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]:
+    # C-level partials: no extra Python frame between the dispatcher and the kernel.
     if base in CONV_ATEN:
-        return _conv_kernel_for(op, base)
-    # A C-level partial: no extra Python frame between the dispatcher and _run.
+        return functools.partial(_conv_kernel, op._op, base, CONV_ATEN[base])
     return functools.partial(_run, op._op, base, base in X_ONLY_ATEN)
-
-
-def _conv_kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]:
-    return functools.partial(_conv_kernel, op._op, base, CONV_ATEN[base])
 
 
 def _conv_kernel(call: Callable[..., Any], base: str, spatial: int, *args: Any, **kwargs: Any) -> Any:
