@@ -80,7 +80,8 @@ _libraries: list[torch.library.Library] = []  # kept alive: dropping one would d
 _registered: set[str] = set()  # ATen base names with a list-key kernel
 _every_op_ready = False
 _guard_dtypes: dict[CastConfig, torch.dtype] = {}
-# Observers of each decision (operator-stats collection, benchmarks); called as f(op_name, dtype).
+# Observers of each decision (the auto_cast benchmark counts intercepted ops with one; operator-stats
+# collection does not use them); called as f(op_name, dtype).
 observers: list[Callable[[str, torch.dtype], None]] = []
 
 
