@@ -21,7 +21,7 @@ import torch
 from . import op_interceptor
 from ._args import check_flag
 from ._compile import eager_only
-from .amp_lists import LEVELS, black_list, effective_lists, white_list
+from .amp_lists import LEVELS, black_list, check_disjoint, effective_lists, white_list
 from .amp_state import amp_global_state
 from .cast_rule import AMP_DTYPES
 from .op_table import PROMOTED_GRAY_ATEN, aten_names, resolve
@@ -94,8 +94,8 @@ def amp_guard(
     dtype = _dtype_name(dtype)
     if enable and dtype not in AMP_DTYPES:
         raise ValueError("If enable amp, dtype should be 'float16' or 'bfloat16'.")
-    if level != "O0" and white & black:  # Paddle checks this even when disabled
-        raise ValueError("Custom white list overlap custom black list")
+    if level != "O0":  # Paddle checks this even when disabled
+        check_disjoint(white, black)
     config = None
     if enable and level != "O0":
         config = _cached_config(white, black, level, dtype, bool(use_promote) or level != "O2")
