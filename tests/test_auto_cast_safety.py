@@ -167,6 +167,16 @@ def test_auto_cast_decorates_functions():
     assert not amp.is_autocast_enabled()
 
 
+def test_a_decorated_function_may_be_called_again_and_recursively():
+    @amp.auto_cast(level="OD")
+    def depth(n):
+        inner = depth(n - 1) if n else []
+        return [torch.relu(torch.ones(1, dtype=F16)).dtype, *inner]
+
+    assert depth(2) == depth(1) + [F32] == [F32] * 3
+    assert not amp.is_autocast_enabled()
+
+
 # --- op names ---------------------------------------------------------------------------
 
 # Lists real Paddle code passes (PaddleNLP's trainer and llm configs, PaddleMIX, Paddle's own

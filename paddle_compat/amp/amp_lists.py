@@ -131,10 +131,20 @@ def effective_lists(
     black = set(black_list()[dtype][level])
     custom_white = set(custom_white_list or ())
     custom_black = set(custom_black_list or ())
-    if custom_white & custom_black:
-        raise ValueError("Custom white list overlap custom black list")
+    check_disjoint(custom_white, custom_black)
     black -= custom_white
     white |= custom_white
     white -= custom_black
     black |= custom_black
     return white, black
+
+
+def check_disjoint(custom_white: set[str] | frozenset[str], custom_black: set[str] | frozenset[str]) -> None:
+    """Raise Paddle's ``ValueError`` when a name is in both custom lists.
+
+    Args:
+        custom_white: the custom white list's names.
+        custom_black: the custom black list's names.
+    """
+    if custom_white & custom_black:
+        raise ValueError("Custom white list overlap custom black list")

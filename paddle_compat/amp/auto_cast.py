@@ -21,11 +21,11 @@ import torch
 from . import op_interceptor
 from ._args import check_flag
 from ._compile import eager_only
-from .amp_lists import LEVELS, black_list, effective_lists, white_list
+from .amp_lists import LEVELS, black_list, check_disjoint, effective_lists, white_list
 from .amp_state import amp_global_state
+from .cast_rule import AMP_DTYPES
 from .op_table import PROMOTED_GRAY_ATEN, aten_names, resolve
 
-_AMP_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 CustomList = Iterable[str] | None
 
 
@@ -50,9 +50,6 @@ class _AmpGuard(contextlib.ContextDecorator):
     @eager_only
     def __exit__(self, *exc_info: Any) -> None:
         op_interceptor.restore(_tokens.stack.pop())
-
-    def _recreate_cm(self) -> _AmpGuard:
-        return self
 
 
 class _TokenStack(threading.local):
@@ -95,10 +92,10 @@ def amp_guard(
         raise TypeError("dtype should be a str ('float16' or 'bfloat16') or a torch.dtype, "
                         f"but got {type(dtype).__name__}.")
     dtype = _dtype_name(dtype)
-    if enable and dtype not in _AMP_DTYPES:
+    if enable and dtype not in AMP_DTYPES:
         raise ValueError("If enable amp, dtype should be 'float16' or 'bfloat16'.")
-    if level != "O0" and white & black:  # Paddle checks this even when disabled
-        raise ValueError("Custom white list overlap custom black list")
+    if level != "O0":  # Paddle checks this even when disabled
+        check_disjoint(white, black)
     config = None
     if enable and level != "O0":
         config = _cached_config(white, black, level, dtype, bool(use_promote) or level != "O2")
@@ -204,7 +201,7 @@ def get_autocast_dtype(device_type: Any = None) -> str:
         'bfloat16'
     """
     config = op_interceptor.current()
-    return "float16" if config is None else str(config.amp_dtype).removeprefix("torch.")
+    return "float16" if config is None else _dtype_name(config.amp_dtype)
 
 
 get_autocast_cpu_dtype = get_autocast_dtype
@@ -297,7 +294,7 @@ def _cached_config(
     # Every op a default list can govern gets its kernel now, before other threads may be
     # dispatching through the key: later registrations are then only for custom-list ops.
     op_interceptor.ensure_registered(_default_governed())
-    return op_interceptor.prepare(level, _AMP_DTYPES[dtype], use_promote, frozenset(white), frozenset(black))
+    return op_interceptor.prepare(level, AMP_DTYPES[dtype], use_promote, frozenset(white), frozenset(black))
 
 
 @functools.cache

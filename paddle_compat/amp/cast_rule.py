@@ -11,8 +11,10 @@ from collections.abc import Iterable
 
 import torch
 
+# The low-precision dtypes an auto_cast or decorate may use, by Paddle's names.
+AMP_DTYPES: dict[str, torch.dtype] = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # Only these dtypes are ever cast; float64, integer, bool and complex inputs are left alone.
-CASTABLE: frozenset[torch.dtype] = frozenset({torch.float32, torch.float16, torch.bfloat16})
+CASTABLE: frozenset[torch.dtype] = frozenset({torch.float32, *AMP_DTYPES.values()})
 
 
 def dest_dtype(

@@ -20,12 +20,11 @@ import torch
 from torch import Tensor, nn
 
 from ._args import check_flag
+from .cast_rule import AMP_DTYPES
 from .master_grad import accumulate_into_main_grad, grad_of, main_grad_of, set_main_grad
 
-_LOW = (torch.float16, torch.bfloat16)
-_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-_SAVE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16,
-                "float32": torch.float32, "float64": torch.float64}
+_LOW = tuple(AMP_DTYPES.values())
+_SAVE_DTYPES = {**AMP_DTYPES, "float32": torch.float32, "float64": torch.float64}
 _ALWAYS_FP32 = (nn.modules.batchnorm._BatchNorm,)  # BatchNorm1d/2d/3d, SyncBatchNorm, lazy ones
 _FP32_FOR_FLOAT16 = (nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
 _MASTER_GRAD_HOOKED = "_paddle_compat_master_grad"
@@ -85,7 +84,7 @@ def decorate(
     if not isinstance(level, str) or level not in ("O1", "O2"):
         raise ValueError("level should be O1 or O2, O1 represent AMP train mode, "
                          "O2 represent Pure fp16 train mode.")
-    if not isinstance(dtype, str) or dtype not in _DTYPES:
+    if not isinstance(dtype, str) or dtype not in AMP_DTYPES:
         raise ValueError("dtype only support float16 or bfloat16.")
     if master_weight is not None:
         check_flag("master_weight", master_weight)
@@ -106,7 +105,7 @@ def decorate(
         "optimizers must be either a single optimizer or a list of optimizers.")
     kept = _excluded_modules(model_list, excluded_layers)
 
-    low = _DTYPES[dtype]
+    low = AMP_DTYPES[dtype]
     for model in model_list:
         for module in model.modules():
             if not _keeps_fp32(module, dtype, kept):

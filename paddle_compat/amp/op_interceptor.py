@@ -80,7 +80,8 @@ _libraries: list[torch.library.Library] = []  # kept alive: dropping one would d
 _registered: set[str] = set()  # ATen base names with a list-key kernel
 _every_op_ready = False
 _guard_dtypes: dict[CastConfig, torch.dtype] = {}
-# Observers of each decision (operator-stats collection, benchmarks); called as f(op_name, dtype).
+# Observers of each decision (the auto_cast benchmark counts intercepted ops with one; operator-stats
+# collection does not use them); called as f(op_name, dtype).
 observers: list[Callable[[str, torch.dtype], None]] = []
 
 
@@ -277,14 +278,10 @@ def _overload_name(op: torch._ops.OpOverload) -> str:
 
 
 def _kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]:
+    # C-level partials: no extra Python frame between the dispatcher and the kernel.
     if base in CONV_ATEN:
-        return _conv_kernel_for(op, base)
-    # A C-level partial: no extra Python frame between the dispatcher and _run.
+        return functools.partial(_conv_kernel, op._op, base, CONV_ATEN[base])
     return functools.partial(_run, op._op, base, base in X_ONLY_ATEN)
-
-
-def _conv_kernel_for(op: torch._ops.OpOverload, base: str) -> Callable[..., Any]:
-    return functools.partial(_conv_kernel, op._op, base, CONV_ATEN[base])
 
 
 def _conv_kernel(call: Callable[..., Any], base: str, spatial: int, *args: Any, **kwargs: Any) -> Any:
