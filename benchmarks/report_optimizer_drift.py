@@ -4,16 +4,16 @@ Each configuration trains the same small model for 60 steps three times (real Pa
 paddle_compat, and the closest torch.optim setup), every run closing its own loop (its gradients
 come from its own parameters), and reports how far the final parameters are from Paddle's:
 the largest distance in float32 ulps, how many of the 228 values differ, and the largest relative
-difference. A last table gives the cost of the exact rounding: the time of one optimizer step.
+difference. What the exact rounding costs per step is ``bench_optimizers.py``'s to measure (it
+times torch apart from Paddle, whose import slows torch's CPU ops in the same process).
 
-Run from the repository root:  python benchmarks/report_optimizer_drift.py [--timing]
-(needs the test dependencies: paddlepaddle==3.3.1). ``--timing`` prints only the last table.
+Run from the repository root:  python benchmarks/report_optimizer_drift.py
+(needs the test dependencies: paddlepaddle==3.3.1).
 """
 
 from __future__ import annotations
 
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -175,39 +175,5 @@ def drift_table() -> None:
         print(f"{name:34s} | {u:>12d} {d:>7d}{'':8s} | {tu:>12d} {td:>7d} {tr:>10.2e}")
 
 
-def step_cost(rounds: int = 15) -> None:
-    """Median time of one step, the optimizers measured in turn (interleaved) so that a change in
-    the machine's load touches them all alike."""
-    print(f"\nOne optimizer step on 1M float32 parameters (CPU, {torch.get_num_threads()} threads, median of "
-          f"{rounds} interleaved rounds; includes the exact rounding)")
-    makers = [
-        ("paddle_compat.optimizer.SGD", lambda ps: popt.SGD(0.01, parameters=ps)),
-        ("torch.optim.SGD", lambda ps: torch.optim.SGD(ps, lr=0.01)),
-        ("paddle_compat.optimizer.Momentum", lambda ps: popt.Momentum(0.01, parameters=ps)),
-        ("torch.optim.SGD(momentum=0.9)", lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9)),
-        ("paddle_compat.optimizer.Adam", lambda ps: popt.Adam(0.01, parameters=ps)),
-        ("torch.optim.Adam", lambda ps: torch.optim.Adam(ps, lr=0.01)),
-        ("paddle_compat.optimizer.AdamW", lambda ps: popt.AdamW(0.01, parameters=ps)),
-        ("torch.optim.AdamW", lambda ps: torch.optim.AdamW(ps, lr=0.01)),
-    ]
-    opts = []
-    for _, make in makers:
-        param = torch.nn.Parameter(torch.randn(1000, 1000))
-        param.grad = torch.randn(1000, 1000) * 0.01
-        opt = make([param])
-        opt.step()  # creates the state (and the kernels' scratch buffers)
-        opts.append(opt)
-    times: list[list[float]] = [[] for _ in makers]
-    for _ in range(rounds):
-        for opt, spent in zip(opts, times):
-            start = time.perf_counter()
-            opt.step()
-            spent.append(time.perf_counter() - start)
-    for (name, _), spent in zip(makers, times):
-        print(f"  {name:34s} {sorted(spent)[len(spent) // 2] * 1e3:8.2f} ms")
-
-
 if __name__ == "__main__":
-    if "--timing" not in sys.argv[1:]:
-        drift_table()
-    step_cost()
+    drift_table()
