@@ -230,6 +230,81 @@ def test_the_update_is_not_recorded_and_grad_mode_comes_back(cls: type, layout: 
     assert torch.is_grad_enabled()
 
 
+# --- torch.optim's step hooks and profiler range ---------------------------------------------------
+def _count_hooks(opt: torch.optim.Optimizer, calls: list[str]) -> list:
+    """Register the four kinds of torch.optim step hook on ``opt``; each appends its name to ``calls``."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    return [
+        opt.register_step_pre_hook(lambda o, args, kwargs: calls.append("pre")),
+        opt.register_step_post_hook(lambda o, args, kwargs: calls.append("post")),
+        register_optimizer_step_pre_hook(lambda o, args, kwargs: calls.append("global pre") if o is opt else None),
+        register_optimizer_step_post_hook(lambda o, args, kwargs: calls.append("global post") if o is opt else None),
+    ]
+
+
+def _with_own_step(cls: type) -> type:
+    """A user's subclass with a step of its own that ends in ours: torch.optim wraps that one."""
+
+    def step(self, closure=None):
+        return cls.step(self, closure)
+
+    return type(f"Own{cls.__name__}", (cls,), {"step": step})
+
+
+@pytest.mark.parametrize("make", ["plain", "own step", "decorated"])
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_step_hooks_run_once_per_step(cls: type, make: str) -> None:
+    from paddle_compat import amp
+
+    params = _params()
+    opt = (_with_own_step(cls) if make == "own step" else cls)(0.1, parameters=params)
+    if make == "decorated":  # decorate mixes a step of its own in after torch.optim has patched the class
+        _, opt = amp.decorate(torch.nn.Linear(2, 2), opt, level="O2", master_weight=True)
+    calls: list[str] = []
+    handles = _count_hooks(opt, calls)
+    try:
+        _set_grads(params, 0)
+        before = params[0].detach().clone()
+        opt.step()
+        assert calls == ["global pre", "pre", "post", "global post"]
+        assert not torch.equal(params[0].detach(), before)
+    finally:
+        for h in handles:
+            h.remove()
+    opt.step()
+    assert len(calls) == 4
+
+
+def test_a_pre_hook_may_replace_the_step_arguments() -> None:
+    params = _params()
+    opt = popt.SGD(0.1, parameters=params)
+    _set_grads(params, 0)
+    opt.register_step_pre_hook(lambda o, args, kwargs: (args, {"closure": lambda: torch.tensor(7.0)}))
+    assert opt.step().item() == 7.0
+
+
+def test_the_profiler_sees_the_step_and_a_plain_step_opens_no_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    params = _params()
+    opt = popt.Adam(0.1, parameters=params)
+    _set_grads(params, 0)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        opt.step()
+    assert "Optimizer.step#Adam.step" in {e.name for e in prof.events()}
+
+    def no_range(name: str) -> None:
+        raise AssertionError(f"a step with no profiler and no hook opened the range {name}")
+
+    monkeypatch.setattr(torch.autograd.profiler, "record_function", no_range)
+    opt.step()
+    handle = opt.register_step_post_hook(lambda o, args, kwargs: None)
+    with pytest.raises(AssertionError, match="opened the range Optimizer.step#Adam.step"):
+        opt.step()  # with a hook, torch.optim's wrapper runs, range and all
+    handle.remove()
+
+
 def test_step_closure_and_minimize() -> None:
     a, b = _params()
     opt = popt.SGD(0.1, parameters=[a, b])
