@@ -360,6 +360,10 @@ def test_master_grad_without_master_weights_trains_a_torch_optimizer(use_scaler)
     else:
         opt.step()
     torch.testing.assert_close(model.weight.float(), before.float() - 0.1 * 4.0, atol=1e-3, rtol=0)
+    main_grad = model.weight.main_grad
+    opt.zero_grad(set_to_none=False)  # torch's choice: zeroed in place, main_grad as .grad
+    assert model.weight.main_grad is main_grad and torch.count_nonzero(main_grad) == 0
+    assert torch.count_nonzero(model.weight.grad) == 0
     opt.zero_grad()
     assert model.weight.main_grad is None and model.weight.grad is None
 

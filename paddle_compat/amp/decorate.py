@@ -303,7 +303,7 @@ class MainGradMixin(_Mixin):
     Paddle's optimizer kernels step low-precision parameters with float32 gradients directly;
     torch optimizers need a gradient of the parameter's dtype. So before each step every
     low-precision parameter with a ``main_grad`` (accumulated in float32) gets it as ``.grad``,
-    rounded to its dtype; ``zero_grad`` clears ``main_grad`` too.
+    rounded to its dtype; ``zero_grad`` clears ``main_grad`` too, as it clears ``.grad``.
     """
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -312,12 +312,17 @@ class MainGradMixin(_Mixin):
         return super().step(_closure_then(closure, self._load_main_grads))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the grads and every ``main_grad``."""
+        """Clear the grads and every ``main_grad`` the same way: drop them, or zero them in place."""
         super().zero_grad(set_to_none)
         for group in self.param_groups:
             for param in group["params"]:
-                if main_grad_of(param) is not None:
+                main = main_grad_of(param)
+                if main is None:
+                    continue
+                if set_to_none:
                     set_main_grad(param, None)
+                else:
+                    main.zero_()
 
     def _load_main_grads(self) -> None:
         for group in self.param_groups:
