@@ -305,6 +305,43 @@ def test_the_profiler_sees_the_step_and_a_plain_step_opens_no_range(monkeypatch:
     handle.remove()
 
 
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_zero_grad_does_what_torch_optims_does(set_to_none: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    ours, theirs = _params(), _params()
+    for params in (ours, theirs):
+        _set_grads(params, 0)
+        params[0].grad = params[0].grad.clone().requires_grad_()  # a grad that tracks its own graph
+        params[1].grad = params[1].grad * torch.ones((), requires_grad=True)  # one with a grad_fn
+    grads = [p.grad for p in ours]
+
+    def no_range(name: str) -> None:
+        raise AssertionError(f"zero_grad with no profiler opened the range {name}")
+
+    monkeypatch.setattr(torch.autograd.profiler, "record_function", no_range)
+    popt.SGD(0.1, parameters=ours).zero_grad(set_to_none)
+    monkeypatch.undo()
+    torch.optim.SGD(theirs, lr=0.1).zero_grad(set_to_none)
+    for mine, torchs, before in zip(ours, theirs, grads):
+        if set_to_none:
+            assert mine.grad is None and torchs.grad is None
+        else:
+            assert mine.grad is before and torch.equal(mine.grad, torchs.grad)
+            assert torch.count_nonzero(mine.grad) == 0
+            assert (mine.grad.requires_grad, mine.grad.grad_fn) == (torchs.grad.requires_grad, torchs.grad.grad_fn)
+
+
+def test_the_profiler_sees_zero_grad() -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    params = _params()
+    opt = popt.Momentum(0.1, parameters=params)
+    _set_grads(params, 0)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        opt.zero_grad()
+    assert "Optimizer.zero_grad#Momentum.zero_grad" in {e.name for e in prof.events()}
+    assert all(p.grad is None for p in params)
+
+
 def test_step_closure_and_minimize() -> None:
     a, b = _params()
     opt = popt.SGD(0.1, parameters=[a, b])
