@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -284,15 +285,20 @@ def test_a_pre_hook_may_replace_the_step_arguments() -> None:
     assert opt.step().item() == 7.0
 
 
-def test_the_profiler_sees_the_step_and_a_plain_step_opens_no_range(monkeypatch: pytest.MonkeyPatch) -> None:
+def _profiled(run: Callable[[], object]) -> set[str]:
+    """The names of the events torch's profiler records while ``run()`` runs."""
     from torch.profiler import ProfilerActivity, profile
 
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    return {e.name for e in prof.events()}
+
+
+def test_the_profiler_sees_the_step_and_a_plain_step_opens_no_range(monkeypatch: pytest.MonkeyPatch) -> None:
     params = _params()
     opt = popt.Adam(0.1, parameters=params)
     _set_grads(params, 0)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        opt.step()
-    assert "Optimizer.step#Adam.step" in {e.name for e in prof.events()}
+    assert "Optimizer.step#Adam.step" in _profiled(opt.step)
 
     def no_range(name: str) -> None:
         raise AssertionError(f"a step with no profiler and no hook opened the range {name}")
@@ -331,14 +337,10 @@ def test_zero_grad_does_what_torch_optims_does(set_to_none: bool, monkeypatch: p
 
 
 def test_the_profiler_sees_zero_grad() -> None:
-    from torch.profiler import ProfilerActivity, profile
-
     params = _params()
     opt = popt.Momentum(0.1, parameters=params)
     _set_grads(params, 0)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        opt.zero_grad()
-    assert "Optimizer.zero_grad#Momentum.zero_grad" in {e.name for e in prof.events()}
+    assert "Optimizer.zero_grad#Momentum.zero_grad" in _profiled(opt.zero_grad)
     assert all(p.grad is None for p in params)
 
 
