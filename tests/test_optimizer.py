@@ -344,6 +344,33 @@ def test_the_profiler_sees_zero_grad() -> None:
     assert all(p.grad is None for p in params)
 
 
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_torch_compile_runs_the_update_eagerly_with_the_same_bits(cls: type) -> None:
+    """A compiled training step breaks its graph at the update and nowhere inside it (Dynamo
+    cannot trace the kernels' ctypes calls or the plans keyed on addresses), and steps as eager."""
+    import torch._dynamo
+
+    def train_step(x: torch.Tensor, model: torch.nn.Module, opt: popt.Optimizer) -> torch.Tensor:
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        return loss
+
+    torch._dynamo.reset()
+    models = [torch.nn.Linear(4, 3) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [cls(0.1, parameters=list(m.parameters())) for m in models]
+    compiled = torch.compile(train_step, backend="eager")
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    for _ in range(3):
+        compiled(x, models[0], opts[0])
+        train_step(x, models[1], opts[1])
+    assert all(_same(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
+    reasons = [str(b.reason).splitlines()[0] for b in torch._dynamo.explain(train_step)(x, models[0], opts[0]).break_reasons]
+    assert reasons and all("backward" in r for r in reasons), reasons
+
+
 def test_step_closure_and_minimize() -> None:
     a, b = _params()
     opt = popt.SGD(0.1, parameters=[a, b])

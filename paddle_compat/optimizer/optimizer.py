@@ -38,6 +38,7 @@ from torch import Tensor
 
 from .. import _native, _numerics
 from ..amp._args import user_stacklevel
+from ..amp.compile_boundary import never_traced
 from ..amp.master_grad import grad_of, main_grad_of, set_main_grad
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
@@ -358,7 +359,8 @@ class Optimizer(torch.optim.Optimizer):
         """Apply clip -> regularization -> update to every parameter that has a gradient.
 
         torch.optim's step hooks run, and the step shows as a profiler range, as for torch's
-        optimizers; see ``_watched``.
+        optimizers; see ``_watched``. ``torch.compile`` does not trace the update: a compiled
+        function that calls ``step`` breaks its graph there and updates eagerly (``_apply_optimize``).
         """
         if _watched(self):
             # the hooks see the arguments given: none for step()
@@ -394,9 +396,16 @@ class Optimizer(torch.optim.Optimizer):
             selected = every - excluded
         return None, self._apply_optimize(selected)
 
+    @never_traced
     def _apply_optimize(self, selected: set[int] | None) -> ParamsGrads:
         """One step over the selected parameters; returns their ``(param, grad)`` pairs as
-        Paddle's ``minimize`` does (the gradients before clipping, unscaled)."""
+        Paddle's ``minimize`` does (the gradients before clipping, unscaled).
+
+        Never traced by ``torch.compile``: the step calls compiled C kernels through ``ctypes``
+        and keeps host-side plans keyed on tensor addresses, which Dynamo can neither trace nor
+        guard on (it broke the graph several times inside the step and re-ran the bookkeeping in
+        pieces). Graph break once, run eagerly, as around torch's GradScaler.
+        """
         # Autograd must not record the update. This is the switch torch.no_grad() sets, set
         # directly: its Python context manager costs as much as the rest of a small step's
         # bookkeeping.
