@@ -223,24 +223,19 @@ class HybridCommunicateGroup:
         self.is_first_stage = self.stage_id == 0
         self.is_last_stage = self.stage_id == topology.get_dim("pipe") - 1
 
-        # This rank's group (and its ranks) on each axis, created in the same order on every rank.
-        self._group_ranks: dict[str, list[int]] = {}
+        # This rank's group on each axis, created in the same order on every rank.
         self._group: dict[str, Any] = {}
         for axis in ("pipe", "data", "model", "sharding", "sep"):
             if axis != "sep" or topology.get_dim("sep") > 1:  # as Paddle: sep only when used
-                self._group_ranks[axis], self._group[axis] = self._axis_group(topology.get_comm_list(axis))
-        # Paddle's check group (inf/NaN, global norm): every rank with this rank's dp index.
-        _, self._check_comm_group = self._axis_group(
-            [topology.get_axis_list("data", i) for i in range(topology.get_dim("data"))]
-        )
-        self.sharding_check_comm_group = None
-        if topology.get_dim("sharding") > 1:
-            _, self.sharding_check_comm_group = self._axis_group(
-                [topology.get_axis_list("sharding", i) for i in range(topology.get_dim("sharding"))]
-            )
+                self._group[axis] = self._axis_group(topology.get_comm_list(axis))
+        # Paddle's check groups (inf/NaN, global norm): every rank with this rank's dp (sharding) index.
+        self._check_comm_group = self._across("data")
+        self.sharding_check_comm_group = self._across("sharding") if topology.get_dim("sharding") > 1 else None
 
-    def _axis_group(self, rank_lists: list[list[int]]) -> tuple[list[int], Any]:
-        mine: tuple[list[int], Any] | None = None
+    def _axis_group(self, rank_lists: list[list[int]]) -> Any:
+        """The process group of the list holding this rank. Every list's group is created: that is
+        a collective call, so every rank creates them all, in the same order."""
+        mine = None
         for ranks in rank_lists:
             key = tuple(ranks)
             if key not in self._groups:
@@ -249,9 +244,17 @@ class HybridCommunicateGroup:
                 else:
                     self._groups[key] = dist.new_group(list(key), timeout=self._timeout)
             if self.global_rank in key:
-                mine = (list(key), self._groups[key])
+                mine = self._groups[key]
         assert mine is not None  # the lists cover every rank
         return mine
+
+    def _across(self, axis: str) -> Any:
+        """The group of every rank with this rank's index on ``axis``."""
+        return self._axis_group([self._topo.get_axis_list(axis, i) for i in range(self._topo.get_dim(axis))])
+
+    def _first_on(self, axis: str) -> int:
+        """The global rank of the first member of this rank's group on ``axis`` (index 0 there)."""
+        return self._topo.get_rank_from_stage(self.global_rank, **{axis: 0})
 
     def get_parallel_mode(self) -> int | None:
         """The ``ParallelMode`` by Paddle's rule: pipeline > tensor > segment > sharding > data;
@@ -291,7 +294,7 @@ class HybridCommunicateGroup:
 
     def get_data_parallel_group_src_rank(self) -> int:
         """The global rank of that group's first member (e.g. a broadcast's source)."""
-        return self._group_ranks["data"][0]
+        return self._first_on("data")
 
     # model (tensor) parallel
     def get_model_parallel_rank(self) -> int:
@@ -308,7 +311,7 @@ class HybridCommunicateGroup:
 
     def get_model_parallel_group_src_rank(self) -> int:
         """The global rank of that group's first member."""
-        return self._group_ranks["model"][0]
+        return self._first_on("model")
 
     # pipeline parallel
     def get_stage_id(self) -> int:
@@ -351,7 +354,7 @@ class HybridCommunicateGroup:
 
     def get_sharding_parallel_group_src_rank(self) -> int:
         """The global rank of that group's first member."""
-        return self._group_ranks["sharding"][0]
+        return self._first_on("sharding")
 
     # segment (sequence) parallel: only when its degree is above 1, as in Paddle
     def get_sep_parallel_rank(self) -> int:
