@@ -27,13 +27,13 @@ import torch  # noqa: E402
 
 import paddle_compat.nn as pnn  # noqa: E402
 import paddle_compat.optimizer as popt  # noqa: E402
+from paddle_compat.parity._arrays import ulp_distance  # noqa: E402
 from tests.parity.test_optimizer_parity import (  # noqa: E402
     OVERFLOW_STEPS,
     SHAPES,
     OursSide,
     PaddleSide,
     Side,
-    bits,
     initial_values,
 )
 
@@ -150,7 +150,7 @@ def _distance(mine: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> tuple[
     ulps, differing, rel = 0, 0, 0.0
     for n in SHAPES:
         a, b = mine[n], ref[n]
-        d = np.abs(bits(a).astype(np.int64) - bits(b).astype(np.int64))
+        d = ulp_distance(a, b, "float32")
         ulps, differing = max(ulps, int(d.max())), differing + int((d != 0).sum())
         rel = max(rel, float((np.abs(a - b) / np.maximum(np.abs(b), 1e-30)).max()))
     return ulps, differing, rel

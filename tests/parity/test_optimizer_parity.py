@@ -22,6 +22,7 @@ import torch
 import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
 from paddle_compat.amp import GradScaler
+from paddle_compat.parity._arrays import ulp_distance
 from paddle_compat.regularizer import L1Decay, L2Decay
 
 from .paddle_oracle import bits, paddle_scaler
@@ -47,7 +48,8 @@ def initial_values(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def max_ulps(a: np.ndarray, b: np.ndarray) -> int:
-    return int(np.abs(bits(a).astype(np.int64) - bits(b).astype(np.int64)).max())
+    """The largest distance in float32 ulps (across zero too)."""
+    return int(ulp_distance(a, b, "float32").max())
 
 
 # --- the two sides --------------------------------------------------------------------------------
