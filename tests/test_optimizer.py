@@ -336,6 +336,27 @@ def test_zero_grad_does_what_torch_optims_does(set_to_none: bool, monkeypatch: p
             assert (mine.grad.requires_grad, mine.grad.grad_fn) == (torchs.grad.requires_grad, torchs.grad.grad_fn)
 
 
+@pytest.mark.parametrize("profiling", [False, True])
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_zero_grad_clears_main_grad_as_clear_grad_does(set_to_none: bool, profiling: bool) -> None:
+    """A float32 main_grad left by zero_grad would be added to by the next backward."""
+    params = _params(torch.bfloat16)
+    opt = popt.AdamW(0.1, parameters=params, multi_precision=True)
+    _set_grads(params, 0)
+    for p in params:
+        p.main_grad = p.grad.float()
+    mains = [p.main_grad for p in params]
+    if profiling:
+        _profiled(lambda: opt.zero_grad(set_to_none))
+    else:
+        opt.zero_grad(set_to_none)
+    for p, main in zip(params, mains):
+        if set_to_none:
+            assert p.grad is None and p.main_grad is None
+        else:
+            assert p.main_grad is main and torch.count_nonzero(main) == 0 and torch.count_nonzero(p.grad) == 0
+
+
 def test_the_profiler_sees_zero_grad() -> None:
     params = _params()
     opt = popt.Momentum(0.1, parameters=params)

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ._args import check_flag
 from .cast_rule import AMP_DTYPES
-from .master_grad import accumulate_into_main_grad, grad_of, main_grad_of, set_main_grad
+from .master_grad import accumulate_into_main_grad, clear_grads, grad_of, main_grad_of
 
 _LOW = tuple(AMP_DTYPES.values())
 _SAVE_DTYPES = {**AMP_DTYPES, "float32": torch.float32, "float64": torch.float64}
@@ -239,15 +239,10 @@ class MasterWeightMixin(_Mixin):
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the grads of the masters and of the low-precision params (``main_grad`` too)."""
+        """Clear the grads of the masters and of the low-precision params (``main_grad`` too), the same way."""
         super().zero_grad(set_to_none)
         for param, _ in self._master_pairs or ():
-            if set_to_none or param.grad is None:
-                param.grad = None
-            else:
-                param.grad.zero_()
-            if main_grad_of(param) is not None:
-                set_main_grad(param, None)
+            clear_grads(param, set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state dict, plus the masters under ``"master_weights"``."""
@@ -316,13 +311,7 @@ class MainGradMixin(_Mixin):
         super().zero_grad(set_to_none)
         for group in self.param_groups:
             for param in group["params"]:
-                main = main_grad_of(param)
-                if main is None:
-                    continue
-                if set_to_none:
-                    set_main_grad(param, None)
-                else:
-                    main.zero_()
+                clear_grads(param, set_to_none)
 
     def _load_main_grads(self) -> None:
         for group in self.param_groups:

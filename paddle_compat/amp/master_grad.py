@@ -90,3 +90,39 @@ def accumulate_into_main_grad(param: Tensor) -> None:
     main = main_grad_of(param)
     set_main_grad(param, grad if main is None else main.add_(grad))
     param.grad = None
+
+
+def clear_grads(param: Tensor, set_to_none: bool) -> None:
+    """Clear ``param.grad`` and ``param.main_grad`` the same way: drop them, or detach them
+    from any graph and zero them in place (torch.optim's ``zero_grad(set_to_none=False)``).
+
+    Args:
+        param: a parameter.
+        set_to_none: drop the gradients instead of zeroing them.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp.master_grad import clear_grads
+        >>> p = torch.nn.Parameter(torch.ones(2, dtype=torch.float16))
+        >>> p.grad, p.main_grad = torch.ones(2, dtype=torch.float16), torch.ones(2)
+        >>> clear_grads(p, set_to_none=False)
+        >>> p.grad.tolist(), p.main_grad.tolist()
+        ([0.0, 0.0], [0.0, 0.0])
+    """
+    grad = param.grad
+    if grad is not None:
+        if set_to_none:
+            param.grad = None
+        else:
+            if grad.grad_fn is not None:
+                grad.detach_()
+            else:
+                grad.requires_grad_(False)
+            grad.zero_()
+    main = main_grad_of(param)
+    if main is not None:
+        if set_to_none:
+            set_main_grad(param, None)
+        else:
+            main.zero_()

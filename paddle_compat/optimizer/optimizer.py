@@ -39,7 +39,7 @@ from torch import Tensor
 from .. import _native, _numerics
 from ..amp._args import user_stacklevel
 from ..amp.compile_boundary import never_traced
-from ..amp.master_grad import grad_of, main_grad_of, set_main_grad
+from ..amp.master_grad import clear_grads, grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
@@ -394,12 +394,13 @@ class Optimizer(torch.optim.Optimizer):
             excluded = {id(p) for p in no_grad_set}
             every = selected if selected is not None else {id(p) for g in self.param_groups for p in g["params"]}
             selected = every - excluded
-        return None, self._apply_optimize(selected)
+        return None, [pair for _, pairs in self._apply_optimize(selected) for pair in pairs]
 
     @never_traced
-    def _apply_optimize(self, selected: set[int] | None) -> ParamsGrads:
-        """One step over the selected parameters; returns their ``(param, grad)`` pairs as
-        Paddle's ``minimize`` does (the gradients before clipping, unscaled).
+    def _apply_optimize(self, selected: set[int] | None) -> list[tuple[dict[str, Any], ParamsGrads]]:
+        """One step over the selected parameters; returns each group stepped with its
+        ``(param, grad)`` pairs (the gradients before clipping, unscaled: what Paddle's
+        ``minimize`` returns).
 
         Never traced by ``torch.compile``: the step calls compiled C kernels through ``ctypes``
         and keeps host-side plans keyed on tensor addresses, which Dynamo can neither trace nor
@@ -427,7 +428,7 @@ class Optimizer(torch.optim.Optimizer):
             if not skip:
                 for group, pairs in work:
                     self._step_group(group, pairs, device_flag)
-            return [pair for _, pairs in work for pair in pairs]
+            return work
         finally:
             torch._C._set_grad_enabled(grad_enabled)
 
@@ -697,43 +698,23 @@ class Optimizer(torch.optim.Optimizer):
         """
         for group in self.param_groups:
             for p in group["params"]:
-                if not p.requires_grad:
-                    continue
-                if p.grad is not None:
-                    if set_to_zero:
-                        p.grad.detach_()
-                        p.grad.zero_()
-                    else:
-                        p.grad = None
-                main_grad = main_grad_of(p)
-                if main_grad is not None:
-                    if set_to_zero:
-                        main_grad.zero_()
-                    else:
-                        set_main_grad(p, None)
+                if p.requires_grad:
+                    clear_grads(p, set_to_none=not set_to_zero)
 
     clear_gradients = clear_grad
 
+    @never_traced  # as torch.optim's
     def zero_grad(self, set_to_none: bool = True) -> None:
         """torch.optim's ``zero_grad``: drop the gradients, or with ``set_to_none=False`` detach and
-        zero them in place. torch.optim opens a profiler range at every call, which costs about
-        100 µs a step on cold caches; here it opens only while a profiler records."""
-        if torch.autograd._profiler_enabled():
-            super().zero_grad(set_to_none)
-            return
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = p.grad
-                if grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                    continue
-                if grad.grad_fn is not None:
-                    grad.detach_()
-                else:
-                    grad.requires_grad_(False)
-                grad.zero_()
+        zero them in place; a ``main_grad`` too (torch's knows none: it would accumulate across
+        steps). torch.optim opens its profiler range at every call, about 100 µs a step on cold
+        caches; here the same range opens only while a profiler records."""
+        with torch.autograd.profiler.record_function(self._zero_grad_profile_name) if (
+            torch.autograd._profiler_enabled()
+        ) else contextlib.nullcontext():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    clear_grads(p, set_to_none)
 
     # --- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
