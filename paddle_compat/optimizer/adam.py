@@ -13,7 +13,7 @@ from .. import _native, _numerics
 from .._numerics import fma, fma_into, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
 from . import _multi_tensor
-from .optimizer import Optimizer, compute_dtype, kernels_take, round_to
+from .optimizer import Optimizer, _Item, compute_dtype, kernels_take, round_to
 
 __all__ = ["Adam"]
 
@@ -93,7 +93,7 @@ class Adam(Optimizer):
         return None, lr
 
     def _compiled_row(
-        self, item: tuple[Any, ...], group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         p, g, state, master = item
         value = master if master is not None else p

@@ -13,7 +13,7 @@ from .. import _native, _numerics
 from .._numerics import fma
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
-from .optimizer import Optimizer, kernels_take, round_to
+from .optimizer import Optimizer, _Item, kernels_take, round_to
 
 __all__ = ["Momentum"]
 
@@ -76,7 +76,7 @@ class Momentum(Optimizer):
         state["velocity"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
 
     def _compiled_row(
-        self, item: tuple[Any, ...], group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         p, g, state, master = item
         value, velocity = master if master is not None else p, state["velocity"]

@@ -864,11 +864,11 @@ def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Te
     ``grad`` at rate ``lr``, with ``tensors`` beside it: all dense, of ``value``'s size, on its
     device (the CPU for the compiled kernels), in dtypes the kernels compute with."""
     if gpu:
-        return _dense_like(value, grad, *tensors) and gpu_dtypes(value, grad, lr)
-    return _dense_cpu(value.numel(), value, grad, *tensors) and native_dtypes(value, grad)
+        return _dense_like(value, grad, *tensors) and _gpu_dtypes(value, grad, lr)
+    return _dense_cpu(value.numel(), value, grad, *tensors) and _native_dtypes(value, grad)
 
 
-def native_dtypes(value: Tensor, grad: Tensor) -> bool:
+def _native_dtypes(value: Tensor, grad: Tensor) -> bool:
     """Whether the compiled kernels take this pair of dtypes: float64 with float64, else a
     float32/bfloat16/float16 value with a float32/bfloat16/float16 gradient."""
     if value.dtype == torch.float64:
@@ -876,7 +876,7 @@ def native_dtypes(value: Tensor, grad: Tensor) -> bool:
     return value.dtype in _native.DTYPE and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
 
 
-def gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
+def _gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
     """Whether the GPU kernels take this pair and rate: they compute in float32 (a float32 value,
     the parameter or its master weight), on a float32/bfloat16/float16 gradient, with a float32 rate."""
     return (

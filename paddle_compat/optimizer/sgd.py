@@ -11,7 +11,7 @@ from torch import Tensor
 from .. import _native, _numerics
 from .._numerics import fma
 from . import _multi_tensor
-from .optimizer import Optimizer, compute_dtype, kernels_take
+from .optimizer import Optimizer, _Item, compute_dtype, kernels_take
 
 __all__ = ["SGD"]
 
@@ -41,7 +41,7 @@ class SGD(Optimizer):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name)
 
     def _compiled_row(
-        self, item: tuple[Any, ...], group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         p, g, _, master = item
         value = master if master is not None else p
