@@ -316,6 +316,7 @@ def optimizer_state_to_torch(
 
         opt.load_state_dict(optimizer_state_to_torch("model.pdopt", opt, model, "model.pdparams"))
     """
+    target = _target_format(optimizer)  # refuses an optimizer with no counterpart before any work
     raw = pdio.load(state) if isinstance(state, (str, os.PathLike)) else dict(state)
     lr_state = raw.pop("LR_Scheduler", None)
     masters_raw = raw.pop("master_weights", None) or {}
@@ -358,7 +359,6 @@ def optimizer_state_to_torch(
                 raise ValueError(f"Paddle holds {acc} for {key!r}, which the optimizer does not optimize")
             per_param.setdefault(id(p), {})[acc] = value
 
-    target = _target_format(optimizer)
     new_state = {}
     for pid, accs in per_param.items():
         new_state[index[pid]] = target(accs, groups[pid], steps)

@@ -20,6 +20,7 @@ replaced by a function that accepts nothing else. Any other global, or a persist
 from __future__ import annotations
 
 import collections
+import functools
 import importlib
 import io
 import os
@@ -39,6 +40,7 @@ class UnsafePickleError(pickle.UnpicklingError):
     """The file asks for something a Paddle checkpoint never contains; nothing of it was run."""
 
 
+@functools.cache  # called for every array and scalar unpickled
 def _multiarray(name: str) -> Any:
     """A function of numpy's ``multiarray`` module (``numpy._core`` from numpy 2, ``numpy.core`` before)."""
     try:
