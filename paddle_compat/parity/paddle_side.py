@@ -24,7 +24,7 @@ from ..amp.master_grad import grad_of
 from ._arrays import copy_of
 from .convert import NameMap, Plan, paddle_to_torch, torch_to_paddle
 
-__all__ = ["copy_grads", "copy_params", "copy_params_to_paddle", "gpu_unscale_semantics", "scaler", "set_amp_dtype"]
+__all__ = ["copy_grads", "copy_params", "copy_params_to_paddle", "enabled_scaler", "gpu_unscale_semantics", "scaler", "set_amp_dtype"]
 
 
 class _GpuPlace:
@@ -73,10 +73,25 @@ def scaler(cls: str = "GradScaler", **kwargs: Any) -> Any:
 
         pscaler = paddle_side.scaler(init_loss_scaling=2.0**24, incr_every_n_steps=20)
     """
-    grad_scaler = importlib.import_module("paddle.amp.grad_scaler")
+    made = enabled_scaler(cls, **kwargs)
+    set_amp_dtype("float16")  # read by the scaler's scale(), not by its constructor
+    return made
+
+
+def enabled_scaler(cls: str, **kwargs: Any) -> Any:
+    """:func:`scaler` without recording an AMP dtype (for callers that set their own).
+
+    Args:
+        cls: ``"GradScaler"`` or ``"AmpScaler"``.
+        **kwargs: the scaler's arguments.
+
+    Example::
+
+        pscaler = paddle_side.enabled_scaler("AmpScaler", init_loss_scaling=1024.0)
+    """
     if cls not in ("GradScaler", "AmpScaler"):
         raise ValueError(f"cls must be 'GradScaler' or 'AmpScaler', got {cls!r}")
-    set_amp_dtype("float16")
+    grad_scaler = importlib.import_module("paddle.amp.grad_scaler")
     with mock.patch.object(grad_scaler, "_dygraph_tracer", lambda: _Tracer()):
         return getattr(grad_scaler, cls)(**kwargs)
 

@@ -7,7 +7,6 @@ scaler's constructor believe it runs on a GPU place; every kernel then runs on C
 
 from __future__ import annotations
 
-import importlib
 
 import numpy as np
 import paddle  # noqa: F401  (a test dependency; paddle_compat itself never imports it)
@@ -18,19 +17,10 @@ from paddle_compat.parity._arrays import array_of
 # The parity kit's stand-ins for a GPU place and a tracer on it (for the auto_cast oracles too).
 _FakeGpuPlace, _FakeTracer = paddle_side._GpuPlace, paddle_side._Tracer
 
-# ``paddle.amp.auto_cast`` the attribute is the function, which shadows the submodule of the
-# same name for ``import paddle.amp.auto_cast as ...``; fetch the module itself.
-_paddle_auto_cast = importlib.import_module("paddle.amp.auto_cast")
-
-
 def paddle_scaler(cls: str = "GradScaler", **kwargs):
-    """A real, enabled ``paddle.amp.GradScaler`` or ``AmpScaler`` running on CPU (the parity kit's
-    ``paddle_side.scaler``: only its constructor is shown a GPU place)."""
-    state = _paddle_auto_cast.amp_global_state()
-    recorded = state.amp_dtype
-    scaler = paddle_side.scaler(cls, **kwargs)
-    state.amp_dtype = recorded  # the kit records float16 for scripts; each test sets its own
-    return scaler
+    """A real, enabled ``paddle.amp.GradScaler`` or ``AmpScaler`` running on CPU (only its
+    constructor is shown a GPU place). Records no AMP dtype: each test sets its own."""
+    return paddle_side.enabled_scaler(cls, **kwargs)
 
 
 def set_paddle_amp_dtype(dtype: str) -> None:
