@@ -39,8 +39,10 @@ def _paddle_step(pscaler, popt) -> None:
     popt.clear_grad()
 
 
-def _assert_same(scale: float, skipped: int, counts, pscaler, pskipped, tparams, pparams, label) -> None:
-    psd = pscaler.state_dict()
+def _assert_same(ours, pscaler, pskipped, tparams, pparams, label) -> None:
+    """``ours`` (a paddle_compat GradScaler) and Paddle's scaler agree; so do the parameters."""
+    sd, psd = ours.state_dict(), pscaler.state_dict()
+    scale, skipped, counts = ours.get_scale(), ours.get_skipped_steps(), (sd["incr_count"], sd["decr_count"])
     assert scale == float(psd["scale"][0]), f"{label}: scale {scale} vs Paddle {float(psd['scale'][0])}"
     assert counts == (psd["incr_count"], psd["decr_count"]), f"{label}: counters"
     assert skipped == pskipped, f"{label}: skipped steps"
@@ -62,9 +64,7 @@ def test_paddle_2x_defaults_train_like_paddle_given_those_defaults():
         opt.clear_grad()
         _paddle_step(pscaler, popt)
         pskipped += bool(pscaler._cache_found_inf)
-        sd = ours.state_dict()
-        _assert_same(ours.get_scale(), ours.get_skipped_steps(), (sd["incr_count"], sd["decr_count"]),
-                     pscaler, pskipped, tparams, pparams, f"step {i}")
+        _assert_same(ours, pscaler, pskipped, tparams, pparams, f"step {i}")
 
 
 @pytest.mark.parametrize("max_loss_scale", [2.0**24, 2.0**17])
@@ -93,6 +93,4 @@ def test_apex_scale_loss_trains_like_paddle_given_apexs_policy(max_loss_scale):
         # apex caps growth at max_loss_scale, which Paddle has no notion of
         pscale = min(float(pscaler.state_dict()["scale"][0]), max_loss_scale)
         pscaler.load_state_dict({**pscaler.state_dict(), "scale": paddle.to_tensor([pscale]).numpy()})
-        sd = grad_scaler.state_dict()
-        _assert_same(grad_scaler.get_scale(), grad_scaler.get_skipped_steps(), (sd["incr_count"], sd["decr_count"]),
-                     pscaler, pskipped, tparams, pparams, f"step {i}")
+        _assert_same(grad_scaler, pscaler, pskipped, tparams, pparams, f"step {i}")
