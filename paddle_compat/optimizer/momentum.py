@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,6 +12,7 @@ from .. import _native, _numerics
 from .._numerics import fma
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
+from ._checks import check_float
 from .optimizer import Optimizer, _Item, kernels_take, round_to
 
 __all__ = ["Momentum"]
@@ -58,9 +58,9 @@ class Momentum(Optimizer):
         if "momentum" in group:
             if group["momentum"] is None:
                 raise ValueError("momentum is not set")
-            _check_number("momentum", group["momentum"])
+            check_float("momentum", group["momentum"])
         if "rescale_grad" in group:
-            _check_number("rescale_grad", group["rescale_grad"])
+            check_float("rescale_grad", group["rescale_grad"])
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
         # A group's L2Decay is fused into the kernel. Paddle then (and for a group without decay)
@@ -137,9 +137,3 @@ class Momentum(Optimizer):
             torch.mul(velocity, lr, out=step)  # v*lr
         return w.sub_(step)
 
-
-def _check_number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} should be a float, but received {type(value).__name__}")
-    if not math.isfinite(value):  # Paddle takes it, and the parameters become NaN
-        raise ValueError(f"{name} should be a finite number, but received {value}")

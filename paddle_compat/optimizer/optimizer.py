@@ -354,6 +354,21 @@ class Optimizer(torch.optim.Optimizer):
         ratio = group["learning_rate"]
         return lr if ratio == 1.0 else rnd(lr * rnd(ratio))
 
+    def _param_lr(self, p: Tensor, group: dict[str, Any], group_lr: float) -> float:
+        """The rate Paddle's kernel gets for ``p`` (``_create_param_lr``): the group's, scaled by
+        ``p.optimize_attr["learning_rate"]`` (what ``ParamAttr(learning_rate=...)`` sets) when the
+        optimizer was given a plain list of parameters.
+
+        Paddle overwrites that attribute with the group's ratio when it is given groups (so the
+        group's ratio alone counts there); it multiplies the ratio into its LR tensor, in that
+        tensor's dtype, unless the ratio is 1.
+        """
+        ratio = _attr_ratio(p)
+        if ratio == 1.0 or self._compat_grouped or group is not self.param_groups[0]:
+            return group_lr
+        rnd = round_to(torch.float64 if self._dtype == torch.float64 else torch.float32)
+        return rnd(group_lr * rnd(ratio))
+
     # --- the step ------------------------------------------------------------------------------
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Apply clip -> regularization -> update to every parameter that has a gradient.
@@ -428,6 +443,7 @@ class Optimizer(torch.optim.Optimizer):
             if not skip:
                 for group, pairs in work:
                     self._step_group(group, pairs, device_flag)
+            self._finish_update(work)
             return work
         finally:
             torch._C._set_grad_enabled(grad_enabled)
@@ -467,7 +483,7 @@ class Optimizer(torch.optim.Optimizer):
         # line here runs at each step, on caches a forward and backward pass have just emptied.
         key = (
             [v for k, v in group.items() if k != "params"],
-            [(p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs],
+            [(p.data_ptr(), g.dtype, g.is_contiguous(), _attr_ratio(p)) for p, g in pairs],
             self._dtype,
             self._multi_precision,
             found_inf is not None,
@@ -493,7 +509,8 @@ class Optimizer(torch.optim.Optimizer):
             p, g = pairs[i]
             state, master = self._prepare_state(p, group)
             g = self._regularize(p, g, group)
-            new = self._kernel(p, master if master is not None else p.detach(), g, state, group, plan.lr)
+            lr = self._param_lr(p, group, plan.lr)
+            new = self._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
             # When the kernel updated its input in place, new *is* the master weight, or a view of
             # p's own data: copy_ then returns at once.
             if master is not None:
@@ -531,7 +548,8 @@ class Optimizer(torch.optim.Optimizer):
                 # a GradScaler's flag on a GPU is for GPU tensors: CPU ones with it go per tensor
                 batch, indices = (compiled, None) if kernels[None] is not None and found_inf is None else (None, None)
             row = len(batch) if batch is not None else None
-            added = self._compiled_row(item, group, lr, batch, batch is not compiled) if batch is not None else None
+            rate = self._param_lr(p, group, lr)
+            added = self._compiled_row(item, group, rate, batch, batch is not compiled) if batch is not None else None
             if added is None:
                 rest.append(i)
                 slots.append(None)
@@ -562,6 +580,10 @@ class Optimizer(torch.optim.Optimizer):
             _multi_tensor.disable()  # logs the error
             return False
         return True
+
+    def _finish_update(self, work: list[tuple[dict[str, Any], ParamsGrads]]) -> None:
+        """What Paddle's ``_finish_update`` does after the updates, on a step the scaler skipped too
+        (``work``: the step's groups with their pairs). Nothing here; Adamax advances its beta power."""
 
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
@@ -852,6 +874,14 @@ def _decode(value: Any) -> Any:
     obj = cls.__new__(cls)
     obj.__dict__.update(fields)
     return obj
+
+
+def _attr_ratio(p: Tensor) -> float:
+    """``p.optimize_attr["learning_rate"]`` (Paddle's ``ParamAttr(learning_rate=...)``), else 1."""
+    attr = getattr(p, "optimize_attr", None)
+    if not attr:
+        return 1.0
+    return float(attr.get("learning_rate", 1.0))
 
 
 def _is_valid_lr(value: Any) -> bool:

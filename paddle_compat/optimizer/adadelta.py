@@ -1,0 +1,74 @@
+"""``paddle.optimizer.Adadelta``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._numerics import sqrt_rn
+from ..regularizer import WeightDecayRegularizer
+from ._checks import check_float, check_set
+from .optimizer import Optimizer, compute_dtype, round_to
+
+__all__ = ["Adadelta"]
+
+_f32 = round_to(torch.float32)
+
+
+class Adadelta(Optimizer):
+    """Adadelta: ``avg_sq_grad = rho*avg_sq_grad + (1-rho)*grad**2``; ``update =
+    -sqrt(avg_sq_update + eps) / sqrt(avg_sq_grad + eps) * grad``; ``param += lr*update``;
+    ``avg_sq_update = rho*avg_sq_update + (1-rho)*update**2``.
+
+    Paddle's CPU kernel (Eigen), every operation rounded in the compute dtype: bit-exact to Paddle
+    3.3.1 for float32 and float64. The accumulators keep Paddle's names (``_avg_squared_grad``,
+    ``_avg_squared_update``). The same formulas run on CUDA (not verified on a GPU); fp16/bf16
+    compute in float32 (Paddle has no CPU kernel for them). Differences from Paddle: non-finite
+    hyper-parameters are refused.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float | Any = 0.001,
+        epsilon: float = 1.0e-6,
+        rho: float = 0.95,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        weight_decay: float | WeightDecayRegularizer | None = None,
+        grad_clip: Any = None,
+        name: str | None = None,
+    ) -> None:
+        check_set("learning_rate", learning_rate, "learning_rate is not set.")
+        defaults = {"epsilon": epsilon, "rho": rho}
+        self._check_group(defaults)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        for key in ("epsilon", "rho"):
+            if key in group:
+                check_set(key, group[key], f"{key} is not set.")
+                check_float(key, group[key])
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        dtype = torch.float32 if self._uses_master(p) else p.dtype
+        for key in ("_avg_squared_grad", "_avg_squared_update"):
+            state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        mt = compute_dtype(value)
+        rnd = round_to(mt)
+        rho, eps = rnd(_f32(group["rho"])), rnd(_f32(group["epsilon"]))  # float32 attributes
+        keep = rnd(1 - rho)
+        w, g = value.to(mt), grad.to(mt)
+        asg, asu = state["_avg_squared_grad"].to(mt), state["_avg_squared_update"].to(mt)
+        asg.mul_(rho).add_((g * g).mul_(keep))  # rho*asg + (1-rho)*(g*g)
+        update = sqrt_rn(asu + eps).div_(sqrt_rn(asg + eps)).mul_(g).neg_()  # -(sqrt(asu+eps)/sqrt(asg+eps)*g)
+        w = w.add_(update * lr)  # param + lr*update
+        asu.mul_(rho).add_(update.mul_(update).mul_(keep))  # rho*asu + (1-rho)*(update*update)
+        state["_avg_squared_grad"].copy_(asg)
+        state["_avg_squared_update"].copy_(asu)
+        return w

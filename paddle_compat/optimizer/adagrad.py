@@ -1,0 +1,71 @@
+"""``paddle.optimizer.Adagrad``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._numerics import sqrt_rn
+from ..regularizer import WeightDecayRegularizer
+from ._checks import check_float, check_set
+from .optimizer import Optimizer, compute_dtype, round_to
+
+__all__ = ["Adagrad"]
+
+_f32 = round_to(torch.float32)
+
+
+class Adagrad(Optimizer):
+    """Adagrad: ``moment += grad*grad``; ``param -= lr*grad / (sqrt(moment) + epsilon)``.
+
+    Paddle's CPU kernel (Eigen), every operation rounded in the parameter's dtype: bit-exact to
+    Paddle 3.3.1 for float32 and float64. ``moment`` starts at ``initial_accumulator_value`` (a
+    group may set its own). The same formulas run on CUDA (Paddle's CUDA kernel may contract them
+    into fused multiply-adds: not verified on a GPU). Paddle has no CPU kernel for fp16/bf16: here
+    they compute in float32 (with master weights under ``multi_precision``, which ``decorate``
+    switches on).
+
+    Differences from Paddle: ``None`` for ``learning_rate`` or ``epsilon`` is a ``ValueError``
+    (Paddle asserts); a non-finite ``epsilon`` is refused.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float | Any,
+        epsilon: float = 1.0e-6,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        weight_decay: float | WeightDecayRegularizer | None = None,
+        grad_clip: Any = None,
+        name: str | None = None,
+        initial_accumulator_value: float = 0.0,
+    ) -> None:
+        defaults = {"epsilon": epsilon, "initial_accumulator_value": initial_accumulator_value}
+        self._check_group(defaults)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        for key in ("epsilon", "initial_accumulator_value"):
+            if key in group:
+                check_set(key, group[key])
+                check_float(key, group[key])
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        dtype = torch.float32 if self._uses_master(p) else p.dtype
+        state["moment"] = torch.full_like(
+            p, group["initial_accumulator_value"], dtype=dtype, memory_format=torch.preserve_format
+        )
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        mt = compute_dtype(value)
+        eps = round_to(mt)(_f32(group["epsilon"]))  # a float32 attribute
+        w, g = value.to(mt), grad.to(mt)
+        moment = state["moment"].to(mt)
+        moment.add_(g * g)  # moment + g*g
+        w = w.sub_(torch.mul(g, lr).div_(sqrt_rn(moment).add_(eps)))  # param - lr*g / (sqrt(moment) + eps)
+        state["moment"].copy_(moment)
+        return w

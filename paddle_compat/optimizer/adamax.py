@@ -1,0 +1,100 @@
+"""``paddle.optimizer.Adamax``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..nn.clip import ParamsGrads
+from ..regularizer import WeightDecayRegularizer
+from ._checks import check_float, check_set
+from .optimizer import Optimizer, compute_dtype, round_to
+
+__all__ = ["Adamax"]
+
+_f32 = round_to(torch.float32)
+
+
+class Adamax(Optimizer):
+    """Adamax: ``moment = beta1*moment + (1-beta1)*grad``; ``inf_norm = max(|grad|, beta2*inf_norm
+    + epsilon)``; ``param -= lr/(1-beta1_pow) * moment/inf_norm``.
+
+    Paddle's CPU kernel (Eigen), every operation rounded in the parameter's dtype: bit-exact to
+    Paddle 3.3.1 for float32 and float64. ``beta1_pow_acc`` (shape ``[1]``, the parameter's dtype,
+    kept on the CPU here) starts at ``beta1`` and is multiplied by ``beta1`` after each step, also
+    after a step a GradScaler skipped, as Paddle's ``_finish_update`` does. ``max`` keeps ``|grad|``
+    when either side is NaN, as Eigen's. fp16/bf16 compute in float32 (Paddle has no CPU kernel for
+    them); the same formulas run on CUDA (not verified on a GPU). Differences from Paddle: ``None``
+    arguments are a ``ValueError`` (Paddle asserts); non-finite hyper-parameters are refused.
+    """
+
+    _host_state = ("beta1_pow_acc",)
+
+    def __init__(
+        self,
+        learning_rate: float | Any = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        weight_decay: float | WeightDecayRegularizer | None = None,
+        grad_clip: Any = None,
+        name: str | None = None,
+    ) -> None:
+        defaults = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}
+        self._check_group(defaults)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        check_betas(group)
+        if "epsilon" in group and not 0 <= group["epsilon"]:
+            raise ValueError("Invalid value of epsilon, expect epsilon >= 0.")
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        low = self._uses_master(p) or p.dtype in (torch.float16, torch.bfloat16)
+        dtype = torch.float32 if low else p.dtype
+        state["moment"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+        state["inf_norm"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+        pow_dtype = torch.float32 if self._uses_master(p) else p.dtype
+        state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=pow_dtype)
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        mt = compute_dtype(value)
+        rnd = round_to(mt)
+        b1, b2, eps = (rnd(_f32(group[k])) for k in ("beta1", "beta2", "epsilon"))  # float32 attributes
+        w, g = value.to(mt), grad.to(mt)
+        m, inf = state["moment"].to(mt), state["inf_norm"].to(mt)
+        m.mul_(b1).add_(g * rnd(1 - b1))  # beta1*m + (1-beta1)*g
+        inf.mul_(b2).add_(eps)  # beta2*inf + eps
+        a = g.abs()
+        inf = torch.where(a < inf, inf, a)  # std::max(|g|, beta2*inf + eps)
+        lr_t = rnd(lr / rnd(1 - rnd(state["beta1_pow_acc"].item())))
+        w = w.sub_((m / inf).mul_(lr_t))  # param - lr_t*(m/inf)
+        state["moment"].copy_(m)
+        state["inf_norm"].copy_(inf)
+        return w
+
+    def _finish_update(self, work: list[tuple[dict[str, Any], ParamsGrads]]) -> None:
+        # Paddle's _finish_update scales each beta1 power by beta1 (a ``scale`` op, in its dtype),
+        # whether or not the scaler skipped the update.
+        for group, pairs in work:
+            for p, _ in pairs:
+                state, _ = self._prepare_state(p, group)
+                power = state["beta1_pow_acc"]
+                power.mul_(round_to(compute_dtype(power))(group["beta1"]))
+
+
+def check_betas(group: dict[str, Any]) -> None:
+    """``beta1``/``beta2`` and ``epsilon`` set, finite floats; betas in [0, 1) (Paddle's message)."""
+    for key in ("beta1", "beta2", "epsilon"):
+        if key in group:
+            check_set(key, group[key])
+            check_float(key, group[key])
+    for key in ("beta1", "beta2"):
+        if key in group and not 0 <= group[key] < 1:
+            raise ValueError(f"Invalid value of {key}, expect {key} in [0,1).")

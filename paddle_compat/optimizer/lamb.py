@@ -1,0 +1,114 @@
+"""``paddle.optimizer.Lamb``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._numerics import sqrt_rn
+from ._checks import check_float, check_set
+from ._eigen import sum_of_squares
+from .adamax import check_betas
+from .optimizer import Optimizer, compute_dtype, round_to
+
+__all__ = ["Lamb"]
+
+_f32 = round_to(torch.float32)
+
+
+class Lamb(Optimizer):
+    """LAMB: Adam's bias-corrected direction plus decoupled weight decay, scaled per parameter by
+    the trust ratio ``||param|| / ||direction||``.
+
+    ``direction = m_hat/(sqrt(v_hat) + epsilon) + lamb_weight_decay*param``; ``param -= lr *
+    ratio * direction`` with ``ratio = ||param||/||direction||`` (1 when either norm is 0).
+    ``exclude_from_weight_decay_fn(param)`` returning True drops the decay for that parameter; its
+    trust ratio then stays, unless ... (see ``always_adapt``). The beta powers live on the CPU as
+    in Paddle; moments (and beta powers) are float32 for fp16/bf16 parameters; with
+    ``multi_precision`` the update runs on a float32 master weight.
+
+    Paddle's CPU kernel, every operation rounded in the compute dtype and the two squared norms
+    summed in Eigen's order (``_eigen.sum_of_squares``): bit-exact to Paddle 3.3.1 for float32 and
+    float64. The same formulas run on CUDA (Paddle's CUDA norms sum in another order: not
+    reproduced); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences
+    from Paddle: ``None`` arguments are a ``ValueError`` (Paddle asserts); non-finite
+    hyper-parameters are refused.
+    """
+
+    _host_state = ("beta1_pow_acc", "beta2_pow_acc")
+
+    def __init__(
+        self,
+        learning_rate: float | Any = 0.001,
+        lamb_weight_decay: float = 0.01,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-6,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        grad_clip: Any = None,
+        exclude_from_weight_decay_fn: Callable[[Tensor], bool] | None = None,
+        multi_precision: bool = False,
+        always_adapt: bool = False,
+        name: str | None = None,
+    ) -> None:
+        defaults = {
+            "beta1": beta1,
+            "beta2": beta2,
+            "epsilon": epsilon,
+            "lamb_weight_decay": lamb_weight_decay,
+            "exclude_from_weight_decay_fn": exclude_from_weight_decay_fn,
+        }
+        self._check_group(defaults)
+        self.always_adapt = bool(always_adapt)
+        super().__init__(learning_rate, parameters, None, grad_clip, multi_precision, defaults, name)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        check_betas(group)
+        if "lamb_weight_decay" in group:
+            check_set("lamb_weight_decay", group["lamb_weight_decay"])
+            check_float("lamb_weight_decay", group["lamb_weight_decay"])
+        fn = group.get("exclude_from_weight_decay_fn")
+        if fn is not None and not callable(fn):
+            raise TypeError(
+                f"exclude_from_weight_decay_fn should be a callable taking a parameter, but received {type(fn).__name__}"
+            )
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        dtype = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+        state["moment1"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+        state["moment2"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+        state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=dtype)
+        state["beta2_pow_acc"] = torch.full([1], group["beta2"], dtype=dtype)
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        mt = compute_dtype(value)
+        rnd = round_to(mt)
+        b1, b2, eps = (rnd(_f32(group[k])) for k in ("beta1", "beta2", "epsilon"))  # float32 attributes
+        fn = group["exclude_from_weight_decay_fn"]
+        decay = 0.0 if fn is not None and fn(param) else rnd(_f32(group["lamb_weight_decay"]))
+        b1p, b2p = state["beta1_pow_acc"].item(), state["beta2_pow_acc"].item()
+        w, g = value.to(mt), grad.to(mt)
+        m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
+        m1.mul_(b1).add_(g * rnd(1 - b1))  # beta1*m1 + (1-beta1)*g
+        m2.mul_(b2).add_(g.mul(rnd(1 - b2)).mul_(g))  # beta2*m2 + ((1-beta2)*g)*g
+        # direction = (m1/(1-b1p)) / (sqrt(m2/(1-b2p)) + eps) + decay*param
+        direction = sqrt_rn(m2 / rnd(1 - b2p)).add_(eps)
+        direction = torch.div(m1 / rnd(1 - b1p), direction, out=direction)
+        direction.add_(w * decay)
+        p_norm = rnd(math.sqrt(sum_of_squares(w)))
+        d_norm = rnd(math.sqrt(sum_of_squares(direction)))
+        # Without decay (and always_adapt off) there is no adaptation: the trust ratio is 1.
+        adapt = decay != 0 or self.always_adapt
+        ratio = rnd(p_norm / d_norm) if adapt and p_norm > 0 and d_norm > 0 else 1.0
+        w = w.sub_(direction.mul_(rnd(lr * ratio)))  # param - (lr*ratio)*direction
+        state["moment1"].copy_(m1)
+        state["moment2"].copy_(m2)
+        state["beta1_pow_acc"].mul_(b1)
+        state["beta2_pow_acc"].mul_(b2)
+        return w

@@ -1,0 +1,119 @@
+"""``paddle.optimizer.NAdam``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._numerics import sqrt_rn
+from ._checks import check_float, check_set
+from ._eigen import pow_like_libm
+from .optimizer import Optimizer, compute_dtype, round_to
+
+__all__ = ["NAdam"]
+
+_f32 = round_to(torch.float32)
+
+_DECAY_BASE = 0.96  # Paddle's constant in the momentum schedule
+
+
+class NAdam(Optimizer):
+    """NAdam with Paddle's momentum schedule: ``mu_t = beta1*(1 - 0.5*0.96**(t*momentum_decay))``.
+
+    Paddle's CPU kernel (Eigen), every operation rounded in the compute dtype, ``pow`` as libm's:
+    bit-exact to Paddle 3.3.1 for float32 and float64. Paddle keeps ``momentum_decay_pow``,
+    ``beta2_pow`` and ``mu_product`` as tensors of the parameter's shape whose elements are all
+    equal; here they are ``[1]`` tensors on the CPU (the parity kit converts both ways), which
+    gives the same bits. Moments are float32 for fp16/bf16 parameters. The same formulas run on
+    CUDA (not verified on a GPU); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them).
+    Differences from Paddle: ``weight_decay`` is a regularizer or a float (Paddle also lists a
+    Tensor); non-finite hyper-parameters are refused.
+    """
+
+    _host_state = ("momentum_decay_pow", "beta2_pow", "mu_product")
+
+    def __init__(
+        self,
+        learning_rate: float | Any = 0.002,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1.0e-8,
+        momentum_decay: float = 0.004,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        weight_decay: float | Any = None,
+        grad_clip: Any = None,
+        name: str | None = None,
+    ) -> None:
+        check_learning_rate(learning_rate)
+        defaults = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon, "momentum_decay": momentum_decay}
+        self._check_group(defaults)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        check_adam_family(group)
+        if "momentum_decay" in group:
+            value = group["momentum_decay"]
+            check_set("momentum_decay", value)
+            check_float("momentum_decay", value)
+            if not 0.0 <= value:
+                raise ValueError(f"Invalid momentum_decay value: {value}, expect momentum_decay >= 0.")
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        dtype = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+        for key in self._host_state:
+            state[key] = torch.ones([1], dtype=dtype)
+        for key in ("moment1", "moment2"):
+            state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        mt = compute_dtype(value)
+        rnd = round_to(mt)
+        b1, b2, eps, md = (rnd(_f32(group[k])) for k in ("beta1", "beta2", "epsilon", "momentum_decay"))
+        # the scalar prologue, as Paddle's kernel computes it on every (equal) element
+        decay_pow = rnd(state["momentum_decay_pow"].item() * rnd(_DECAY_BASE))
+        beta2_pow = rnd(state["beta2_pow"].item() * b2)
+        half = rnd(0.5 * pow_like_libm(decay_pow, md, mt))
+        mu_t = rnd(b1 * rnd(1 - half))
+        mu_next = rnd(b1 * rnd(1 - rnd(half * pow_like_libm(rnd(_DECAY_BASE), md, mt))))
+        mu_product = rnd(state["mu_product"].item() * mu_t)
+        mu_product_next = rnd(mu_product * mu_next)
+
+        w, g = value.to(mt), grad.to(mt)
+        m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
+        m1.mul_(b1).add_(g * rnd(1 - b1))  # beta1*m1 + (1-beta1)*g
+        m2.mul_(b2).add_(g.mul(rnd(1 - b2)).mul_(g))  # beta2*m2 + ((1-beta2)*g)*g
+        # m1_hat = mu_next*m1/(1 - mu_product_next) + (1 - mu_t)*g/(1 - mu_product)
+        m1_hat = (m1 * mu_next).div_(rnd(1 - mu_product_next))
+        m1_hat.add_(g.mul(rnd(1 - mu_t)).div_(rnd(1 - mu_product)))
+        denom = sqrt_rn(m2 / rnd(1 - beta2_pow)).add_(eps)  # sqrt(m2/(1 - beta2_pow)) + eps
+        w = w.sub_(m1_hat.mul_(lr).div_(denom))  # param - lr*m1_hat/denom
+        state["moment1"].copy_(m1)
+        state["moment2"].copy_(m2)
+        state["momentum_decay_pow"].fill_(decay_pow)
+        state["beta2_pow"].fill_(beta2_pow)
+        state["mu_product"].fill_(mu_product)
+        return w
+
+
+def check_learning_rate(learning_rate: Any) -> None:
+    """NAdam's and RAdam's own check of a float rate (Paddle's message)."""
+    if isinstance(learning_rate, (float, int)) and not isinstance(learning_rate, bool) and not 0.0 <= learning_rate:
+        raise ValueError(f"Invalid learning rate: {learning_rate}, expect learning_rate >= 0.")
+
+
+def check_adam_family(group: dict[str, Any]) -> None:
+    """``epsilon`` >= 0 and betas in [0, 1), with NAdam's and RAdam's messages."""
+    for key in ("beta1", "beta2", "epsilon"):
+        if key in group:
+            check_set(key, group[key])
+            check_float(key, group[key])
+    if "epsilon" in group and not 0.0 <= group["epsilon"]:
+        raise ValueError(f"Invalid epsilon value: {group['epsilon']}, expect epsilon >= 0.")
+    for key in ("beta1", "beta2"):
+        if key in group and not 0.0 <= group[key] < 1.0:
+            raise ValueError(f"Invalid {key}: {group[key]}, expect 0. <= {key} < 1.0.")

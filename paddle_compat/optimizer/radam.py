@@ -1,0 +1,94 @@
+"""``paddle.optimizer.RAdam``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._numerics import sqrt_rn
+from .nadam import check_adam_family, check_learning_rate
+from .optimizer import Optimizer, compute_dtype, round_to
+
+__all__ = ["RAdam"]
+
+_f32 = round_to(torch.float32)
+
+
+class RAdam(Optimizer):
+    """Rectified Adam: the adaptive step only once the variance estimate is tractable
+    (``rho_t > 5``), plain bias-corrected momentum before.
+
+    Paddle's CPU kernel (Eigen), every operation rounded in the compute dtype: bit-exact to Paddle
+    3.3.1 for float32 and float64. Paddle keeps ``beta1_pow``, ``beta2_pow`` and ``rho`` as
+    tensors of the parameter's shape whose elements are all equal (its kernel reads ``rho``'s
+    first); here they are ``[1]`` tensors on the CPU (the parity kit converts both ways), which
+    gives the same bits. Moments are float32 for fp16/bf16 parameters. The same formulas run on
+    CUDA (not verified on a GPU); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them).
+    Differences from Paddle: ``weight_decay`` is a regularizer or a float (Paddle also lists a
+    Tensor); non-finite hyper-parameters are refused.
+    """
+
+    _host_state = ("beta1_pow", "beta2_pow", "rho")
+
+    def __init__(
+        self,
+        learning_rate: float | Any = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1.0e-8,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        weight_decay: float | Any = None,
+        grad_clip: Any = None,
+        name: str | None = None,
+    ) -> None:
+        check_learning_rate(learning_rate)
+        defaults = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}
+        self._check_group(defaults)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        check_adam_family(group)
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        dtype = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+        for key in self._host_state:
+            state[key] = torch.ones([1], dtype=dtype)
+        for key in ("moment1", "moment2"):
+            state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        mt = compute_dtype(value)
+        rnd = round_to(mt)
+        b1, b2, eps = (rnd(_f32(group[k])) for k in ("beta1", "beta2", "epsilon"))  # float32 attributes
+        # the scalar prologue, as Paddle's kernel computes it on every (equal) element
+        rho_inf = rnd(rnd(2 / rnd(1 - b2)) - 1)
+        beta1_pow = rnd(state["beta1_pow"].item() * b1)
+        beta2_pow = rnd(state["beta2_pow"].item() * b2)
+        rho = rnd(rnd(rnd(state["rho"].item() * rnd(b2 - beta2_pow)) + beta2_pow) / rnd(1 - beta2_pow))
+        rho_t = rnd(rho_inf - rnd(2 * rho))
+
+        w, g = value.to(mt), grad.to(mt)
+        m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
+        m1.mul_(b1).add_(g * rnd(1 - b1))  # beta1*m1 + (1-beta1)*g
+        m2.mul_(b2).add_(g.mul(rnd(1 - b2)).mul_(g))  # beta2*m2 + ((1-beta2)*g)*g
+        step = (m1 / rnd(1 - beta1_pow)).mul_(lr)  # lr*m1_hat
+        if rho_t > 5:
+            num = rnd(rnd(rnd(rho_t - 4) * rnd(rho_t - 2)) * rho_inf)
+            den = rnd(rnd(rnd(rho_inf - 4) * rnd(rho_inf - 2)) * rho_t)
+            r_t = rnd(math.sqrt(rnd(num / den)))
+            root = rnd(math.sqrt(rnd(1 - beta2_pow)))
+            l_t = torch.div(root, sqrt_rn(m2).add_(eps))  # sqrt(1 - beta2_pow)/(sqrt(m2) + eps)
+            step.mul_(r_t).mul_(l_t)  # ((lr*m1_hat)*r_t)*l_t
+        w = w.sub_(step)
+        state["moment1"].copy_(m1)
+        state["moment2"].copy_(m2)
+        state["beta1_pow"].fill_(beta1_pow)
+        state["beta2_pow"].fill_(beta2_pow)
+        state["rho"].fill_(rho)
+        return w

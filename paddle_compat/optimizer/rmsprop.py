@@ -1,0 +1,90 @@
+"""``paddle.optimizer.RMSProp``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._numerics import sqrt_rn
+from ..regularizer import WeightDecayRegularizer
+from ._checks import check_float, check_set
+from .optimizer import Optimizer, compute_dtype, round_to
+
+__all__ = ["RMSProp"]
+
+_f32 = round_to(torch.float32)
+
+
+class RMSProp(Optimizer):
+    """RMSProp with Paddle's momentum form: the step is accumulated, not the gradient.
+
+    ``mean_square = rho*mean_square + (1-rho)*grad*grad``; ``momentum = mu*momentum + lr*grad /
+    sqrt(mean_square + epsilon)`` (centered: ``sqrt(mean_square - mean_grad**2 + epsilon)`` with
+    ``mean_grad = rho*mean_grad + (1-rho)*grad``); ``param -= momentum``. Note that ``epsilon`` is
+    inside the root, unlike ``torch.optim.RMSprop``.
+
+    Paddle's CPU kernel (Eigen), every operation rounded in the parameter's dtype: bit-exact to
+    Paddle 3.3.1 for float32 and float64. The same formulas run on CUDA (not verified on a GPU).
+    Paddle has no CPU kernel for fp16/bf16: here they compute in float32 (with master weights
+    under ``multi_precision``, which ``decorate`` switches on). Differences from Paddle: non-finite
+    hyper-parameters are refused.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float | Any,
+        rho: float = 0.95,
+        epsilon: float = 1.0e-6,
+        momentum: float = 0.0,
+        centered: bool = False,
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        weight_decay: float | WeightDecayRegularizer | None = None,
+        grad_clip: Any = None,
+        name: str | None = None,
+    ) -> None:
+        check_set("learning_rate", learning_rate, "learning_rate is not set.")
+        defaults = {"rho": rho, "epsilon": epsilon, "momentum": momentum, "centered": bool(centered)}
+        self._check_group(defaults)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        for key in ("rho", "epsilon", "momentum"):
+            if key in group:
+                check_set(key, group[key], f"{key} is not set.")
+                check_float(key, group[key])
+        for key in ("epsilon", "momentum", "rho"):
+            if key in group and not 0.0 <= group[key]:
+                raise ValueError(f"Invalid value of {key}, expect {key} >= 0.")
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        dtype = torch.float32 if self._uses_master(p) else p.dtype
+        for key in ("momentum", "mean_square", "mean_grad"):
+            state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        mt = compute_dtype(value)
+        rnd = round_to(mt)
+        # float32 attributes of the kernel, cast to its dtype
+        rho, eps, mu = (rnd(_f32(group[k])) for k in ("rho", "epsilon", "momentum"))
+        keep = rnd(1 - rho)
+        w, g = value.to(mt), grad.to(mt)
+        ms, mom = state["mean_square"].to(mt), state["momentum"].to(mt)
+        ms.mul_(rho).add_(g.mul(keep).mul_(g))  # rho*ms + ((1-rho)*g)*g
+        if group["centered"]:
+            mg = state["mean_grad"].to(mt)
+            mg.mul_(rho).add_(g * keep)  # rho*mg + (1-rho)*g
+            denom = ms - mg * mg  # (ms - mg^2) + eps
+            state["mean_grad"].copy_(mg)
+        else:
+            denom = ms.clone()
+        denom = sqrt_rn(denom.add_(eps))
+        mom.mul_(mu).add_(torch.mul(g, lr).div_(denom))  # mu*mom + (lr*g)/denom
+        w = w.sub_(mom)
+        state["mean_square"].copy_(ms)
+        state["momentum"].copy_(mom)
+        return w

@@ -1,0 +1,92 @@
+"""``paddle.optimizer.Rprop``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._checks import check_float, check_set
+from .optimizer import Optimizer
+
+__all__ = ["Rprop"]
+
+
+class Rprop(Optimizer):
+    """Resilient propagation: each element has its own step size.
+
+    Per element, with ``s = grad * prev``: ``s > 0`` multiplies the step size by ``etas[1]``,
+    ``s < 0`` by ``etas[0]`` (and the gradient counts as 0 from then on), ``s == 0`` keeps it; the
+    step size is clipped to ``learning_rate_range``; ``param -= sign(grad) * step_size``; ``prev =
+    grad``. The accumulators keep Paddle's names: ``prevs`` and ``learning_rates`` (which start at
+    ``learning_rate``).
+
+    As in Paddle, ``learning_rate`` is only the initial step size: an LR scheduler, ``set_lr``, a
+    group's ``learning_rate`` ratio and ``optimize_attr`` have no effect on the updates; the range
+    and etas are rounded to the first parameter's dtype once. Paddle's regularization with
+    ``weight_decay=0.0`` (``L2Decay(0.0)``) is kept: it turns ``-0.0`` gradients into ``+0.0``.
+
+    Paddle's CPU kernel, every operation rounded in the parameter's dtype: bit-exact to Paddle 3.3.1
+    for float32, float64 and bfloat16 (without master weights: bfloat16 arithmetic, as Paddle's
+    CPU kernel). With ``multi_precision`` the update runs on the float32 master weight (Paddle's CPU
+    kernel ignores the master weight and updates bfloat16 parameters in bfloat16). Differences from
+    Paddle: ``learning_rate`` must be a float (Paddle fails comparing a scheduler with the range).
+    """
+
+    def __init__(
+        self,
+        learning_rate: float | Any = 0.001,
+        learning_rate_range: tuple[float, float] = (1e-5, 50),
+        parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
+        etas: tuple[float, float] = (0.5, 1.2),
+        grad_clip: Any = None,
+        multi_precision: bool = False,
+        name: str | None = None,
+    ) -> None:
+        check_set("learning_rate", learning_rate)
+        check_float("learning_rate", learning_rate)
+        for arg, value in (("learning_rate_range", learning_rate_range), ("etas", etas)):
+            if not isinstance(value, (tuple, list)) or len(value) != 2:
+                raise TypeError(f"{arg} should be a pair of floats, but received {value!r}")
+            for v in value:
+                check_float(arg, v)
+        if not 0.0 < learning_rate_range[0] <= learning_rate <= learning_rate_range[1]:
+            raise ValueError(
+                "'0.0 < learning_rate_range[0] <= learning_rate <= learning_rate_range[1]' must be true"
+            )
+        if not 0.0 < etas[0] < 1.0 < etas[1]:
+            raise ValueError("'0.0 < etas[0] < 1.0 < etas[1]' must be true")
+        self._initial_learning_rate = float(learning_rate)
+        self._learning_rate_range = tuple(float(v) for v in learning_rate_range)
+        self._etas = tuple(float(v) for v in etas)
+        super().__init__(learning_rate, parameters, 0.0, grad_clip, multi_precision, {}, name)
+        # Paddle rounds the range and etas to the dtype of the first parameter it updates, once.
+        self._compat_bounds: tuple[float, ...] | None = None
+
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        state["prevs"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["learning_rates"] = torch.full_like(
+            p, self._initial_learning_rate, memory_format=torch.preserve_format
+        )
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        if self._compat_bounds is None:
+            values = torch.tensor(self._learning_rate_range + self._etas, dtype=param.dtype)
+            self._compat_bounds = tuple(values.tolist())
+        # The kernel's dtype is the accumulators' (the parameter's, also with master weights).
+        dtype = state["learning_rates"].dtype
+        lo, hi, eta_minus, eta_plus = (torch.tensor(v, dtype=dtype) for v in self._compat_bounds)
+        g = grad.to(dtype)
+        product = g * state["prevs"].to(dtype)
+        eta = torch.where(product > 0, eta_plus, torch.where(product < 0, eta_minus, torch.ones((), dtype=dtype)))
+        g = torch.where(product < 0, torch.zeros((), dtype=dtype), g)
+        rates = torch.clamp(state["learning_rates"].to(dtype) * eta, lo.item(), hi.item())
+        step = torch.sign(g).mul_(rates)  # sign(g)*rate: exact
+        w = value.sub_(step.to(value.dtype))  # param - sign(g)*rate
+        state["prevs"].copy_(g)
+        state["learning_rates"].copy_(rates)
+        return w
