@@ -1,75 +1,83 @@
 """What Paddle's CPU kernels get from Eigen and libm, reproduced to the bit: ``pow`` and the
-sum of squares (``SquaredL2Norm``, Lamb's trust ratio).
+square root of float32 tensors (Eigen's sum of squares is ``nn.clip.squared_l2_norm``).
 
-Eigen's full sum on the CPU (``Tensor::sum()`` on its default device) is not a left-to-right
-sum: runs of up to ``1024`` packets are summed in two interleaved packet accumulators, their
-lanes folded in a fixed order, and longer runs are halved (at a packet boundary) and the halves
-summed. The packet width is the SIMD width Paddle's build vectorizes with: 8 float32 lanes
-(AVX), 4 float64 lanes.
+Eigen's float32 ``sqrt`` on packets (Paddle's build: 8 lanes, AVX, no FMA) is its fast one: the
+CPU's approximate reciprocal square root (``vrsqrtps``) refined by one Newton step,
+``x * (r * (1.5 - (0.5*x) * (r*r)))``, with 0 for zero and subnormal inputs (and NaN for +inf);
+it is within 3 ulps of the true root. Elements past the last whole packet take ``std::sqrt``
+(exact). The approximation differs between CPU makers, so the same Paddle kernel gives different
+bits on Intel and AMD hosts: the emulation needs this CPU's own instruction, which the compiled
+kernels (``paddle_compat._native``) provide; without them the correctly rounded root is used
+(within those 3 ulps, not bit-exact). Eigen's float64 ``sqrt`` is exact.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import ctypes
+import ctypes.util
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor
 
-__all__ = ["pow_like_libm", "sum_of_squares"]
+from .. import _native
+from .._numerics import sqrt_rn
+from .optimizer import round_to
 
-_LEAF_PACKETS = 1024  # Eigen's ``kLeafSize`` for float and double
-_LANES = {torch.float32: 8, torch.float64: 4}
+__all__ = ["pow_like_libm", "sqrt_like_eigen"]
+
+_LANES = 8  # float32 lanes of Paddle's AVX build
+_FLT_MIN = float(torch.finfo(torch.float32).tiny)
+
+
+def sqrt_like_eigen(x: Tensor) -> Tensor:
+    """``x.sqrt()`` as Paddle's Eigen expressions compute it on the CPU (see the module), for a
+    float32 or float64 tensor; a new tensor."""
+    if x.dtype != torch.float32 or x.device.type != "cpu":
+        return sqrt_rn(x)
+    rsqrt = _hardware_rsqrt()
+    if rsqrt is None:
+        return sqrt_rn(x)
+    flat = x.reshape(-1)
+    packed = (flat.numel() // _LANES) * _LANES
+    out = torch.empty_like(flat)
+    head = flat[:packed]
+    r = rsqrt(head)
+    r.mul_(torch.mul(r, r).mul_(torch.mul(head, 0.5)).neg_().add_(1.5))  # r*(1.5 - (0.5*x)*(r*r))
+    torch.mul(head, r, out=out[:packed])
+    out[:packed].masked_fill_((head < _FLT_MIN) & (head >= 0), 0.0)
+    out[packed:] = sqrt_rn(flat[packed:])
+    return out.view(x.shape)
+
+
+def _hardware_rsqrt() -> Callable[[Tensor], Tensor] | None:
+    """The CPU's ``rsqrtps`` over a float32 tensor (from the compiled kernels), or ``None``."""
+    kernels = _native.kernels()
+    return getattr(kernels, "rsqrt", None) if kernels is not None else None
 
 
 def pow_like_libm(x: float, y: float, dtype: torch.dtype) -> float:
-    """``std::pow`` of two values of ``dtype`` (float32: ``powf``), as a C++ kernel computes it."""
-    np_dtype = np.float64 if dtype == torch.float64 else np.float32
-    with np.errstate(all="ignore"):
-        return float(np.power(np_dtype(x), np_dtype(y)))
+    """``std::pow`` of two values of ``dtype``, as a C++ kernel computes it: the C library's
+    ``pow``, or for float32 its ``powf`` (NumPy's float32 power is its own and differs in the last
+    bit; without a C library's ``powf`` the float64 power is rounded, which agrees but in rare cases)."""
+    if dtype == torch.float64:
+        return math.pow(x, y)
+    powf = _libm_powf()
+    if powf is not None:
+        return float(powf(x, y))
+    return round_to(torch.float32)(math.pow(x, y))
 
 
-def sum_of_squares(t: Tensor) -> float:
-    """``sum(t*t)`` of a float32/float64 CPU tensor, summed in Eigen's order (see the module)."""
-    x = np.ascontiguousarray(t.detach().reshape(-1).numpy())
-    squares = x * x
-    lanes = _LANES[t.dtype]
-    return float(_reduce(squares, 0, squares.size, lanes))
-
-
-def _reduce(x: np.ndarray, first: int, count: int, lanes: int) -> np.floating:
-    """Eigen's ``InnerMostDimReducer`` for a sum (tree reduction, vectorized)."""
-    zero = x.dtype.type(0)
-    if count > lanes * _LEAF_PACKETS:
-        half = first + -(-count // 2)
-        split = lanes * -(-half // lanes)  # the split point, rounded up to a packet boundary
-        left = min(split - first, count)
-        total = zero + _reduce(x, first, left, lanes)
-        if left < count:
-            total = total + _reduce(x, split, count - left, lanes)
-        return total
-    unrolled = (count // (2 * lanes)) * 2 * lanes
-    vectorized = (count // lanes) * lanes
-    acc = np.zeros(lanes, x.dtype)
-    acc2 = np.zeros(lanes, x.dtype)
-    if unrolled:
-        pairs = x[first : first + unrolled].reshape(-1, 2, lanes)
-        for k in range(pairs.shape[0]):  # the packets one after another, as the CPU adds them
-            acc += pairs[k, 0]
-            acc2 += pairs[k, 1]
-    if vectorized > unrolled:
-        acc += x[first + unrolled : first + vectorized]
-    acc = acc + acc2
-    scalar = zero
-    for v in x[first + vectorized : first + count]:
-        scalar = scalar + v
-    return scalar + _fold(acc)
-
-
-def _fold(acc: np.ndarray) -> np.floating:
-    """``predux``: the lanes of a packet summed as Eigen's SSE/AVX code does: halves added, then
-    the lanes of the 4-lane (float32) or 2-lane (float64) half: ``(a0 + a2) + (a1 + a3)`` and ``a0 + a1``."""
-    while acc.size > 4 or (acc.size > 2 and acc.dtype == np.float64):
-        half = acc.size // 2
-        acc = acc[:half] + acc[half:]
-    if acc.size == 4:
-        return (acc[0] + acc[2]) + (acc[1] + acc[3])
-    return acc[0] + acc[1]
+@functools.cache
+def _libm_powf() -> Any:
+    name = ctypes.util.find_library("m")
+    try:
+        fn = ctypes.CDLL(name).powf if name else None
+    except (OSError, AttributeError):
+        return None
+    if fn is not None:
+        fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
+    return fn

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import sqrt_rn
+from ._eigen import sqrt_like_eigen
 from ..regularizer import WeightDecayRegularizer
 from ._checks import check_float, check_set
 from .optimizer import Optimizer, compute_dtype, round_to
@@ -66,7 +66,7 @@ class Adadelta(Optimizer):
         w, g = value.to(mt), grad.to(mt)
         asg, asu = state["_avg_squared_grad"].to(mt), state["_avg_squared_update"].to(mt)
         asg.mul_(rho).add_((g * g).mul_(keep))  # rho*asg + (1-rho)*(g*g)
-        update = sqrt_rn(asu + eps).div_(sqrt_rn(asg + eps)).mul_(g).neg_()  # -(sqrt(asu+eps)/sqrt(asg+eps)*g)
+        update = sqrt_like_eigen(asu + eps).div_(sqrt_like_eigen(asg + eps)).mul_(g).neg_()  # -(sqrt(asu+eps)/sqrt(asg+eps)*g)
         w = w.add_(update * lr)  # param + lr*update
         asu.mul_(rho).add_(update.mul_(update).mul_(keep))  # rho*asu + (1-rho)*(update*update)
         state["_avg_squared_grad"].copy_(asg)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import sqrt_rn
+from ._eigen import sqrt_like_eigen
 from ..regularizer import WeightDecayRegularizer
 from ._checks import check_float, check_set
 from .optimizer import Optimizer, compute_dtype, round_to
@@ -66,6 +66,6 @@ class Adagrad(Optimizer):
         w, g = value.to(mt), grad.to(mt)
         moment = state["moment"].to(mt)
         moment.add_(g * g)  # moment + g*g
-        w = w.sub_(torch.mul(g, lr).div_(sqrt_rn(moment).add_(eps)))  # param - lr*g / (sqrt(moment) + eps)
+        w = w.sub_(torch.mul(g, lr).div_(sqrt_like_eigen(moment).add_(eps)))  # param - lr*g / (sqrt(moment) + eps)
         state["moment"].copy_(moment)
         return w

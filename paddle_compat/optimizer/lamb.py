@@ -10,8 +10,8 @@ import torch
 from torch import Tensor
 
 from .._numerics import sqrt_rn
+from ..nn.clip import squared_l2_norm
 from ._checks import check_float, check_set
-from ._eigen import sum_of_squares
 from .adamax import check_betas
 from .optimizer import Optimizer, compute_dtype, round_to
 
@@ -32,7 +32,7 @@ class Lamb(Optimizer):
     ``multi_precision`` the update runs on a float32 master weight.
 
     Paddle's CPU kernel, every operation rounded in the compute dtype and the two squared norms
-    summed in Eigen's order (``_eigen.sum_of_squares``): bit-exact to Paddle 3.3.1 for float32 and
+    summed in Eigen's order (``nn.clip.squared_l2_norm``): bit-exact to Paddle 3.3.1 for float32 and
     float64. The same formulas run on CUDA (Paddle's CUDA norms sum in another order: not
     reproduced); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences
     from Paddle: ``None`` arguments are a ``ValueError`` (Paddle asserts); non-finite
@@ -101,8 +101,8 @@ class Lamb(Optimizer):
         direction = sqrt_rn(m2 / rnd(1 - b2p)).add_(eps)
         direction = torch.div(m1 / rnd(1 - b1p), direction, out=direction)
         direction.add_(w * decay)
-        p_norm = rnd(math.sqrt(sum_of_squares(w)))
-        d_norm = rnd(math.sqrt(sum_of_squares(direction)))
+        p_norm = rnd(math.sqrt(squared_l2_norm(w).item()))  # numext::sqrt: exact
+        d_norm = rnd(math.sqrt(squared_l2_norm(direction).item()))
         # Without decay (and always_adapt off) there is no adaptation: the trust ratio is 1.
         adapt = decay != 0 or self.always_adapt
         ratio = rnd(p_norm / d_norm) if adapt and p_norm > 0 and d_norm > 0 else 1.0

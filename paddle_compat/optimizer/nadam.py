@@ -8,9 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import sqrt_rn
 from ._checks import check_float, check_set
-from ._eigen import pow_like_libm
+from ._eigen import pow_like_libm, sqrt_like_eigen
 from .optimizer import Optimizer, compute_dtype, round_to
 
 __all__ = ["NAdam"]
@@ -90,7 +89,7 @@ class NAdam(Optimizer):
         # m1_hat = mu_next*m1/(1 - mu_product_next) + (1 - mu_t)*g/(1 - mu_product)
         m1_hat = (m1 * mu_next).div_(rnd(1 - mu_product_next))
         m1_hat.add_(g.mul(rnd(1 - mu_t)).div_(rnd(1 - mu_product)))
-        denom = sqrt_rn(m2 / rnd(1 - beta2_pow)).add_(eps)  # sqrt(m2/(1 - beta2_pow)) + eps
+        denom = sqrt_like_eigen(m2 / rnd(1 - beta2_pow)).add_(eps)  # sqrt(m2/(1 - beta2_pow)) + eps
         w = w.sub_(m1_hat.mul_(lr).div_(denom))  # param - lr*m1_hat/denom
         state["moment1"].copy_(m1)
         state["moment2"].copy_(m2)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import sqrt_rn
+from ._eigen import sqrt_like_eigen
 from .nadam import check_adam_family, check_learning_rate
 from .optimizer import Optimizer, compute_dtype, round_to
 
@@ -82,8 +82,10 @@ class RAdam(Optimizer):
             num = rnd(rnd(rnd(rho_t - 4) * rnd(rho_t - 2)) * rho_inf)
             den = rnd(rnd(rnd(rho_inf - 4) * rnd(rho_inf - 2)) * rho_t)
             r_t = rnd(math.sqrt(rnd(num / den)))
-            root = rnd(math.sqrt(rnd(1 - beta2_pow)))
-            l_t = torch.div(root, sqrt_rn(m2).add_(eps))  # sqrt(1 - beta2_pow)/(sqrt(m2) + eps)
+            # sqrt(1 - beta2_pow)/(sqrt(m2) + eps); Paddle takes the first root over a tensor of
+            # equal elements, so its packets and its tail may differ in the last bits
+            root = sqrt_like_eigen(torch.full_like(m2, rnd(1 - beta2_pow)))
+            l_t = root.div_(sqrt_like_eigen(m2).add_(eps))
             step.mul_(r_t).mul_(l_t)  # ((lr*m1_hat)*r_t)*l_t
         w = w.sub_(step)
         state["moment1"].copy_(m1)

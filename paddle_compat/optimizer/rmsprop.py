@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import sqrt_rn
+from ._eigen import sqrt_like_eigen
 from ..regularizer import WeightDecayRegularizer
 from ._checks import check_float, check_set
 from .optimizer import Optimizer, compute_dtype, round_to
@@ -82,7 +82,7 @@ class RMSProp(Optimizer):
             state["mean_grad"].copy_(mg)
         else:
             denom = ms.clone()
-        denom = sqrt_rn(denom.add_(eps))
+        denom = sqrt_like_eigen(denom.add_(eps))
         mom.mul_(mu).add_(torch.mul(g, lr).div_(denom))  # mu*mom + (lr*g)/denom
         w = w.sub_(mom)
         state["mean_square"].copy_(ms)
