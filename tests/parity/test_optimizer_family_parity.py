@@ -126,3 +126,42 @@ CONFIGS.append(_cfg("rprop_bf16", "Rprop", 0.01, dtype=torch.bfloat16))
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
 def test_bitwise_parity_with_paddle(cfg: Config) -> None:
     run_parity(cfg)
+
+
+# --- per-parameter rates: ParamAttr(learning_rate=...) and group ratios ------------------------------
+_RATIOS = {"w1": 0.3, "b2": 2.5}  # the other parameters keep 1.0
+
+
+def _with_param_rates(build: Any) -> Any:
+    """``build``, after giving w1 and b2 Paddle's ``optimize_attr`` learning-rate ratio."""
+
+    def make(ps: list) -> Any:
+        for p in ps:
+            name, tensor = p if isinstance(p, tuple) else (p.name.split("_")[0], p)
+            if name in _RATIOS:
+                if isinstance(p, tuple):
+                    tensor.optimize_attr = {"learning_rate": _RATIOS[name]}
+                else:
+                    tensor.optimize_attr["learning_rate"] = _RATIOS[name]
+        return build(ps)
+
+    return make
+
+
+_EVERY = [("SGD", 0.1), ("Momentum", 0.05), ("Adam", 0.01), ("AdamW", 0.01), ("Adagrad", 0.1), ("RMSProp", 0.01),
+          ("Adadelta", 1.0), ("Adamax", 0.01), ("NAdam", 0.01), ("RAdam", 0.01), ("ASGD", 0.05), ("Rprop", 0.01),
+          ("Lamb", 0.01)]
+RATE_CONFIGS = []
+for _ctor, _lr in _EVERY:
+    _ours, _theirs = _pair(_ctor, _ctor, _lr)
+    RATE_CONFIGS.append(Config(f"{_ctor.lower()}_param_attr_rates", _with_param_rates(_ours),
+                               _with_param_rates(_theirs), steps=25))
+    # with groups, Paddle overwrites optimize_attr with the group's ratio: the attribute no longer counts
+    _ours, _theirs = _pair(_ctor, _ctor, _lr, groups=0.0 if _ctor == "AdamW" else None)
+    RATE_CONFIGS.append(Config(f"{_ctor.lower()}_group_rates_over_param_attr", _with_param_rates(_ours),
+                               _with_param_rates(_theirs), steps=25))
+
+
+@pytest.mark.parametrize("cfg", RATE_CONFIGS, ids=lambda c: c.name)
+def test_per_parameter_rates_as_paddle(cfg: Config) -> None:
+    run_parity(cfg)
