@@ -1,0 +1,310 @@
+"""Lamb, RMSProp, Adagrad, Adamax, Adadelta, NAdam, RAdam, ASGD and Rprop without Paddle: Paddle's
+argument checks, skipped steps, master weights, checkpoints, copies, schedulers.
+
+(Their bits against real Paddle: tests/parity/test_optimizer_family_parity.py.)
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import paddle_compat.nn as pnn
+import paddle_compat.optimizer as popt
+from paddle_compat.amp import GradScaler
+from paddle_compat.optimizer import lr as plr
+
+FAMILY = [popt.Lamb, popt.RMSProp, popt.Adagrad, popt.Adamax, popt.Adadelta, popt.NAdam, popt.RAdam, popt.ASGD,
+          popt.Rprop]
+# Paddle's constructor takes multi_precision only for these; decorate() switches it on for the others.
+_TAKES_MULTI_PRECISION = (popt.Lamb, popt.ASGD, popt.Rprop)
+# Whose accumulators keep the parameter's dtype under multi_precision, as Paddle's do.
+_STATE_IN_PARAM_DTYPE = (popt.ASGD, popt.Rprop)
+
+
+def make(cls: type, params: list, lr: float = 0.01, multi_precision: bool = False, decay: bool = False,
+         **kwargs: Any) -> Any:
+    """``cls`` over ``params``; ``decay``: the optimizer's weight decay (Lamb's own, L2 elsewhere)."""
+    if decay and cls is popt.Lamb:
+        kwargs["lamb_weight_decay"] = 0.05
+    elif decay and cls is not popt.Rprop:
+        kwargs["weight_decay"] = 0.01
+    if cls in _TAKES_MULTI_PRECISION:
+        kwargs["multi_precision"] = multi_precision
+    opt = cls(lr, parameters=params, **kwargs)
+    if multi_precision and cls not in _TAKES_MULTI_PRECISION:
+        opt._multi_precision = True  # what decorate(level="O2") does
+    return opt
+
+
+def _params(dtype: torch.dtype = torch.float32, seed: int = 0) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(shape, generator=gen).to(dtype)) for shape in [(5, 3), (3,)]]
+
+
+def _set_grads(params: list[torch.Tensor], step: int, dtype: torch.dtype | None = None) -> None:
+    gen = torch.Generator().manual_seed(100 + step)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen).to(dtype or p.dtype)
+
+
+def _bits(t: torch.Tensor) -> np.ndarray:
+    a = t.detach().cpu().contiguous()
+    return a.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]).numpy()
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(_bits(a), _bits(b))
+
+
+# --- Paddle's argument checks ----------------------------------------------------------------------
+_P = [torch.nn.Parameter(torch.ones(2))]
+BAD = [
+    (lambda: popt.RMSProp(None, parameters=_P), ValueError, "learning_rate is not set."),
+    (lambda: popt.RMSProp(0.1, rho=None, parameters=_P), ValueError, "rho is not set."),
+    (lambda: popt.RMSProp(0.1, epsilon=-1.0, parameters=_P), ValueError, r"Invalid value of epsilon, expect epsilon >= 0\."),
+    (lambda: popt.RMSProp(0.1, momentum=-0.1, parameters=_P), ValueError, "Invalid value of momentum"),
+    (lambda: popt.RMSProp(0.1, rho=-0.1, parameters=_P), ValueError, r"Invalid value of rho, expect rho >= 0\."),
+    (lambda: popt.RMSProp(0.1, rho="0.9", parameters=_P), TypeError, "rho should be a float"),
+    (lambda: popt.Adagrad(0.1, epsilon=None, parameters=_P), ValueError, "epsilon is not set"),
+    (lambda: popt.Adagrad(0.1, initial_accumulator_value=float("nan"), parameters=_P), ValueError,
+     "initial_accumulator_value should be a finite number"),
+    (lambda: popt.Adamax(0.1, beta1=1.0, parameters=_P), ValueError, r"Invalid value of beta1, expect beta1 in \[0,1\)\."),
+    (lambda: popt.Adamax(0.1, beta2=-0.5, parameters=_P), ValueError, r"Invalid value of beta2"),
+    (lambda: popt.Adamax(0.1, epsilon=-1.0, parameters=_P), ValueError, "Invalid value of epsilon"),
+    (lambda: popt.Adadelta(None, parameters=_P), ValueError, "learning_rate is not set."),
+    (lambda: popt.Adadelta(0.1, rho=None, parameters=_P), ValueError, "rho is not set."),
+    (lambda: popt.NAdam(-0.1, parameters=_P), ValueError, r"Invalid learning rate: -0.1, expect learning_rate >= 0\."),
+    (lambda: popt.NAdam(0.1, epsilon=-1.0, parameters=_P), ValueError, r"Invalid epsilon value: -1.0, expect epsilon >= 0\."),
+    (lambda: popt.NAdam(0.1, beta1=1.0, parameters=_P), ValueError, r"Invalid beta1: 1.0, expect 0. <= beta1 < 1.0\."),
+    (lambda: popt.NAdam(0.1, momentum_decay=-1.0, parameters=_P), ValueError,
+     r"Invalid momentum_decay value: -1.0, expect momentum_decay >= 0\."),
+    (lambda: popt.RAdam(-0.1, parameters=_P), ValueError, "Invalid learning rate"),
+    (lambda: popt.RAdam(0.1, beta2=1.5, parameters=_P), ValueError, r"Invalid beta2: 1.5, expect 0. <= beta2 < 1.0\."),
+    (lambda: popt.ASGD(None, parameters=_P), ValueError, "learning_rate should not be none"),
+    (lambda: popt.ASGD(0.1, batch_num=None, parameters=_P), ValueError, "batch_num should not be none"),
+    (lambda: popt.ASGD(0.1, batch_num=0, parameters=_P), ValueError, "batch_num should be greater than 0"),
+    (lambda: popt.ASGD(0.1, batch_num=2.0, parameters=_P), TypeError, "batch_num should be an int"),
+    (lambda: popt.Rprop(1e-6, parameters=_P), ValueError,
+     r"'0.0 < learning_rate_range\[0\] <= learning_rate <= learning_rate_range\[1\]' must be true"),
+    (lambda: popt.Rprop(0.1, etas=(0.5, 0.9), parameters=_P), ValueError, r"'0.0 < etas\[0\] < 1.0 < etas\[1\]' must be true"),
+    (lambda: popt.Rprop(0.1, etas=0.5, parameters=_P), TypeError, "etas should be a pair of floats"),
+    (lambda: popt.Rprop(plr.StepDecay(0.1, 2), parameters=_P), TypeError, "learning_rate should be a float"),
+    (lambda: popt.Lamb(0.1, beta1=None, parameters=_P), ValueError, "beta1 is not set"),
+    (lambda: popt.Lamb(0.1, beta2=1.0, parameters=_P), ValueError, r"Invalid value of beta2, expect beta2 in \[0,1\)\."),
+    (lambda: popt.Lamb(0.1, exclude_from_weight_decay_fn=3, parameters=_P), TypeError,
+     "exclude_from_weight_decay_fn should be a callable"),
+    (lambda: popt.Lamb(0.1, lamb_weight_decay=float("inf"), parameters=_P), ValueError,
+     "lamb_weight_decay should be a finite number"),
+    (lambda: popt.Lamb(0.1, parameters=_P, weight_decay=0.1), TypeError, "unexpected keyword argument 'weight_decay'"),
+    (lambda: popt.RMSProp(0.1, parameters=[{"params": _P, "rho": -1.0}]), ValueError, "Invalid value of rho"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD)))
+def test_paddle_argument_checks(case: int) -> None:
+    build, exc, message = BAD[case]
+    with pytest.raises(exc, match=message):
+        build()
+
+
+@pytest.mark.parametrize("cls", FAMILY)
+def test_torch_spelling_names_paddle_s(cls: type) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lr'; Paddle's name is 'learning_rate'"):
+        cls(lr=0.1, parameters=_params())
+
+
+# --- skipped steps --------------------------------------------------------------------------------
+def _state_snapshot(opt: torch.optim.Optimizer, params: list[torch.Tensor], but: str = "") -> list:
+    snap = [p.detach().clone() for p in params]
+    for p in params:
+        snap += [v.clone() for k, v in opt.state[p].items() if isinstance(v, torch.Tensor) and k != but]
+    return snap
+
+
+@pytest.mark.parametrize("cls", FAMILY)
+@pytest.mark.parametrize("scaler_kind", ["paddle_compat", "torch"])
+def test_skipped_step_touches_nothing_but_adamax_beta_power(cls: type, scaler_kind: str) -> None:
+    params = _params()
+    opt = make(cls, params, grad_clip=pnn.ClipGradByGlobalNorm(1.0), decay=True, multi_precision=True)
+    scaler: Any = GradScaler(init_loss_scaling=1024.0) if scaler_kind == "paddle_compat" else (
+        torch.amp.GradScaler("cpu", init_scale=1024.0)
+    )
+    for step in range(4):
+        _set_grads(params, step)
+        if step == 3:
+            params[0].grad[0, 0] = float("inf")
+            snap = _state_snapshot(opt, params, but="beta1_pow_acc")
+        if scaler_kind == "paddle_compat":
+            scaler.minimize(opt, torch.tensor(0.0))
+        else:
+            scaler.scale(torch.tensor(1.0))
+            scaler.step(opt)
+            scaler.update()
+        opt.clear_grad()
+    after = _state_snapshot(opt, params, but="beta1_pow_acc")
+    assert len(after) == len(snap) and all(_same(a, b) for a, b in zip(after, snap))
+    if cls is popt.Adamax:  # Paddle's _finish_update scales it on a skipped step too
+        b1 = torch.tensor(0.9)
+        assert _same(opt.state[params[0]]["beta1_pow_acc"], (b1 * b1 * b1 * b1 * b1).reshape(1))
+
+
+# --- multi-precision ------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [c for c in FAMILY if c not in _STATE_IN_PARAM_DTYPE])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_master_weights_follow_the_float32_update(cls: type, dtype: torch.dtype) -> None:
+    low = _params(dtype)
+    ref = [torch.nn.Parameter(p.detach().float()) for p in low]
+    opt = make(cls, low, multi_precision=True, grad_clip=pnn.ClipGradByValue(1.0))
+    ref_opt = make(cls, ref, grad_clip=pnn.ClipGradByValue(1.0))
+    for step in range(12):
+        _set_grads(low, step)
+        for r, p in zip(ref, low):
+            r.grad = p.grad.float()
+        opt.step()
+        ref_opt.step()
+    for p, r in zip(low, ref):
+        master = opt.state[p]["master_weight"]
+        assert master.dtype == torch.float32 and _same(master, r.detach())
+        assert _same(p.detach(), master.to(dtype))
+        for key, value in opt.state[p].items():
+            assert value.dtype in (torch.float32, torch.int64), key
+
+
+@pytest.mark.parametrize("cls", _STATE_IN_PARAM_DTYPE)
+def test_asgd_and_rprop_keep_their_state_in_the_parameter_dtype(cls: type) -> None:
+    (p,) = _params(torch.bfloat16)[:1]
+    opt = make(cls, [p], multi_precision=True)
+    _set_grads([p], 0)
+    before = p.detach().clone()
+    opt.step()
+    state = opt.state[p]
+    assert state["master_weight"].dtype == torch.float32 and not _same(p.detach(), before)
+    for key in ("d", "y", "prevs", "learning_rates"):
+        if key in state:
+            assert state[key].dtype == torch.bfloat16, key
+    if cls is popt.ASGD:
+        assert state["y"].shape == (1, *p.shape) and state["m"].dtype == torch.int64
+
+
+# --- checkpoints and copies -----------------------------------------------------------------------
+@pytest.mark.parametrize("cls", FAMILY)
+def test_state_dict_round_trip_resumes_the_same_trajectory(cls: type) -> None:
+    params = _params(torch.bfloat16)
+    opt = make(cls, params, multi_precision=True, decay=True)
+    for step in range(3):
+        _set_grads(params, step)
+        opt.step()
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    params2 = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt2 = make(cls, params2, multi_precision=True, decay=True)
+    buffer.seek(0)
+    opt2.set_state_dict(torch.load(buffer, weights_only=True))
+    for p, q in zip(params, params2):
+        assert opt.state[p].keys() == opt2.state[q].keys()
+        for key, value in opt.state[p].items():
+            assert _same(value, opt2.state[q][key]), key
+    for step in range(3, 6):
+        _set_grads(params, step)
+        _set_grads(params2, step)
+        opt.step()
+        opt2.step()
+    assert all(_same(p.detach(), q.detach()) for p, q in zip(params, params2))
+
+
+@pytest.mark.parametrize("cls", FAMILY)
+def test_a_pickled_optimizer_resumes_the_same_trajectory(cls: type) -> None:
+    params = _params()
+    opt = make(cls, params, decay=True)
+    for step in range(3):
+        _set_grads(params, step)
+        opt.step()
+    params2, opt2 = pickle.loads(pickle.dumps((params, opt)))
+    params3, opt3 = copy.deepcopy((params, opt))
+    for step in range(3, 6):
+        for ps, o in ((params, opt), (params2, opt2), (params3, opt3)):
+            _set_grads(ps, step)
+            o.step()
+    assert all(_same(p.detach(), q.detach()) and _same(p.detach(), r.detach())
+               for p, q, r in zip(params, params2, params3))
+
+
+@pytest.mark.parametrize("cls", FAMILY)
+def test_a_wrong_state_is_refused_and_nothing_changes(cls: type) -> None:
+    params = _params()
+    opt = make(cls, params)
+    _set_grads(params, 0)
+    opt.step()
+    sd = opt.state_dict()
+    key = next(k for k, v in sd["state"][0].items() if isinstance(v, torch.Tensor) and v.dim() >= 2)
+    bad = copy.deepcopy(sd)
+    bad["state"][0][key] = bad["state"][0][key][:1]
+    saved = copy.deepcopy(opt.state_dict())
+    with pytest.raises((ValueError, TypeError)):
+        opt.set_state_dict(bad)
+    now = opt.state_dict()
+    assert all(_same(now["state"][0][k], v) for k, v in saved["state"][0].items() if isinstance(v, torch.Tensor))
+
+
+# --- learning rates -------------------------------------------------------------------------------
+def _trajectory(cls: type, lr: Any, torch_scheduler: Any = None) -> list[torch.Tensor]:
+    params = _params()
+    opt = make(cls, params, lr=lr)
+    sched = torch_scheduler(opt) if torch_scheduler is not None else None
+    for step in range(3):
+        _set_grads(params, step)
+        opt.step()
+        if sched is not None:
+            sched.step()
+        if not isinstance(lr, float):
+            lr.step()
+    return [p.detach().clone() for p in params]
+
+
+@pytest.mark.parametrize("cls", FAMILY)
+def test_schedulers_drive_the_rate_but_rprop_s(cls: type) -> None:
+    fixed = _trajectory(cls, 0.1)
+    torch_sched = _trajectory(cls, 0.1, lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5))
+    paddle_sched = _trajectory(cls, plr.StepDecay(0.1, step_size=1, gamma=0.5) if cls is not popt.Rprop else 0.1)
+    differs = not all(_same(a, b) for a, b in zip(fixed, torch_sched))
+    assert differs == (cls is not popt.Rprop)  # Rprop's rate is only its initial step size, as in Paddle
+    if cls is not popt.Rprop:
+        assert not all(_same(a, b) for a, b in zip(fixed, paddle_sched))
+
+
+@pytest.mark.parametrize("cls", FAMILY)
+def test_optimize_attr_scales_one_parameter(cls: type) -> None:
+    params = _params()
+    params[1].optimize_attr = {"learning_rate": 0.0}
+    before = params[1].detach().clone()
+    opt = make(cls, params)
+    _set_grads(params, 0)
+    opt.step()
+    frozen = _same(params[1].detach(), before)
+    assert frozen == (cls is not popt.Rprop)
+
+
+# --- the step itself ------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", FAMILY)
+def test_the_update_is_not_recorded_and_strided_gradients_give_the_same_bits(cls: type) -> None:
+    a, b = _params()
+    a2, b2 = (torch.nn.Parameter(t.detach().clone()) for t in (a, b))
+    opt = make(cls, [a, b], grad_clip=pnn.ClipGradByGlobalNorm(1.0))
+    opt2 = make(cls, [a2, b2], grad_clip=pnn.ClipGradByGlobalNorm(1.0))
+    for step in range(3):
+        _set_grads([a, b], step)
+        _set_grads([a2, b2], step)
+        a2.grad = a2.grad.t().contiguous().t()
+        with torch.enable_grad():
+            opt.step()
+            opt2.step()
+            assert torch.is_grad_enabled()
+        assert a.is_leaf and a.grad_fn is None
+    assert _same(a.detach(), a2.detach()) and _same(b.detach(), b2.detach())
