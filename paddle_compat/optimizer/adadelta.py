@@ -66,7 +66,8 @@ class Adadelta(Optimizer):
         w, g = value.to(mt), grad.to(mt)
         asg, asu = state["_avg_squared_grad"].to(mt), state["_avg_squared_update"].to(mt)
         asg.mul_(rho).add_((g * g).mul_(keep))  # rho*asg + (1-rho)*(g*g)
-        update = sqrt_like_eigen(asu + eps).div_(sqrt_like_eigen(asg + eps)).mul_(g).neg_()  # -(sqrt(asu+eps)/sqrt(asg+eps)*g)
+        # -(sqrt(asu + eps)/sqrt(asg + eps)*g)
+        update = sqrt_like_eigen(asu + eps).div_(sqrt_like_eigen(asg + eps)).mul_(g).neg_()
         w = w.add_(update * lr)  # param + lr*update
         asu.mul_(rho).add_(update.mul_(update).mul_(keep))  # rho*asu + (1-rho)*(update*update)
         state["_avg_squared_grad"].copy_(asg)

@@ -59,7 +59,9 @@ class ASGD(Optimizer):
     def _check_state_tensor(self, where: str, index: Any, key: str, value: Tensor, p: Tensor) -> None:
         if key == "m":
             if value.dtype != torch.int64 or value.shape != (1,):
-                raise TypeError(f"{where} should be an int64 tensor of shape [1], got {value.dtype} {list(value.shape)}")
+                raise TypeError(
+                    f"{where} should be an int64 tensor of shape [1], got {value.dtype} {list(value.shape)}"
+                )
             return
         if key == "y":
             if value.shape != (self._n, *p.shape):

@@ -74,7 +74,8 @@ class Lamb(Optimizer):
         fn = group.get("exclude_from_weight_decay_fn")
         if fn is not None and not callable(fn):
             raise TypeError(
-                f"exclude_from_weight_decay_fn should be a callable taking a parameter, but received {type(fn).__name__}"
+                "exclude_from_weight_decay_fn should be a callable taking a parameter, "
+                f"but received {type(fn).__name__}"
             )
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
