@@ -36,8 +36,19 @@ __all__ = [
     "scaler_state_to_paddle",
 ]
 
-ACCUMULATORS = ("moment1", "moment2", "moment2_max", "beta1_pow_acc", "beta2_pow_acc", "velocity")
-SCALAR_ACCUMULATORS = frozenset({"beta1_pow_acc", "beta2_pow_acc"})  # shape [1], one per parameter
+ACCUMULATORS = (
+    "moment1", "moment2", "moment2_max", "beta1_pow_acc", "beta2_pow_acc", "velocity",  # Adam(W), Lamb, Momentum
+    "moment", "inf_norm",  # Adagrad, Adamax
+    "momentum", "mean_square", "mean_grad",  # RMSProp
+    "_avg_squared_grad", "_avg_squared_update",  # Adadelta
+    "momentum_decay_pow", "beta2_pow", "mu_product", "beta1_pow", "rho",  # NAdam, RAdam
+    "d", "y", "m",  # ASGD
+    "prevs", "learning_rates",  # Rprop
+)
+SCALAR_ACCUMULATORS = frozenset({"beta1_pow_acc", "beta2_pow_acc", "m"})  # shape [1], one per parameter
+# Paddle keeps these shaped like the parameter with every element equal; paddle_compat keeps one ([1]).
+UNIFORM_ACCUMULATORS = frozenset({"momentum_decay_pow", "beta2_pow", "mu_product", "beta1_pow", "rho"})
+STACKED_ACCUMULATORS = frozenset({"y"})  # ASGD's last gradients: [batch_num, *the parameter's shape]
 _TORCH_NAMES = {
     "exp_avg": "moment1",
     "exp_avg_sq": "moment2",
@@ -245,9 +256,7 @@ def optimizer_state_to_paddle(
                 per_acc.setdefault(acc, {})[names[pid]] = value
     out: dict[str, Any] = {}
     for acc, arrays in per_acc.items():
-        for key, value in plan.to_paddle(
-            arrays, partial=True, scalar=acc in SCALAR_ACCUMULATORS, aliases=False
-        ).items():
+        for key, value in _accumulator_to_paddle(plan, acc, arrays).items():
             out[f"{_lookup(table, key)}_{acc}_0"] = value
     if masters:
         out["master_weights"] = {
@@ -257,6 +266,42 @@ def optimizer_state_to_paddle(
     if lr_state is not None:
         out["LR_Scheduler"] = dict(lr_state)
     return out
+
+
+def _accumulator_to_paddle(plan: Plan, acc: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One accumulator of every parameter in Paddle's layout and shape (see ``UNIFORM_ACCUMULATORS``
+    and ``STACKED_ACCUMULATORS``)."""
+    if acc in UNIFORM_ACCUMULATORS:
+        arrays = {k: np.full(plan.torch_shapes[k], np.asarray(v).reshape(-1)[0]) for k, v in arrays.items()}
+    if acc in STACKED_ACCUMULATORS:
+        return _stacked(arrays, lambda a: plan.to_paddle(a, partial=True, aliases=False))
+    return plan.to_paddle(arrays, partial=True, scalar=acc in SCALAR_ACCUMULATORS, aliases=False)
+
+
+def _accumulator_to_torch(plan: Plan, acc: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The inverse of ``_accumulator_to_paddle``; Paddle's uniform accumulators must be uniform."""
+    what = f"Paddle {acc} accumulators"
+    if acc in STACKED_ACCUMULATORS:
+        return _stacked(arrays, lambda a: plan.to_torch(a, partial=True, what=what))
+    out = plan.to_torch(arrays, partial=True, scalar=acc in SCALAR_ACCUMULATORS, what=what)
+    if acc in UNIFORM_ACCUMULATORS:
+        for key, value in out.items():
+            flat = value.reshape(-1)
+            if flat.size and not np.array_equal(flat, np.full_like(flat, flat[0]), equal_nan=True):
+                raise ValueError(f"Paddle's {acc} of {key!r} holds different values; paddle_compat keeps one")
+            out[key] = flat[:1].copy()
+    return out
+
+
+def _stacked(
+    arrays: dict[str, np.ndarray], convert: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """``convert`` applied to each slice along the first axis, the results stacked again."""
+    depths = {np.asarray(v).shape[0] for v in arrays.values()}
+    if len(depths) > 1:
+        raise ValueError(f"ASGD's gradient histories differ in length: {sorted(depths)}")
+    slices = [convert({k: np.asarray(v)[i] for k, v in arrays.items()}) for i in range(depths.pop() if depths else 0)]
+    return {k: np.stack([s[k] for s in slices]) for k in (slices[0] if slices else {})}
 
 
 def _lookup(table: dict[str, str], key: str) -> str:
@@ -340,10 +385,7 @@ def optimizer_state_to_torch(
         masters[by_name[name]] = value
 
     plan = Plan.of(module, name_map)
-    converted = {
-        acc: plan.to_torch(a, partial=True, scalar=acc in SCALAR_ACCUMULATORS, what=f"Paddle {acc} accumulators")
-        for acc, a in per_acc.items()
-    }
+    converted = {acc: _accumulator_to_torch(plan, acc, a) for acc, a in per_acc.items()}
     if masters:
         converted["master_weight"] = plan.to_torch(masters, partial=True, what="Paddle master weights")
 
