@@ -49,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SIZES = {"1M": 1_000_000, "10M": 10_000_000, "100M": 100_000_000}
 CONFIGS = ["SGD", "Momentum", "Adam", "Adam+L2", "AdamW", "AdamW+clip"]
+# The rest of paddle.optimizer (``--only`` picks them; every one but Lamb has a torch.optim anchor).
+FAMILY = ["Lamb", "RMSProp", "Adagrad", "Adamax", "Adadelta", "NAdam", "RAdam", "ASGD", "Rprop"]
 LR = 1e-3
 
 
@@ -83,10 +85,17 @@ def ours(config: str) -> Callable[[list], Callable[[], None]]:
             "AdamW+clip": lambda: popt.AdamW(
                 LR, parameters=params, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(1.0)
             ),
+            **{name: (lambda name=name: getattr(popt, name)(LR, parameters=params)) for name in FAMILY},
         }[config]()
         return opt.step
 
     return build
+
+
+# torch.optim's counterparts of FAMILY (the same algorithm where torch has it; torch's ASGD averages
+# the iterates instead, and its RMSprop adds epsilon outside the root: the nearest, not the same)
+_TORCH_FAMILY = {"RMSProp": "RMSprop", "Adagrad": "Adagrad", "Adamax": "Adamax", "Adadelta": "Adadelta",
+                 "NAdam": "NAdam", "RAdam": "RAdam", "ASGD": "ASGD", "Rprop": "Rprop"}
 
 
 def torch_optim(config: str, mode: str) -> Callable[[list], Callable[[], None]]:
@@ -101,6 +110,8 @@ def torch_optim(config: str, mode: str) -> Callable[[list], Callable[[], None]]:
             "Adam+L2": lambda: torch.optim.Adam(params, lr=LR, weight_decay=0.01, **kw),
             "AdamW": lambda: torch.optim.AdamW(params, lr=LR, weight_decay=0.01, **kw),
             "AdamW+clip": lambda: torch.optim.AdamW(params, lr=LR, weight_decay=0.01, **kw),
+            **{ours: (lambda name=name: getattr(torch.optim, name)(params, lr=LR, **kw))
+               for ours, name in _TORCH_FAMILY.items()},
         }[config]()
         if config.endswith("+clip"):
             def step() -> None:
@@ -193,6 +204,7 @@ def paddle_child(size: str, width: int, threads: int, configs: list[str]) -> Non
             "AdamW+clip": lambda: paddle.optimizer.AdamW(
                 weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0), **kw
             ),
+            **{name: (lambda name=name: getattr(paddle.optimizer, name)(**kw)) for name in FAMILY},
         }[config]()
         opt.step()
         steps[config] = opt.step
@@ -266,9 +278,11 @@ def bench(size: str, args: argparse.Namespace) -> None:
         for mode in modes:
             try:
                 variants[mode] = instantiate(torch_optim(config, mode), params)
-            except (RuntimeError, ValueError) as exc:  # e.g. no fused kernel for this optimizer here
-                print(f"<!-- torch {mode} {config}: {exc} -->")
-        variants["A/A"] = instantiate(torch_optim(config, "default"), params)
+            except (RuntimeError, ValueError, TypeError, KeyError) as exc:  # no such kernel, or no counterpart
+                print(f"<!-- torch {mode} {config}: {exc!r} -->")
+        # A/A: a second instance of torch's default (of ours where torch has no counterpart)
+        anchor = "default" if "default" in variants else "ours"
+        variants["A/A"] = instantiate(torch_optim(config, "default") if anchor == "default" else ours(config), params)
         if child is not None:
             variants["Paddle"] = lambda config=config: child.step(config)
         times: dict[str, list[float]] = {name: [] for name in variants}
@@ -296,7 +310,7 @@ def bench(size: str, args: argparse.Namespace) -> None:
         row += f" {ratio('ours', 'default')} | {ratio('ours', 'foreach')} | {ratio('ours', 'fused')} |"
         if child:
             row += f" {ratio('ours', 'Paddle')} |"
-        row += f" {med['A/A'] / med['default']:.2f} |"
+        row += f" {med['A/A'] / med[anchor]:.2f} |"
         if device == "cuda":
             achieved = BYTES_PER_ELEMENT[config] * numel / (med["ours"] / 1e3)
             row += f" {achieved / 1e9:.0f} ({achieved / bandwidth:.2f}) | {syncs_per_step(values, grads, config):.1f} |"
@@ -313,7 +327,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads (torch, the compiled kernels, Paddle)")
     parser.add_argument("--width", type=int, default=None, help="model width of the tf set")
-    parser.add_argument("--only", default=",".join(CONFIGS), help="comma-separated optimizer configurations")
+    parser.add_argument("--only", default=",".join(CONFIGS),
+                        help="comma-separated optimizer configurations (also: " + ",".join(FAMILY) + ", or all)")
     parser.add_argument("--no-paddle", action="store_true", help="skip Paddle (CPU)")
     parser.add_argument("--block", type=int, default=3,
                         help="steps per variant in a row in each round, the first untimed (1: one, timed)")
@@ -321,7 +336,7 @@ def main() -> None:
                         help="CPU: MiB written before every timed step, to start each from cold caches (0: none)")
     parser.add_argument("--paddle-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.only = args.only.split(",")
+    args.only = CONFIGS + FAMILY if args.only == "all" else args.only.split(",")
     torch.set_num_threads(args.threads)
     if args.paddle_child:
         paddle_child(args.paddle_child, args.width, args.threads, args.only)
