@@ -24,8 +24,7 @@ import torch
 from torch import Tensor
 
 from .. import _native
-from .._numerics import sqrt_rn
-from .optimizer import round_to
+from .._numerics import round_f32, sqrt_rn
 
 __all__ = ["pow_like_libm", "sqrt_like_eigen"]
 
@@ -68,7 +67,7 @@ def pow_like_libm(x: float, y: float, dtype: torch.dtype) -> float:
     powf = _libm_powf()
     if powf is not None:
         return float(powf(x, y))
-    return round_to(torch.float32)(math.pow(x, y))
+    return round_f32(math.pow(x, y))
 
 
 @functools.cache

@@ -8,10 +8,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._eigen import sqrt_like_eigen
+from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
 from ._checks import check_float, check_set
-from .optimizer import Optimizer, compute_dtype, round_to
+from ._eigen import sqrt_like_eigen
+from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["Adadelta"]
 

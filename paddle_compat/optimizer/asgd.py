@@ -8,9 +8,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
 from ._checks import check_set
-from .optimizer import Optimizer, compute_dtype, round_to
+from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["ASGD"]
 

@@ -9,11 +9,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import sqrt_rn
+from .._numerics import round_to, sqrt_rn
 from ..nn.clip import squared_l2_norm
 from ._checks import check_float, check_set
 from .adamax import check_betas
-from .optimizer import Optimizer, compute_dtype, round_to
+from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["Lamb"]
 

@@ -8,9 +8,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._numerics import round_to
 from ._checks import check_float, check_set
 from ._eigen import pow_like_libm, sqrt_like_eigen
-from .optimizer import Optimizer, compute_dtype, round_to
+from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["NAdam"]
 

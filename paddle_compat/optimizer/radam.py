@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._numerics import round_to
 from ._eigen import sqrt_like_eigen
 from .nadam import check_adam_family, check_learning_rate
-from .optimizer import Optimizer, compute_dtype, round_to
+from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["RAdam"]
 

@@ -8,10 +8,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..regularizer import L2Decay, WeightDecayRegularizer
 from ._checks import check_float, check_set
 from .optimizer import Optimizer
 
 __all__ = ["Rprop"]
+
+_NO_DECAY = L2Decay(0.0)
 
 
 class Rprop(Optimizer):
@@ -61,9 +64,14 @@ class Rprop(Optimizer):
         self._initial_learning_rate = float(learning_rate)
         self._learning_rate_range = tuple(float(v) for v in learning_rate_range)
         self._etas = tuple(float(v) for v in etas)
-        super().__init__(learning_rate, parameters, 0.0, grad_clip, multi_precision, {}, name)
+        super().__init__(learning_rate, parameters, None, grad_clip, multi_precision, {}, name)
         # Paddle rounds the range and etas to the dtype of the first parameter it updates, once.
         self._compat_bounds: tuple[float, ...] | None = None
+
+    def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer:
+        # Paddle's Rprop gives its base weight_decay=0.0: an L2Decay(0.0), unless a group sets its own
+        reg = group["weight_decay"]
+        return reg if reg is not None else _NO_DECAY
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["prevs"] = torch.zeros_like(p, memory_format=torch.preserve_format)
