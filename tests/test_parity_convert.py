@@ -276,6 +276,33 @@ def test_paddle_compat_adam_to_paddle_and_back_resumes_bitwise():
         assert torch.equal(a, b)
 
 
+def test_asgd_history_and_nadam_powers_in_paddles_shapes_and_back():
+    """ASGD's history is converted slice by slice (each in Paddle's layout); NAdam's powers, one
+    value here, are parameter-shaped in Paddle, and must come back uniform."""
+    model, twin = _mlp(), _mlp()
+    names = _names(model)
+    asgd = popt.ASGD(0.01, batch_num=3, parameters=model.parameters())
+    _train(model, asgd, 2)
+    pd = optimizer_state_to_paddle(asgd, model, names)
+    y = asgd.state[model[0].weight]["y"]
+    assert pd["p0.w_0_y_0"].shape == (3, 4, 6) and pd["p0.w_0_m_0"].dtype == np.int64
+    np.testing.assert_array_equal(pd["p0.w_0_y_0"][1], y[1].numpy().T)
+    twin_asgd = popt.ASGD(0.01, batch_num=3, parameters=twin.parameters())
+    sd = optimizer_state_to_torch(pd, twin_asgd, twin, names)
+    assert torch.equal(sd["state"][0]["y"], y) and sd["state"][0]["m"].tolist() == [2]
+
+    nadam = popt.NAdam(0.01, parameters=model.parameters())
+    _train(model, nadam, 2)
+    pd = optimizer_state_to_paddle(nadam, model, names)
+    power = nadam.state[model[0].weight]["mu_product"]
+    assert pd["p0.w_0_mu_product_0"].shape == (4, 6) and (pd["p0.w_0_mu_product_0"] == power.item()).all()
+    sd = optimizer_state_to_torch(pd, popt.NAdam(0.01, parameters=twin.parameters()), twin, names)
+    assert torch.equal(sd["state"][0]["mu_product"], power)
+    pd["p0.w_0_mu_product_0"][0, 0] = 0.5
+    with pytest.raises(ValueError, match="Paddle's mu_product of '0.weight' holds different values"):
+        optimizer_state_to_torch(pd, popt.NAdam(0.01, parameters=twin.parameters()), twin, names)
+
+
 def test_torch_adam_to_paddle_and_back():
     model = _mlp()
     opt = torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.8, 0.99))
