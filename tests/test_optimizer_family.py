@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
@@ -19,6 +18,7 @@ from paddle_compat.amp import GradScaler
 from paddle_compat.optimizer import lr as plr
 
 from .optim_db import info_of, new
+from .test_optimizer import _params, _same, _set_grads
 
 FAMILY = [popt.Lamb, popt.RMSProp, popt.Adagrad, popt.Adamax, popt.Adadelta, popt.NAdam, popt.RAdam, popt.ASGD,
           popt.Rprop]
@@ -27,26 +27,6 @@ _STATE_IN_PARAM_DTYPE = [c for c in FAMILY if info_of(c).state_in_param_dtype]
 
 def make(cls: type, params: list, lr: Any = 0.01, **kwargs: Any) -> Any:
     return new(cls, lr, params, **kwargs)
-
-
-def _params(dtype: torch.dtype = torch.float32, seed: int = 0) -> list[torch.nn.Parameter]:
-    gen = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(shape, generator=gen).to(dtype)) for shape in [(5, 3), (3,)]]
-
-
-def _set_grads(params: list[torch.Tensor], step: int, dtype: torch.dtype | None = None) -> None:
-    gen = torch.Generator().manual_seed(100 + step)
-    for p in params:
-        p.grad = torch.randn(p.shape, generator=gen).to(dtype or p.dtype)
-
-
-def _bits(t: torch.Tensor) -> np.ndarray:
-    a = t.detach().cpu().contiguous()
-    return a.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]).numpy()
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(_bits(a), _bits(b))
 
 
 # --- Paddle's argument checks ----------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""What Paddle's CPU kernels get from Eigen and libm, reproduced to the bit: ``pow`` and the
-square root of float32 tensors (Eigen's sum of squares is ``nn.clip.squared_l2_norm``).
+"""What Paddle's CPU kernels (Eigen expressions) share, reproduced to the bit: their view of the
+hyper-parameters, Adam's moment updates, libm's ``pow`` and Eigen's square root of float32
+tensors (Eigen's sum of squares is ``nn.clip.squared_l2_norm``).
 
 Eigen's float32 ``sqrt`` on packets (Paddle's build: 8 lanes, AVX, no FMA) is its fast one: the
 CPU's approximate reciprocal square root (``vrsqrtps``) refined by one Newton step,
@@ -24,12 +25,26 @@ import torch
 from torch import Tensor
 
 from .. import _native
-from .._numerics import round_f32, sqrt_rn
+from .._numerics import round_f32, round_to, sqrt_rn
 
-__all__ = ["pow_like_libm", "sqrt_like_eigen"]
+__all__ = ["adam_moments_", "float_attrs", "pow_like_libm", "sqrt_like_eigen"]
 
 _LANES = 8  # float32 lanes of Paddle's AVX build
 _FLT_MIN = float(torch.finfo(torch.float32).tiny)
+
+
+def float_attrs(group: dict[str, Any], dtype: torch.dtype, *keys: str) -> tuple[float, ...]:
+    """The group's hyper-parameters ``keys`` as a kernel of ``dtype`` sees them: float32 attributes
+    (so rounded to float32 first, also for a float64 kernel), cast to ``dtype``."""
+    rnd = round_to(dtype)
+    return tuple(rnd(round_f32(group[key])) for key in keys)
+
+
+def adam_moments_(m1: Tensor, m2: Tensor, g: Tensor, b1: float, b2: float, rnd: Callable[[float], float]) -> None:
+    """Adam's moments as Paddle's Eigen kernels (Lamb, NAdam, RAdam) write them, in place, every
+    operation rounded: ``m1 = b1*m1 + (1-b1)*g``, ``m2 = b2*m2 + ((1-b2)*g)*g``."""
+    m1.mul_(b1).add_(g * rnd(1 - b1))
+    m2.mul_(b2).add_(g.mul(rnd(1 - b2)).mul_(g))
 
 
 def sqrt_like_eigen(x: Tensor) -> Tensor:

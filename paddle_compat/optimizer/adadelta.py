@@ -11,12 +11,11 @@ from torch import Tensor
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
 from ._checks import check_float, check_set
-from ._eigen import sqrt_like_eigen
+from ._eigen import float_attrs, sqrt_like_eigen
 from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["Adadelta"]
 
-_f32 = round_to(torch.float32)
 
 
 class Adadelta(Optimizer):
@@ -62,7 +61,7 @@ class Adadelta(Optimizer):
     ) -> Tensor:
         mt = compute_dtype(value)
         rnd = round_to(mt)
-        rho, eps = rnd(_f32(group["rho"])), rnd(_f32(group["epsilon"]))  # float32 attributes
+        rho, eps = float_attrs(group, mt, "rho", "epsilon")
         keep = rnd(1 - rho)
         w, g = value.to(mt), grad.to(mt)
         asg, asu = state["_avg_squared_grad"].to(mt), state["_avg_squared_update"].to(mt)

@@ -8,15 +8,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
 from ._checks import check_float, check_set
-from ._eigen import sqrt_like_eigen
+from ._eigen import float_attrs, sqrt_like_eigen
 from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["Adagrad"]
 
-_f32 = round_to(torch.float32)
 
 
 class Adagrad(Optimizer):
@@ -63,7 +61,7 @@ class Adagrad(Optimizer):
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
         mt = compute_dtype(value)
-        eps = round_to(mt)(_f32(group["epsilon"]))  # a float32 attribute
+        (eps,) = float_attrs(group, mt, "epsilon")
         w, g = value.to(mt), grad.to(mt)
         moment = state["moment"].to(mt)
         moment.add_(g * g)  # moment + g*g

@@ -12,11 +12,11 @@ from .._numerics import round_to
 from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
 from ._checks import check_float, check_set
+from ._eigen import float_attrs
 from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["Adamax"]
 
-_f32 = round_to(torch.float32)
 
 
 class Adamax(Optimizer):
@@ -67,7 +67,7 @@ class Adamax(Optimizer):
     ) -> Tensor:
         mt = compute_dtype(value)
         rnd = round_to(mt)
-        b1, b2, eps = (rnd(_f32(group[k])) for k in ("beta1", "beta2", "epsilon"))  # float32 attributes
+        b1, b2, eps = float_attrs(group, mt, "beta1", "beta2", "epsilon")
         w, g = value.to(mt), grad.to(mt)
         m, inf = state["moment"].to(mt), state["inf_norm"].to(mt)
         m.mul_(b1).add_(g * rnd(1 - b1))  # beta1*m + (1-beta1)*g

@@ -12,12 +12,12 @@ from torch import Tensor
 from .._numerics import round_to, sqrt_rn
 from ..nn.clip import squared_l2_norm
 from ._checks import check_float, check_set
+from ._eigen import adam_moments_, float_attrs
 from .adamax import check_betas
 from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["Lamb"]
 
-_f32 = round_to(torch.float32)
 
 
 class Lamb(Optimizer):
@@ -79,7 +79,7 @@ class Lamb(Optimizer):
             )
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        dtype = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+        dtype = compute_dtype(p)
         state["moment1"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         state["moment2"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=dtype)
@@ -90,14 +90,13 @@ class Lamb(Optimizer):
     ) -> Tensor:
         mt = compute_dtype(value)
         rnd = round_to(mt)
-        b1, b2, eps = (rnd(_f32(group[k])) for k in ("beta1", "beta2", "epsilon"))  # float32 attributes
+        b1, b2, eps = float_attrs(group, mt, "beta1", "beta2", "epsilon")
         fn = group["exclude_from_weight_decay_fn"]
-        decay = 0.0 if fn is not None and fn(param) else rnd(_f32(group["lamb_weight_decay"]))
+        decay = 0.0 if fn is not None and fn(param) else float_attrs(group, mt, "lamb_weight_decay")[0]
         b1p, b2p = state["beta1_pow_acc"].item(), state["beta2_pow_acc"].item()
         w, g = value.to(mt), grad.to(mt)
         m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
-        m1.mul_(b1).add_(g * rnd(1 - b1))  # beta1*m1 + (1-beta1)*g
-        m2.mul_(b2).add_(g.mul(rnd(1 - b2)).mul_(g))  # beta2*m2 + ((1-beta2)*g)*g
+        adam_moments_(m1, m2, g, b1, b2, rnd)
         # direction = (m1/(1-b1p)) / (sqrt(m2/(1-b2p)) + eps) + decay*param
         direction = sqrt_rn(m2 / rnd(1 - b2p)).add_(eps)
         direction = torch.div(m1 / rnd(1 - b1p), direction, out=direction)

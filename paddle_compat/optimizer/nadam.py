@@ -10,12 +10,11 @@ from torch import Tensor
 
 from .._numerics import round_to
 from ._checks import check_float, check_set
-from ._eigen import pow_like_libm, sqrt_like_eigen
+from ._eigen import adam_moments_, float_attrs, pow_like_libm, sqrt_like_eigen
 from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["NAdam"]
 
-_f32 = round_to(torch.float32)
 
 _DECAY_BASE = 0.96  # Paddle's constant in the momentum schedule
 
@@ -62,18 +61,14 @@ class NAdam(Optimizer):
                 raise ValueError(f"Invalid momentum_decay value: {value}, expect momentum_decay >= 0.")
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        dtype = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
-        for key in self._host_state:
-            state[key] = torch.ones([1], dtype=dtype)
-        for key in ("moment1", "moment2"):
-            state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+        init_powers_and_moments(p, state, self._host_state)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
         mt = compute_dtype(value)
         rnd = round_to(mt)
-        b1, b2, eps, md = (rnd(_f32(group[k])) for k in ("beta1", "beta2", "epsilon", "momentum_decay"))
+        b1, b2, eps, md = float_attrs(group, mt, "beta1", "beta2", "epsilon", "momentum_decay")
         # the scalar prologue, as Paddle's kernel computes it on every (equal) element
         decay_pow = rnd(state["momentum_decay_pow"].item() * rnd(_DECAY_BASE))
         beta2_pow = rnd(state["beta2_pow"].item() * b2)
@@ -85,8 +80,7 @@ class NAdam(Optimizer):
 
         w, g = value.to(mt), grad.to(mt)
         m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
-        m1.mul_(b1).add_(g * rnd(1 - b1))  # beta1*m1 + (1-beta1)*g
-        m2.mul_(b2).add_(g.mul(rnd(1 - b2)).mul_(g))  # beta2*m2 + ((1-beta2)*g)*g
+        adam_moments_(m1, m2, g, b1, b2, rnd)
         # m1_hat = mu_next*m1/(1 - mu_product_next) + (1 - mu_t)*g/(1 - mu_product)
         m1_hat = (m1 * mu_next).div_(rnd(1 - mu_product_next))
         m1_hat.add_(g.mul(rnd(1 - mu_t)).div_(rnd(1 - mu_product)))
@@ -98,6 +92,16 @@ class NAdam(Optimizer):
         state["beta2_pow"].fill_(beta2_pow)
         state["mu_product"].fill_(mu_product)
         return w
+
+
+def init_powers_and_moments(p: Tensor, state: dict[str, Any], powers: tuple[str, ...]) -> None:
+    """NAdam's and RAdam's state: ``powers`` at 1 (``[1]``, see the classes) and two moments, in
+    float32 for fp16/bf16 parameters."""
+    dtype = compute_dtype(p)
+    for key in powers:
+        state[key] = torch.ones([1], dtype=dtype)
+    for key in ("moment1", "moment2"):
+        state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
 
 
 def check_learning_rate(learning_rate: Any) -> None:

@@ -10,13 +10,12 @@ import torch
 from torch import Tensor
 
 from .._numerics import round_to
-from ._eigen import sqrt_like_eigen
-from .nadam import check_adam_family, check_learning_rate
+from ._eigen import adam_moments_, float_attrs, sqrt_like_eigen
+from .nadam import check_adam_family, check_learning_rate, init_powers_and_moments
 from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["RAdam"]
 
-_f32 = round_to(torch.float32)
 
 
 class RAdam(Optimizer):
@@ -55,18 +54,14 @@ class RAdam(Optimizer):
         check_adam_family(group)
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        dtype = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
-        for key in self._host_state:
-            state[key] = torch.ones([1], dtype=dtype)
-        for key in ("moment1", "moment2"):
-            state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+        init_powers_and_moments(p, state, self._host_state)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
         mt = compute_dtype(value)
         rnd = round_to(mt)
-        b1, b2, eps = (rnd(_f32(group[k])) for k in ("beta1", "beta2", "epsilon"))  # float32 attributes
+        b1, b2, eps = float_attrs(group, mt, "beta1", "beta2", "epsilon")
         # the scalar prologue, as Paddle's kernel computes it on every (equal) element
         rho_inf = rnd(rnd(2 / rnd(1 - b2)) - 1)
         beta1_pow = rnd(state["beta1_pow"].item() * b1)
@@ -76,8 +71,7 @@ class RAdam(Optimizer):
 
         w, g = value.to(mt), grad.to(mt)
         m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
-        m1.mul_(b1).add_(g * rnd(1 - b1))  # beta1*m1 + (1-beta1)*g
-        m2.mul_(b2).add_(g.mul(rnd(1 - b2)).mul_(g))  # beta2*m2 + ((1-beta2)*g)*g
+        adam_moments_(m1, m2, g, b1, b2, rnd)
         step = (m1 / rnd(1 - beta1_pow)).mul_(lr)  # lr*m1_hat
         if rho_t > 5:
             num = rnd(rnd(rnd(rho_t - 4) * rnd(rho_t - 2)) * rho_inf)

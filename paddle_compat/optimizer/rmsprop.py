@@ -11,12 +11,11 @@ from torch import Tensor
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
 from ._checks import check_float, check_set
-from ._eigen import sqrt_like_eigen
+from ._eigen import float_attrs, sqrt_like_eigen
 from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["RMSProp"]
 
-_f32 = round_to(torch.float32)
 
 
 class RMSProp(Optimizer):
@@ -70,8 +69,7 @@ class RMSProp(Optimizer):
     ) -> Tensor:
         mt = compute_dtype(value)
         rnd = round_to(mt)
-        # float32 attributes of the kernel, cast to its dtype
-        rho, eps, mu = (rnd(_f32(group[k])) for k in ("rho", "epsilon", "momentum"))
+        rho, eps, mu = float_attrs(group, mt, "rho", "epsilon", "momentum")
         keep = rnd(1 - rho)
         w, g = value.to(mt), grad.to(mt)
         ms, mom = state["mean_square"].to(mt), state["momentum"].to(mt)
