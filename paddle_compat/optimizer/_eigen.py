@@ -40,31 +40,33 @@ def float_attrs(group: dict[str, Any], dtype: torch.dtype, *keys: str) -> tuple[
     return tuple(rnd(round_f32(group[key])) for key in keys)
 
 
-def adam_moments_(m1: Tensor, m2: Tensor, g: Tensor, b1: float, b2: float, rnd: Callable[[float], float]) -> None:
+def adam_moments_(
+    m1: Tensor, m2: Tensor, g: Tensor, b1: float, b2: float, rnd: Callable[[float], float], tmp: Tensor
+) -> None:
     """Adam's moments as Paddle's Eigen kernels (Lamb, NAdam, RAdam) write them, in place, every
-    operation rounded: ``m1 = b1*m1 + (1-b1)*g``, ``m2 = b2*m2 + ((1-b2)*g)*g``."""
-    m1.mul_(b1).add_(g * rnd(1 - b1))
-    m2.mul_(b2).add_(g.mul(rnd(1 - b2)).mul_(g))
+    operation rounded: ``m1 = b1*m1 + (1-b1)*g``, ``m2 = b2*m2 + ((1-b2)*g)*g`` (``tmp``: scratch)."""
+    m1.mul_(b1).add_(torch.mul(g, rnd(1 - b1), out=tmp))
+    m2.mul_(b2).add_(torch.mul(g, rnd(1 - b2), out=tmp).mul_(g))
 
 
-def sqrt_like_eigen(x: Tensor) -> Tensor:
+def sqrt_like_eigen(x: Tensor, out: Tensor | None = None) -> Tensor:
     """``x.sqrt()`` as Paddle's Eigen expressions compute it on the CPU (see the module), for a
-    float32 or float64 tensor; a new tensor."""
-    if x.dtype != torch.float32 or x.device.type != "cpu":
-        return sqrt_rn(x)
-    rsqrt = _hardware_rsqrt()
-    if rsqrt is None:
-        return sqrt_rn(x)
-    flat = x.reshape(-1)
+    float32 or float64 tensor, into ``out`` (which may be ``x`` itself) or a new tensor."""
+    if out is None:
+        out = torch.empty_like(x)
+    rsqrt = _hardware_rsqrt() if x.dtype == torch.float32 and x.device.type == "cpu" else None
+    if rsqrt is None or not (x.is_contiguous() and out.is_contiguous()):
+        return out.copy_(sqrt_rn(x)) if rsqrt is None else out.copy_(sqrt_like_eigen(x.contiguous()))
+    flat, flat_out = x.view(-1), out.view(-1)
     packed = (flat.numel() // _LANES) * _LANES
-    out = torch.empty_like(flat)
-    head = flat[:packed]
+    head, tail = flat[:packed], flat[packed:]
+    flushed = (head < _FLT_MIN) & (head >= 0)  # before out (perhaps x) is written
+    root = sqrt_rn(tail)
     r = rsqrt(head)
     r.mul_(torch.mul(r, r).mul_(torch.mul(head, 0.5)).neg_().add_(1.5))  # r*(1.5 - (0.5*x)*(r*r))
-    torch.mul(head, r, out=out[:packed])
-    out[:packed].masked_fill_((head < _FLT_MIN) & (head >= 0), 0.0)
-    out[packed:] = sqrt_rn(flat[packed:])
-    return out.view(x.shape)
+    torch.mul(head, r, out=flat_out[:packed]).masked_fill_(flushed, 0.0)
+    flat_out[packed:] = root
+    return out
 
 
 def _hardware_rsqrt() -> Callable[[Tensor], Tensor] | None:

@@ -65,10 +65,12 @@ class Adadelta(Optimizer):
         keep = rnd(1 - rho)
         w, g = value.to(mt), grad.to(mt)
         asg, asu = state["_avg_squared_grad"].to(mt), state["_avg_squared_update"].to(mt)
-        asg.mul_(rho).add_((g * g).mul_(keep))  # rho*asg + (1-rho)*(g*g)
+        tmp, update, den = (self._buffer(w, mt, slot) for slot in ("tmp", "update", "den"))
+        asg.mul_(rho).add_(torch.mul(g, g, out=tmp).mul_(keep))  # rho*asg + (1-rho)*(g*g)
         # -(sqrt(asu + eps)/sqrt(asg + eps)*g)
-        update = sqrt_like_eigen(asu + eps).div_(sqrt_like_eigen(asg + eps)).mul_(g).neg_()
-        w = w.add_(update * lr)  # param + lr*update
+        sqrt_like_eigen(torch.add(asu, eps, out=update), out=update)
+        update.div_(sqrt_like_eigen(torch.add(asg, eps, out=den), out=den)).mul_(g).neg_()
+        w = w.add_(torch.mul(update, lr, out=tmp))  # param + lr*update
         asu.mul_(rho).add_(update.mul_(update).mul_(keep))  # rho*asu + (1-rho)*(update*update)
         state["_avg_squared_grad"].copy_(asg)
         state["_avg_squared_update"].copy_(asu)

@@ -64,7 +64,9 @@ class Adagrad(Optimizer):
         (eps,) = float_attrs(group, mt, "epsilon")
         w, g = value.to(mt), grad.to(mt)
         moment = state["moment"].to(mt)
-        moment.add_(g * g)  # moment + g*g
-        w = w.sub_(torch.mul(g, lr).div_(sqrt_like_eigen(moment).add_(eps)))  # param - lr*g / (sqrt(moment) + eps)
+        tmp, den = self._buffer(w, mt, "tmp"), self._buffer(w, mt, "den")
+        moment.add_(torch.mul(g, g, out=tmp))  # moment + g*g
+        sqrt_like_eigen(moment, out=den).add_(eps)
+        w = w.sub_(torch.mul(g, lr, out=tmp).div_(den))  # param - lr*g / (sqrt(moment) + eps)
         state["moment"].copy_(moment)
         return w

@@ -70,12 +70,13 @@ class Adamax(Optimizer):
         b1, b2, eps = float_attrs(group, mt, "beta1", "beta2", "epsilon")
         w, g = value.to(mt), grad.to(mt)
         m, inf = state["moment"].to(mt), state["inf_norm"].to(mt)
-        m.mul_(b1).add_(g * rnd(1 - b1))  # beta1*m + (1-beta1)*g
+        tmp, below = self._buffer(w, mt, "tmp"), self._buffer(w, torch.bool, "mask")
+        m.mul_(b1).add_(torch.mul(g, rnd(1 - b1), out=tmp))  # beta1*m + (1-beta1)*g
         inf.mul_(b2).add_(eps)  # beta2*inf + eps
-        a = g.abs()
-        inf = torch.where(a < inf, inf, a)  # std::max(|g|, beta2*inf + eps)
+        a = torch.abs(g, out=tmp)
+        torch.where(torch.lt(a, inf, out=below), inf, a, out=inf)  # std::max(|g|, beta2*inf + eps)
         lr_t = rnd(lr / rnd(1 - rnd(state["beta1_pow_acc"].item())))
-        w = w.sub_((m / inf).mul_(lr_t))  # param - lr_t*(m/inf)
+        w = w.sub_(torch.div(m, inf, out=tmp).mul_(lr_t))  # param - lr_t*(m/inf)
         state["moment"].copy_(m)
         state["inf_norm"].copy_(inf)
         return w

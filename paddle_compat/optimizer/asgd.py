@@ -85,6 +85,6 @@ class ASGD(Optimizer):
         d, y = state["d"].to(mt), state["y"][i]
         d.sub_(y.to(mt)).add_(g)  # d - y + g
         y.copy_(g)
-        w = w.sub_(d * rnd(lr / rnd(n)))  # param - (lr/n)*d
+        w = w.sub_(torch.mul(d, rnd(lr / rnd(n)), out=self._buffer(w, mt, "tmp")))  # param - (lr/n)*d
         state["d"].copy_(d)
         return w

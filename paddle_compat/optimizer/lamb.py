@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import round_to, sqrt_rn
+from .._numerics import round_to, sqrt_rn_into
 from ..nn.clip import squared_l2_norm
 from ._checks import check_float, check_set
 from ._eigen import adam_moments_, float_attrs
@@ -96,11 +96,13 @@ class Lamb(Optimizer):
         b1p, b2p = state["beta1_pow_acc"].item(), state["beta2_pow_acc"].item()
         w, g = value.to(mt), grad.to(mt)
         m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
-        adam_moments_(m1, m2, g, b1, b2, rnd)
-        # direction = (m1/(1-b1p)) / (sqrt(m2/(1-b2p)) + eps) + decay*param
-        direction = sqrt_rn(m2 / rnd(1 - b2p)).add_(eps)
-        direction = torch.div(m1 / rnd(1 - b1p), direction, out=direction)
-        direction.add_(w * decay)
+        tmp, direction = self._buffer(w, mt, "tmp"), self._buffer(w, mt, "direction")
+        adam_moments_(m1, m2, g, b1, b2, rnd, tmp)
+        # direction = (m1/(1-b1p)) / (sqrt(m2/(1-b2p)) + eps) + decay*param (numext::sqrt: exact)
+        wide = self._buffer(w, torch.float64, "wide") if mt != torch.float64 else None
+        sqrt_rn_into(direction, torch.div(m2, rnd(1 - b2p), out=tmp), wide).add_(eps)
+        torch.div(torch.div(m1, rnd(1 - b1p), out=tmp), direction, out=direction)
+        direction.add_(torch.mul(w, decay, out=tmp))
         p_norm = rnd(math.sqrt(squared_l2_norm(w).item()))  # numext::sqrt: exact
         d_norm = rnd(math.sqrt(squared_l2_norm(direction).item()))
         # Without decay (and always_adapt off) there is no adaptation: the trust ratio is 1.

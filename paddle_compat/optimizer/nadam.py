@@ -80,12 +80,14 @@ class NAdam(Optimizer):
 
         w, g = value.to(mt), grad.to(mt)
         m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
-        adam_moments_(m1, m2, g, b1, b2, rnd)
+        tmp, m1_hat, den = (self._buffer(w, mt, slot) for slot in ("tmp", "m1_hat", "den"))
+        adam_moments_(m1, m2, g, b1, b2, rnd, tmp)
         # m1_hat = mu_next*m1/(1 - mu_product_next) + (1 - mu_t)*g/(1 - mu_product)
-        m1_hat = (m1 * mu_next).div_(rnd(1 - mu_product_next))
-        m1_hat.add_(g.mul(rnd(1 - mu_t)).div_(rnd(1 - mu_product)))
-        denom = sqrt_like_eigen(m2 / rnd(1 - beta2_pow)).add_(eps)  # sqrt(m2/(1 - beta2_pow)) + eps
-        w = w.sub_(m1_hat.mul_(lr).div_(denom))  # param - lr*m1_hat/denom
+        torch.mul(m1, mu_next, out=m1_hat).div_(rnd(1 - mu_product_next))
+        m1_hat.add_(torch.mul(g, rnd(1 - mu_t), out=tmp).div_(rnd(1 - mu_product)))
+        # sqrt(m2/(1 - beta2_pow)) + eps
+        sqrt_like_eigen(torch.div(m2, rnd(1 - beta2_pow), out=den), out=den).add_(eps)
+        w = w.sub_(m1_hat.mul_(lr).div_(den))  # param - lr*m1_hat/denom
         state["moment1"].copy_(m1)
         state["moment2"].copy_(m2)
         state["momentum_decay_pow"].fill_(decay_pow)

@@ -71,16 +71,17 @@ class RAdam(Optimizer):
 
         w, g = value.to(mt), grad.to(mt)
         m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
-        adam_moments_(m1, m2, g, b1, b2, rnd)
-        step = (m1 / rnd(1 - beta1_pow)).mul_(lr)  # lr*m1_hat
+        tmp, step = self._buffer(w, mt, "tmp"), self._buffer(w, mt, "step")
+        adam_moments_(m1, m2, g, b1, b2, rnd, tmp)
+        torch.div(m1, rnd(1 - beta1_pow), out=step).mul_(lr)  # lr*m1_hat
         if rho_t > 5:
             num = rnd(rnd(rnd(rho_t - 4) * rnd(rho_t - 2)) * rho_inf)
             den = rnd(rnd(rnd(rho_inf - 4) * rnd(rho_inf - 2)) * rho_t)
             r_t = rnd(math.sqrt(rnd(num / den)))
             # sqrt(1 - beta2_pow)/(sqrt(m2) + eps); Paddle takes the first root over a tensor of
             # equal elements, so its packets and its tail may differ in the last bits
-            root = sqrt_like_eigen(torch.full_like(m2, rnd(1 - beta2_pow)))
-            l_t = root.div_(sqrt_like_eigen(m2).add_(eps))
+            root = sqrt_like_eigen(tmp.fill_(rnd(1 - beta2_pow)), out=tmp)
+            l_t = root.div_(sqrt_like_eigen(m2, out=self._buffer(w, mt, "den")).add_(eps))
             step.mul_(r_t).mul_(l_t)  # ((lr*m1_hat)*r_t)*l_t
         w = w.sub_(step)
         state["moment1"].copy_(m1)

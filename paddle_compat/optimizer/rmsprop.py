@@ -73,16 +73,17 @@ class RMSProp(Optimizer):
         keep = rnd(1 - rho)
         w, g = value.to(mt), grad.to(mt)
         ms, mom = state["mean_square"].to(mt), state["momentum"].to(mt)
-        ms.mul_(rho).add_(g.mul(keep).mul_(g))  # rho*ms + ((1-rho)*g)*g
+        tmp, den = self._buffer(w, mt, "tmp"), self._buffer(w, mt, "den")
+        ms.mul_(rho).add_(torch.mul(g, keep, out=tmp).mul_(g))  # rho*ms + ((1-rho)*g)*g
         if group["centered"]:
             mg = state["mean_grad"].to(mt)
-            mg.mul_(rho).add_(g * keep)  # rho*mg + (1-rho)*g
-            denom = ms - mg * mg  # (ms - mg^2) + eps
+            mg.mul_(rho).add_(torch.mul(g, keep, out=tmp))  # rho*mg + (1-rho)*g
+            torch.sub(ms, torch.mul(mg, mg, out=den), out=den)  # (ms - mg^2) + eps
             state["mean_grad"].copy_(mg)
         else:
-            denom = ms.clone()
-        denom = sqrt_like_eigen(denom.add_(eps))
-        mom.mul_(mu).add_(torch.mul(g, lr).div_(denom))  # mu*mom + (lr*g)/denom
+            den.copy_(ms)
+        sqrt_like_eigen(den.add_(eps), out=den)
+        mom.mul_(mu).add_(torch.mul(g, lr, out=tmp).div_(den))  # mu*mom + (lr*g)/denom
         w = w.sub_(mom)
         state["mean_square"].copy_(ms)
         state["momentum"].copy_(mom)

@@ -89,12 +89,13 @@ class Rprop(Optimizer):
         dtype = state["learning_rates"].dtype
         lo, hi, eta_minus, eta_plus = (torch.tensor(v, dtype=dtype) for v in self._compat_bounds)
         g = grad.to(dtype)
-        product = g * state["prevs"].to(dtype)
-        eta = torch.where(product > 0, eta_plus, torch.where(product < 0, eta_minus, torch.ones((), dtype=dtype)))
-        g = torch.where(product < 0, torch.zeros((), dtype=dtype), g)
-        rates = torch.clamp(state["learning_rates"].to(dtype) * eta, lo.item(), hi.item())
-        step = torch.sign(g).mul_(rates)  # sign(g)*rate: exact
-        w = value.sub_(step.to(value.dtype))  # param - sign(g)*rate
-        state["prevs"].copy_(g)
-        state["learning_rates"].copy_(rates)
-        return w
+        prevs, rates = state["prevs"], state["learning_rates"]
+        product = torch.mul(g, prevs, out=self._buffer(g, dtype, "tmp"))
+        rising, falling = self._buffer(g, torch.bool, "rising"), self._buffer(g, torch.bool, "falling")
+        torch.gt(product, 0, out=rising)
+        torch.lt(product, 0, out=falling)
+        eta = product.fill_(1).masked_fill_(rising, eta_plus).masked_fill_(falling, eta_minus)
+        prevs.copy_(g).masked_fill_(falling, 0)  # a sign change: the gradient counts as 0
+        rates.mul_(eta).clamp_(lo.item(), hi.item())
+        step = torch.sign(prevs, out=eta).mul_(rates)  # sign(g)*rate: exact
+        return value.sub_(step.to(value.dtype))  # param - sign(g)*rate
