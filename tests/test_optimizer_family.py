@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -189,3 +190,38 @@ def test_optimize_attr_scales_one_parameter(cls: type) -> None:
     opt.step()
     frozen = _same(params[1].detach(), before)
     assert frozen == (cls is not popt.Rprop)
+
+
+# --- what the CPU kernels take from Eigen and libm ------------------------------------------------
+def test_eigen_sqrt_refines_the_hardware_rsqrt_on_whole_packets_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mechanics around the CPU's rsqrt (here a stand-in: 1/sqrt rounded, whose Newton step
+    still moves some results): packets of 8 get the refined root, the tail the exact one, zero and
+    subnormal inputs 0, +inf NaN; in place too."""
+    from paddle_compat._numerics import sqrt_rn
+    from paddle_compat.optimizer import _eigen
+
+    monkeypatch.setattr(_eigen, "_hardware_rsqrt", lambda: torch.rsqrt)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(8 * 5 + 3, generator=gen) * 100
+    x[:4] = torch.tensor([0.0, 1e-40, float("inf"), 4.0])
+    got = _eigen.sqrt_like_eigen(x)
+    head = x[:40]
+    r = torch.rsqrt(head)
+    expected = head * (r * (1.5 - (head * 0.5) * (r * r)))
+    assert got[0] == 0 and got[1] == 0 and torch.isnan(got[2]) and got[3] == 2
+    assert torch.equal(got[4:40], expected[4:40]) and torch.equal(got[40:], sqrt_rn(x[40:]))
+    assert not torch.equal(got[4:40], sqrt_rn(head[4:])), "the stand-in should leave a trace"
+    same = x.clone()
+    assert _same(_eigen.sqrt_like_eigen(same, out=same), got)
+
+
+def test_pow_is_the_c_librarys_powf_not_numpys() -> None:
+    """NAdam's schedule: libm's powf, as the kernel's std::pow (NumPy's float32 power differs)."""
+    from paddle_compat.optimizer import _eigen
+
+    x = np.float32(1)
+    for _ in range(14):
+        x = np.float32(x * np.float32(0.96))
+    ours = _eigen.pow_like_libm(float(x), float(np.float32(0.004)), torch.float32)
+    assert np.float32(ours) == np.float32(float(x) ** float(np.float32(0.004)))  # correctly rounded here
+    assert np.float32(ours) != np.power(x, np.float32(0.004))
