@@ -87,7 +87,8 @@ class Rprop(Optimizer):
             self._compat_bounds = tuple(values.tolist())
         # The kernel's dtype is the accumulators' (the parameter's, also with master weights).
         dtype = state["learning_rates"].dtype
-        lo, hi, eta_minus, eta_plus = (torch.tensor(v, dtype=dtype) for v in self._compat_bounds)
+        # each exactly representable in the dtype (a bfloat16 eta is bfloat16's)
+        lo, hi, eta_minus, eta_plus = (torch.tensor(v, dtype=dtype).item() for v in self._compat_bounds)
         g = grad.to(dtype)
         prevs, rates = state["prevs"], state["learning_rates"]
         product = torch.mul(g, prevs, out=self._buffer(g, dtype, "tmp"))
@@ -96,6 +97,6 @@ class Rprop(Optimizer):
         torch.lt(product, 0, out=falling)
         eta = product.fill_(1).masked_fill_(rising, eta_plus).masked_fill_(falling, eta_minus)
         prevs.copy_(g).masked_fill_(falling, 0)  # a sign change: the gradient counts as 0
-        rates.mul_(eta).clamp_(lo.item(), hi.item())
+        rates.mul_(eta).clamp_(lo, hi)
         step = torch.sign(prevs, out=eta).mul_(rates)  # sign(g)*rate: exact
         return value.sub_(step.to(value.dtype))  # param - sign(g)*rate
