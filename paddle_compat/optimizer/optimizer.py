@@ -94,7 +94,7 @@ def _refusing_torch_keywords(init: Callable[..., None]) -> Callable[..., None]:
 
 
 class Optimizer(torch.optim.Optimizer):
-    """Base of ``SGD``, ``Momentum``, ``Adam`` and ``AdamW``.
+    """Base of every optimizer here (``SGD``, ``Momentum``, ``Adam``, ``AdamW``, ``Lamb``, ... ``Rprop``).
 
     Differences from Paddle: the state dict is torch's (``{"state", "param_groups"}``, plus
     ``"LR_Scheduler"`` when a Paddle-style scheduler drives the rate) rather than a dict keyed by
