@@ -71,7 +71,11 @@ class CastConfig:
 
 
 class _ThreadState(threading.local):
-    config: CastConfig | None = None  # class default: what a thread that never activated sees
+    # Class defaults: what a thread that never activated sees.
+    config: CastConfig | None = None
+    # The autograd graph task whose ops are forward ops: -1 (none) outside a recomputation, the
+    # running backward's id while it recomputes a checkpointed forward (see ``reenter``).
+    forward_task: int = -1
 
 
 _tls = _ThreadState()
@@ -177,6 +181,41 @@ def restore(token: Any) -> None:
         _publish(previous)
     if was_on:
         cache_on()
+
+
+def reenter(config: CastConfig | None) -> Any:
+    """Run a forward again inside backward under ``config`` (what was current at the forward).
+
+    Args:
+        config: the config ``current()`` gave when the forward first ran, or None.
+
+    Makes ``config`` current and counts the ops of the running autograd graph task as forward
+    ops, which the rule casts (an op run by backward is otherwise never cast). A backward nested
+    inside gets a graph task of its own, whose ops stay uncast. Returns a token for ``leave``.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp import op_interceptor
+        >>> config = op_interceptor.prepare("O1", torch.bfloat16, True, frozenset({"mm"}), frozenset())
+        >>> token = op_interceptor.reenter(config)
+        >>> (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+        torch.bfloat16
+        >>> op_interceptor.leave(token)
+    """
+    token = (activate(config), _tls.forward_task)
+    _tls.forward_task = _graph_task_id()
+    return token
+
+
+def leave(token: Any) -> None:
+    """Undo the ``reenter`` call that returned ``token``.
+
+    Args:
+        token: what ``reenter`` returned.
+    """
+    inner, _tls.forward_task = token
+    restore(inner)
 
 
 def _publish(config: CastConfig) -> None:
@@ -329,8 +368,9 @@ def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs
     # guard object would do, at less cost.
     _set_excluded(_LIST_KEY, True)
     try:
-        # Backward ops run with the forward's thread state; Paddle never auto-casts them.
-        if config is not None and _graph_task_id() == -1:
+        # Ops run by backward see the forward's thread state, but Paddle never auto-casts its
+        # backward kernels; a forward recomputed inside backward is cast (see ``reenter``).
+        if config is not None and ((task := _graph_task_id()) == -1 or task == _tls.forward_task):
             dtypes = _float_dtypes(args[:1] if x_only else args)
             if kwargs and not x_only:
                 dtypes |= _float_dtypes(kwargs.values())
