@@ -197,7 +197,7 @@ def reenter(config: CastConfig | None) -> Any:
 
         >>> import torch
         >>> from paddle_compat.amp import op_interceptor
-        >>> config = op_interceptor.prepare("O1", torch.bfloat16, True, frozenset({"mm"}), frozenset())
+        >>> config = op_interceptor.prepare("O1", torch.bfloat16, True, frozenset({"matmul"}), frozenset())
         >>> token = op_interceptor.reenter(config)
         >>> (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
         torch.bfloat16
