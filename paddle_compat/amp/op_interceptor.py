@@ -30,6 +30,8 @@ so a graph is reused only under the configuration it was traced with (see ``_com
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -368,9 +370,11 @@ def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs
     # guard object would do, at less cost.
     _set_excluded(_LIST_KEY, True)
     try:
-        # Ops run by backward see the forward's thread state, but Paddle never auto-casts its
-        # backward kernels; a forward recomputed inside backward is cast (see ``reenter``).
-        if config is not None and ((task := _graph_task_id()) == -1 or task == _tls.forward_task):
+        # Ops run by backward see the forward's thread state. Paddle's backward kernels never
+        # auto-cast; a forward recomputed inside backward (``reenter``) and the user's Python
+        # that backward runs (hooks) are cast, as Paddle casts the ops its hooks call.
+        if config is not None and ((task := _graph_task_id()) == -1 or task == _tls.forward_task
+                                   or _called_by_user_hook()):
             dtypes = _float_dtypes(args[:1] if x_only else args)
             if kwargs and not x_only:
                 dtypes |= _float_dtypes(kwargs.values())
@@ -391,6 +395,29 @@ def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs
         _set_excluded(_LIST_KEY, False)
 
 
+def _called_by_user_hook() -> bool:
+    """Whether the op running in a backward was called by Python code of the user's that the
+    autograd engine called (a tensor or node hook, a custom Function's backward, a module's
+    backward hook, a saved-tensor hook), rather than by a backward kernel.
+
+    Decided from the Python stack between this op and the engine's entry (torch's
+    ``_engine_run_backward``): a C++ kernel has no frame there; otherwise the frame the engine
+    called decides, past torch's hook runners: code outside torch is the user's; torch's own
+    Python (checkpoint internals, compiled graphs, FSDP's hooks) counts as kernels. With no
+    engine frame on this thread's stack the answer is no."""
+    chain = []
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not _ENGINE_ENTRY:
+        chain.append(frame.f_code)
+        frame = frame.f_back
+    if frame is None:
+        return False
+    for code in reversed(chain):  # from the frame the engine called, inwards
+        if code.co_filename not in _HOOK_RUNNERS and code not in _OUR_KERNELS:
+            return not code.co_filename.startswith(_TORCH_DIR)
+    return False
+
+
 def _every_op(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs: Any) -> Any:
     """The every-op key's kernel: listed ops go on to the list key's kernel, others get the rule."""
     config = _tls.config
@@ -404,6 +431,12 @@ def _every_op(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **k
 
 
 _graph_task_id = torch._C._current_graph_task_id
+_ENGINE_ENTRY = torch.autograd.graph._engine_run_backward.__code__
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# torch's modules that call the user's backward code: Function.backward, module and multi-grad hooks.
+_HOOK_RUNNERS = frozenset(module.__file__ for module in (torch.autograd.function, torch.utils.hooks,
+                                                          torch.autograd.graph))
+_OUR_KERNELS = frozenset({_run.__code__, _every_op.__code__, _conv_kernel.__code__})
 _set_excluded = torch._C._dispatch_tls_set_dispatch_key_excluded
 _set_included = torch._C._dispatch_tls_set_dispatch_key_included
 _is_excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
