@@ -98,3 +98,18 @@ def test_backward_kernels_are_not_cast(cast_args):
 
     for inside, outside in zip(grads(True), grads(False)):
         assert torch.equal(inside, outside)
+
+
+def test_a_saved_tensor_unpack_hook_is_cast():
+    seen = []
+
+    def unpack(t):
+        seen.append(torch.mm(t, t).dtype)
+        return t
+
+    x = torch.rand(3, 3, requires_grad=True)
+    with auto_cast():
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+            y = (x * x).sum()
+        y.backward()
+    assert seen and set(seen) == {torch.float16}

@@ -86,14 +86,14 @@ def install() -> None:
         composable = sys.modules.get(_COMPOSABLE)
         if composable is not None and getattr(composable, _GENERATOR, None) is generator:
             setattr(composable, _GENERATOR, replaying_generator)
-        torch_checkpoint.CheckpointFunction = _replaying_function(torch_checkpoint.CheckpointFunction)
+        setattr(torch_checkpoint, "CheckpointFunction", _replaying_function(torch_checkpoint.CheckpointFunction))
         _installed = True
 
 
 def _replaying_function(base: Any) -> Any:
     """torch's reentrant ``CheckpointFunction`` with its function bound by ``replaying``."""
 
-    class CheckpointFunction(base):  # type: ignore[misc, valid-type]  # same name: same grad_fn name
+    class CheckpointFunction(base):  # same name: same grad_fn name
         @staticmethod
         def forward(ctx: Any, run_function: Callable[..., Any], preserve_rng_state: bool, *args: Any) -> Any:
             return base.forward(ctx, replaying(run_function), preserve_rng_state, *args)

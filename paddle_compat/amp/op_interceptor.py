@@ -36,6 +36,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from types import FrameType
 from typing import Any
 
 import torch
@@ -402,19 +403,20 @@ def _called_by_user_hook() -> bool:
 
     Decided from the Python stack between this op and the engine's entry (torch's
     ``_engine_run_backward``): a C++ kernel has no frame there; otherwise the frame the engine
-    called decides, past torch's hook runners: code outside torch is the user's; torch's own
-    Python (checkpoint internals, compiled graphs, FSDP's hooks) counts as kernels. With no
-    engine frame on this thread's stack the answer is no."""
+    called decides, past torch's hook runners: code outside torch and this package is the
+    user's; torch's own Python (checkpoint internals, compiled graphs, FSDP's hooks) and ours
+    (master_grad's hook) count as kernels. With no engine frame on this thread's stack the
+    answer is no."""
     chain = []
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code is not _ENGINE_ENTRY:
         chain.append(frame.f_code)
         frame = frame.f_back
     if frame is None:
         return False
     for code in reversed(chain):  # from the frame the engine called, inwards
-        if code.co_filename not in _HOOK_RUNNERS and code not in _OUR_KERNELS:
-            return not code.co_filename.startswith(_TORCH_DIR)
+        if code.co_filename not in _HOOK_RUNNERS:
+            return not code.co_filename.startswith(_NOT_USERS)
     return False
 
 
@@ -432,11 +434,11 @@ def _every_op(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **k
 
 _graph_task_id = torch._C._current_graph_task_id
 _ENGINE_ENTRY = torch.autograd.graph._engine_run_backward.__code__
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# Code in these directories is never the user's.
+_NOT_USERS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.dirname(__file__)) + os.sep)
 # torch's modules that call the user's backward code: Function.backward, module and multi-grad hooks.
 _HOOK_RUNNERS = frozenset(module.__file__ for module in (torch.autograd.function, torch.utils.hooks,
                                                           torch.autograd.graph))
-_OUR_KERNELS = frozenset({_run.__code__, _every_op.__code__, _conv_kernel.__code__})
 _set_excluded = torch._C._dispatch_tls_set_dispatch_key_excluded
 _set_included = torch._C._dispatch_tls_set_dispatch_key_included
 _is_excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
