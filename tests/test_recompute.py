@@ -224,6 +224,7 @@ def test_a_fresh_process_recomputes_under_auto_cast():
     # As a user meets it: nothing installed by a fixture or an earlier test.
     script = textwrap.dedent("""
         import torch
+        from torch.distributed._composable import checkpoint as composable  # imported before any auto_cast
         from torch.utils.checkpoint import checkpoint
         from paddle_compat.amp import auto_cast
         from paddle_compat.distributed.fleet.utils import recompute
@@ -240,7 +241,7 @@ def test_a_fresh_process_recomputes_under_auto_cast():
         plain = run(lambda b, x: b(x))
         for api in (lambda b, x: recompute(b, x), lambda b, x: recompute(b, x, use_reentrant=False),
                     lambda b, x: checkpoint(b, x, use_reentrant=False),
-                    lambda b, x: checkpoint(b, x, use_reentrant=True)):
+                    lambda b, x: checkpoint(b, x, use_reentrant=True), lambda b, x: composable(b)(x)):
             assert all(torch.equal(a, e) for a, e in zip(run(api), plain))
         print("ok")
     """)
@@ -248,3 +249,34 @@ def test_a_fresh_process_recomputes_under_auto_cast():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def _selective(block, x):
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    def policy(ctx, op, *args, **kwargs):  # keep matmuls, recompute the rest
+        return CheckpointPolicy.MUST_SAVE if op is torch.ops.aten.mm.default else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return checkpoint(block, x, use_reentrant=False,
+                      context_fn=lambda: create_selective_checkpoint_contexts(policy))
+
+
+def _wrapped(block, x):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    return checkpoint_wrapper(block)(x)
+
+
+def _composable(block, x):
+    from torch.distributed._composable import checkpoint as composable_checkpoint
+
+    return composable_checkpoint(block)(x)
+
+
+@pytest.mark.parametrize("api", [_selective, _wrapped, _composable])
+def test_torchs_other_checkpoint_entries_recompute_under_the_forward_state(api):
+    APIS["other"] = api
+    try:
+        _assert_bitwise(_grads("other", "O2", "bfloat16"), _grads("plain", "O2", "bfloat16"))
+    finally:
+        del APIS["other"]
