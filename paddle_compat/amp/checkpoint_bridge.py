@@ -57,7 +57,7 @@ def replaying(fn: Callable[..., R]) -> Callable[..., R]:
     """
     config = op_interceptor.current()
 
-    @functools.wraps(fn)
+    @functools.wraps(fn, updated=())  # a module's __dict__ is not copied onto the function
     def run(*args: Any, **kwargs: Any) -> R:
         token = op_interceptor.reenter(config)
         try:
