@@ -82,3 +82,39 @@ def test_the_recomputation_runs_under_the_forwards_state(cast_args, use_reentran
     ours = run(amp, recompute, torch.rand(2, 4, requires_grad=True), torch.nn.Linear(4, 4))
     assert len(theirs) == 2  # the forward, then the recomputation
     assert ours == theirs
+
+
+def test_a_custom_backward_sees_the_auto_cast_that_backward_runs_under():
+    seen = {"paddle": [], "torch": []}
+
+    class PaddleSquare(paddle.autograd.PyLayer):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen["paddle"].append(_state(paddle.amp))
+            (x,) = ctx.saved_tensor()
+            return 2 * x * grad
+
+    class TorchSquare(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen["torch"].append(_state(amp))
+            (x,) = ctx.saved_tensors
+            return 2 * x * grad
+
+    p_x = paddle.rand([2, 2])
+    p_x.stop_gradient = False
+    with paddle_on_gpu(), paddle.amp.auto_cast(level="O2"):
+        PaddleSquare.apply(p_x).sum().backward()
+    with amp.auto_cast(level="O2"):
+        TorchSquare.apply(torch.rand(2, 2, requires_grad=True)).sum().backward()
+    assert seen["torch"] == seen["paddle"] == [(True, "float16")]
