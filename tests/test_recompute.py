@@ -280,3 +280,16 @@ def test_torchs_other_checkpoint_entries_recompute_under_the_forward_state(api):
         _assert_bitwise(_grads("other", "O2", "bfloat16"), _grads("plain", "O2", "bfloat16"))
     finally:
         del APIS["other"]
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_fleet_recompute_inside_torch_compile(use_reentrant):
+    expected = _grads("plain", "O1", "float16")
+    torch._dynamo.reset()
+    APIS["compiled"] = torch.compile(lambda block, x: recompute(block, x, use_reentrant=use_reentrant),
+                                     backend="aot_eager")
+    try:
+        found = _grads("compiled", "O1", "float16")
+    finally:
+        del APIS["compiled"]
+    _assert_bitwise(found, expected)
