@@ -45,33 +45,39 @@ def test_a_hook_outside_auto_cast_is_not_cast():
     assert v.grad.dtype == torch.float32
 
 
-class _Square(torch.autograd.Function):
-    seen: list[torch.dtype] = []
+def square_function(on_backward):
+    """A custom Function computing x * x whose backward first calls ``on_backward()``."""
 
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
 
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        _Square.seen.append(torch.mm(x, x).dtype)  # Paddle casts the ops of a PyLayer's backward
-        return 2 * x * grad
+        @staticmethod
+        def backward(ctx, grad):
+            on_backward()
+            (x,) = ctx.saved_tensors
+            return 2 * x * grad
+
+    return Square
 
 
 def test_a_custom_functions_backward_is_cast():
-    _Square.seen.clear()
+    # Paddle casts the ops of a PyLayer's backward.
+    seen = []
     x = torch.rand(3, 3, requires_grad=True)
+    square = square_function(lambda: seen.append(torch.mm(x.detach(), x.detach()).dtype))
     with auto_cast():
-        _Square.apply(x).sum().backward()
-    assert _Square.seen == [torch.float16]
+        square.apply(x).sum().backward()
+    assert seen == [torch.float16]
 
 
 def test_a_module_backward_hook_is_cast():
     seen = []
     layer = torch.nn.Linear(3, 3)
-    layer.register_full_backward_hook(lambda module, grad_in, grad_out: seen.append(torch.mm(grad_out[0].float(), module.weight).dtype))
+    layer.register_full_backward_hook(
+        lambda module, grad_in, grad_out: seen.append(torch.mm(grad_out[0].float(), module.weight).dtype))
     with auto_cast():
         layer(torch.rand(2, 3, requires_grad=True)).float().sum().backward()
     assert seen == [torch.float16]
