@@ -84,8 +84,8 @@ def test_a_module_backward_hook_is_cast():
 
 
 @pytest.mark.parametrize("cast_args", [
-    dict(level="O1"), dict(level="O2", dtype="bfloat16", use_promote=False), dict(level="OD"),
-    dict(level="O1", custom_white_list=["elementwise_mul", "elementwise_div", "softmax"]),
+    {"level": "O1"}, {"level": "O2", "dtype": "bfloat16", "use_promote": False}, {"level": "OD"},
+    {"level": "O1", "custom_white_list": ["elementwise_mul", "elementwise_div", "softmax"]},
 ])
 def test_backward_kernels_are_not_cast(cast_args):
     # A backward run inside auto_cast gives the bits of one run outside it.

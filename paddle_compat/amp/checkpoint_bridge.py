@@ -86,7 +86,8 @@ def install() -> None:
         composable = sys.modules.get(_COMPOSABLE)
         if composable is not None and getattr(composable, _GENERATOR, None) is generator:
             setattr(composable, _GENERATOR, replaying_generator)
-        setattr(torch_checkpoint, "CheckpointFunction", _replaying_function(torch_checkpoint.CheckpointFunction))
+        replacement = _replaying_function(torch_checkpoint.CheckpointFunction)
+        torch_checkpoint.CheckpointFunction = replacement  # type: ignore[misc]  # a class, replaced on purpose
         _installed = True
 
 

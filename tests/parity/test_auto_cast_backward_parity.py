@@ -61,8 +61,8 @@ def test_a_hook_that_changes_the_gradients_dtype_is_refused_by_both():
 
 
 @pytest.mark.parametrize("use_reentrant", [True, False])
-@pytest.mark.parametrize("cast_args", [dict(level="O1", dtype="float16"), dict(level="O2", dtype="bfloat16"),
-                                       dict(enable=False)])
+@pytest.mark.parametrize("cast_args", [{"level": "O1", "dtype": "float16"}, {"level": "O2", "dtype": "bfloat16"},
+                                       {"enable": False}])
 def test_the_recomputation_runs_under_the_forwards_state(cast_args, use_reentrant):
     def run(module, recompute_fn, x, linear):
         seen = []

@@ -36,6 +36,8 @@ __all__ = [
     "init",
     "is_first_worker",
     "local_rank",
+    "recompute",
+    "utils",
     "worker_index",
     "worker_num",
 ]
