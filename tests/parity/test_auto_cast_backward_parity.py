@@ -107,3 +107,18 @@ def test_a_custom_backward_sees_the_auto_cast_that_backward_runs_under():
     with amp.auto_cast(level="O2"):
         square.apply(torch.rand(2, 2, requires_grad=True)).sum().backward()
     assert seen["torch"] == seen["paddle"] == [(True, "float16")]
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_paddles_recompute_fails_at_od_and_ours_recomputes(use_reentrant):
+    p_x = paddle.rand([2, 4])
+    p_x.stop_gradient = False
+    with pytest.raises((ValueError, OSError)):  # reentrant: at the call; else in backward
+        with paddle_on_gpu(), paddle.amp.auto_cast(level="OD"):
+            out = paddle_recompute(paddle.nn.Linear(4, 4), p_x, use_reentrant=use_reentrant)
+        out.sum().backward()
+    x = torch.rand(2, 4, requires_grad=True)
+    with amp.auto_cast(level="OD"):
+        out = recompute(torch.nn.Linear(4, 4), x, use_reentrant=use_reentrant)
+    out.float().sum().backward()
+    assert out.dtype == torch.float16 and x.grad is not None  # linear is white at OD

@@ -6,7 +6,7 @@ the forward's torch RNG states (CPU, and the inputs' device) and, as in Paddle, 
 ``random`` and numpy's global states; so the gradients are bit-identical to a run without
 recompute.
 
-Differences from Paddle: its recompute does not restore ``use_promote`` and raises at level OD;
+Differences from Paddle: its recompute does not restore ``use_promote`` and fails at level OD;
 ``offload_indices`` is accepted and ignored (inputs stay on their device); the model-parallel RNG
 tracker and ``custom_state_manager`` do not exist here; ``recompute_sequential`` feeds each
 segment's output to the next as one input (Paddle unpacks it along its first dimension and fails,
