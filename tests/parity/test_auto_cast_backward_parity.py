@@ -9,9 +9,11 @@ from __future__ import annotations
 import paddle
 import pytest
 import torch
+from paddle.base.framework import _dygraph_tracer
 from paddle.distributed.fleet.utils import recompute as paddle_recompute
 
 from paddle_compat import amp
+from paddle_compat.amp import op_interceptor
 from paddle_compat.distributed.fleet.utils import recompute
 
 from ..test_auto_cast_backward import square_function
@@ -113,12 +115,41 @@ def test_a_custom_backward_sees_the_auto_cast_that_backward_runs_under():
 def test_paddles_recompute_fails_at_od_and_ours_recomputes(use_reentrant):
     p_x = paddle.rand([2, 4])
     p_x.stop_gradient = False
-    with pytest.raises((ValueError, OSError)):  # reentrant: at the call; else in backward
-        with paddle_on_gpu(), paddle.amp.auto_cast(level="OD"):
-            out = paddle_recompute(paddle.nn.Linear(4, 4), p_x, use_reentrant=use_reentrant)
-        out.sum().backward()
+    tracer = _dygraph_tracer()
+    try:
+        with pytest.raises((ValueError, OSError)):  # reentrant: at the call; else in backward
+            with paddle_on_gpu(), paddle.amp.auto_cast(level="OD"):
+                out = paddle_recompute(paddle.nn.Linear(4, 4), p_x, use_reentrant=use_reentrant)
+            out.sum().backward()
+    finally:
+        tracer._has_grad = True  # the failed backward leaves Paddle's grad mode off
     x = torch.rand(2, 4, requires_grad=True)
     with amp.auto_cast(level="OD"):
         out = recompute(torch.nn.Linear(4, 4), x, use_reentrant=use_reentrant)
     out.float().sum().backward()
     assert out.dtype == torch.float16 and x.grad is not None  # linear is white at OD
+
+
+def test_paddles_recompute_drops_use_promote_and_ours_keeps_it():
+    theirs, ours = [], []
+    p_linear, linear = paddle.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+
+    def paddle_block(v):
+        theirs.append(_dygraph_tracer()._use_promote)
+        return p_linear(v)
+
+    def torch_block(v):
+        ours.append(op_interceptor.current().use_promote)
+        return linear(v)
+
+    p_x = paddle.rand([2, 2])
+    p_x.stop_gradient = False
+    with paddle_on_gpu():  # also for the backward, where Paddle's recompute enters its auto_cast
+        with paddle.amp.auto_cast(level="O2", use_promote=False):
+            out = paddle_recompute(paddle_block, p_x)
+        out.sum().backward()
+    with amp.auto_cast(level="O2", use_promote=False):
+        out = recompute(torch_block, torch.rand(2, 2, requires_grad=True))
+    out.float().sum().backward()
+    assert theirs == [False, True]  # Paddle recomputes with promotion: a documented difference
+    assert ours == [False, False]
