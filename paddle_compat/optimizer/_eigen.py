@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native
-from .._numerics import round_f32, round_to, sqrt_rn
+from .. import _native, _numerics
+from .._numerics import round_f32, round_to, sqrt_rn, sqrt_rn_into
 
 __all__ = ["adam_moments_", "float_attrs", "pow_like_libm", "sqrt_like_eigen"]
 
@@ -55,8 +55,12 @@ def sqrt_like_eigen(x: Tensor, out: Tensor | None = None) -> Tensor:
     if out is None:
         out = torch.empty_like(x)
     rsqrt = _hardware_rsqrt() if x.dtype == torch.float32 and x.device.type == "cpu" else None
-    if rsqrt is None or not (x.is_contiguous() and out.is_contiguous()):
-        return out.copy_(sqrt_rn(x)) if rsqrt is None else out.copy_(sqrt_like_eigen(x.contiguous()))
+    if rsqrt is None:
+        if x.device.type == "cpu" and (_numerics._np is not None or x.dtype == torch.float64):
+            return sqrt_rn_into(out, x, None)  # no temporary
+        return out.copy_(sqrt_rn(x))
+    if not (x.is_contiguous() and out.is_contiguous()):
+        return out.copy_(sqrt_like_eigen(x.contiguous()))
     flat, flat_out = x.view(-1), out.view(-1)
     packed = (flat.numel() // _LANES) * _LANES
     head, tail = flat[:packed], flat[packed:]
