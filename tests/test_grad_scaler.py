@@ -700,3 +700,48 @@ def test_bad_values_under_torch_names_name_what_the_caller_wrote():
         GradScaler(growth_factor=0.5)
     with pytest.raises(ValueError, match=r"^new_interval must be an integer in \[1, 2147483647\], got 0$"):
         GradScaler().set_growth_interval(0)
+
+
+class _OlderProtocolSGD(torch.optim.Optimizer):
+    """An optimizer written for torch's older scaling protocol: it says it handles scaling and
+    expects the scaler in ``step(grad_scaler=...)`` (here it would ask torch's scaler for the
+    scale); without one it is a plain SGD."""
+
+    _step_supports_amp_scaling = True
+
+    def __init__(self, params, lr):
+        super().__init__(params, {"lr": lr})
+        self.scalers = []
+
+    def step(self, closure=None, grad_scaler=None):
+        self.scalers.append(grad_scaler)
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+
+@pytest.mark.parametrize("style", ["step", "minimize", "unscale_first"])
+@pytest.mark.parametrize("overflow", [False, True])
+def test_an_optimizer_of_the_older_protocol_steps_on_unscaled_grads(style, overflow):
+    # Neither torch's treatment (it would need torch's private scaler methods) nor a step on
+    # scaled gradients (1023x too large at 1024): Paddle's, with a warning.
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = _OlderProtocolSGD([w], lr=0.5)
+    scaler = GradScaler(init_loss_scaling=1024.0)
+    scaler.scale((w * torch.tensor([1.0, 2.0, math.inf if overflow else 3.0])).sum()).backward()
+    with pytest.warns(UserWarning, match=r"_OlderProtocolSGD.step\(\) takes grad_scaler=") as record:
+        if style == "minimize":
+            scaler.minimize(opt, torch.zeros(1))
+        else:
+            if style == "unscale_first":
+                scaler.unscale_(opt)
+            scaler.step(opt)
+            scaler.update()
+    assert record[0].filename == __file__
+    assert scaler.last_step_skipped() is overflow
+    if overflow:
+        assert opt.scalers == [] and w.tolist() == [1.0, 1.0, 1.0]
+    else:
+        assert opt.scalers == [None] and w.tolist() == [0.5, 0.0, -0.5]
+    assert scaler.get_scale() == (512.0 if overflow else 1024.0)

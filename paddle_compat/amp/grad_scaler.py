@@ -13,6 +13,8 @@ exactly Paddle's behaviour, quirks included (several optimizers share one flag; 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import threading
 import warnings
 from collections.abc import Mapping
@@ -273,7 +275,7 @@ class AmpScaler:
         # torch's scaler; our own work runs in never-traced calls (see compile_boundary).
         run = self._before_step(optimizer, args, kwargs)
         try:
-            result = None if run is _Run.SKIP else optimizer.step(*args, **kwargs)
+            result = _skipped(optimizer) if run is _Run.SKIP else optimizer.step(*args, **kwargs)
         except BaseException:
             self._abandon_call(optimizer, run)
             raise
@@ -354,7 +356,7 @@ class AmpScaler:
         minimize = getattr(optimizer, "minimize", None)
         try:
             if run is _Run.SKIP:
-                result = None
+                result = _skipped(optimizer)
             else:
                 result = minimize(*args, **kwargs) if callable(minimize) else optimizer.step()
         except BaseException:
@@ -432,9 +434,11 @@ class AmpScaler:
         """Before the optimizer runs: unscale (unless ``unscale_`` did) and decide how to call it.
 
         A fused optimizer (``_step_supports_amp_scaling``) is always called and skips on the
-        device, with no host sync; otherwise the flag is read here, the one sync of a step."""
+        device, with no host sync; otherwise the flag is read here, the one sync of a step.
+        One whose ``step`` takes ``grad_scaler=`` (torch's older protocol) gets Paddle's treatment,
+        not torch's (see ``_takes_grad_scaler``)."""
         step = self._step_state
-        if getattr(optimizer, "_step_supports_amp_scaling", False):
+        if getattr(optimizer, "_step_supports_amp_scaling", False) and not _takes_grad_scaler(optimizer):
             if state is OptimizerState.INIT:
                 self._unscale_grads(optimizer, fused=True)
             assert step.found_inf is not None
@@ -853,6 +857,41 @@ class AmpScaler:
         if self._process_group == _WORLD:
             self._process_group = _world_group()
         self._step_state = _StepState()
+
+
+@never_traced
+def _skipped(optimizer: torch.optim.Optimizer) -> None:
+    """A skipped step: an optimizer of ours still does what Paddle's does there (its clip runs)."""
+    hook = getattr(optimizer, "_skipped_step", None)
+    if hook is not None:
+        hook()
+
+
+def _takes_grad_scaler(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer speaks torch's older protocol: ``_step_supports_amp_scaling`` with a
+    ``step(..., grad_scaler=None)`` that expects torch's scaler to pass itself in and to be asked,
+    through torch's private methods, for the scale and the flags. Ours has neither those methods
+    nor a reason to hand itself over: such an optimizer is treated as Paddle treats every optimizer
+    (the gradients unscaled first, the step skipped on inf/NaN, no ``grad_scaler`` passed), with a
+    warning, instead of stepping on gradients that are still scaled."""
+    if not _step_takes_grad_scaler(getattr(optimizer.step, "__func__", optimizer.step)):
+        return False
+    warnings.warn(
+        f"{type(optimizer).__name__}.step() takes grad_scaler= (torch's deprecated protocol for optimizers that "
+        "unscale themselves): paddle_compat's GradScaler does not pass itself in; it unscales the gradients "
+        "first and skips the step on inf/NaN, as Paddle's scaler does for every optimizer.",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _step_takes_grad_scaler(step: Any) -> bool:
+    try:
+        return "grad_scaler" in inspect.signature(step).parameters
+    except (TypeError, ValueError):  # a callable without a signature
+        return False
 
 
 def _drop_fused_inputs(optimizer: torch.optim.Optimizer) -> None:

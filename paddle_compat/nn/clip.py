@@ -285,10 +285,9 @@ class ClipGradByGlobalNorm(ClipGradBase):
         total = _sum(torch.stack([t.to(device) for t in parts]))
         return sqrt_rn(total)
 
-    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]], skip: Tensor | None = None) -> ParamsGrads:
-        """Scale the gradients in place. ``skip``: a GradScaler's inf/NaN flag on the device, read
-        by no one on the host: where it is set the factor becomes 1, leaving the gradients alone
-        on a step the optimizer skips."""
+    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]]) -> ParamsGrads:
+        """Scale the gradients in place, as Paddle does, also on a step a GradScaler skips (its
+        optimizers clip before they skip): an inf or NaN norm makes them 0 or NaN there."""
         present = [(p, g) for p, g in params_grads if g is not None]
         grads = [g for p, g in present if getattr(p, "need_clip", True)]
         if not grads:
@@ -301,8 +300,6 @@ class ClipGradByGlobalNorm(ClipGradBase):
             factor = max_norm / norm
         else:
             factor = max_norm / torch.maximum(norm, max_norm)
-        if skip is not None:
-            factor = torch.where(skip.to(factor.device).reshape(()) != 0, torch.ones_like(factor), factor)
         buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
         for g in grads:
             buckets.setdefault((g.device, g.dtype), []).append(g)

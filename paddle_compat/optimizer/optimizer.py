@@ -414,23 +414,37 @@ class Optimizer(torch.optim.Optimizer):
         torch._C._set_grad_enabled(False)
         try:
             self._read_lr_scheduler()
-            work = []
-            for group in self.param_groups:
-                pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
-                if selected is not None:
-                    pairs = [(p, g) for p, g in pairs if id(p) in selected]
-                for _, g in pairs:
-                    if g.is_sparse:
-                        raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
-                if pairs:
-                    work.append((group, pairs))
+            work = self._work(selected)
             skip, device_flag = self._scaler_handover(work)
-            if not skip:
+            if skip:
+                _clip_skipped(work)
+            else:
                 for group, pairs in work:
                     self._step_group(group, pairs, device_flag)
             return work
         finally:
             torch._C._set_grad_enabled(grad_enabled)
+
+    def _work(self, selected: set[int] | None) -> list[tuple[dict[str, Any], ParamsGrads]]:
+        """Each group with its ``(param, grad)`` pairs to step (only ``selected`` params if given)."""
+        work = []
+        for group in self.param_groups:
+            pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
+            if selected is not None:
+                pairs = [(p, g) for p, g in pairs if id(p) in selected]
+            for _, g in pairs:
+                if g.is_sparse:
+                    raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
+            if pairs:
+                work.append((group, pairs))
+        return work
+
+    @never_traced
+    def _skipped_step(self) -> None:
+        """What a GradScaler calls instead of ``step`` on a step it skips: Paddle's scaler still
+        calls its optimizer's step there, whose clip changes the gradients (``_clip_skipped``)."""
+        with torch.no_grad():
+            _clip_skipped(self._work(None))
 
     def _scaler_handover(self, work: list[tuple[dict[str, Any], ParamsGrads]]) -> tuple[bool, Tensor | None]:
         """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags;
@@ -455,10 +469,7 @@ class Optimizer(torch.optim.Optimizer):
         """clip -> regularization -> update for one parameter group (``found_inf``: a device flag)."""
         clip = group["grad_clip"]
         if clip is not None:
-            if isinstance(clip, ClipGradByGlobalNorm):
-                pairs = clip._clip(pairs, skip=found_inf)  # scales in place: not on a skipped step
-            else:
-                pairs = clip(pairs)
+            pairs = clip(pairs)  # ClipGradByGlobalNorm scales in place, on a skipped step too, as Paddle
         # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
         # the group's options (the rate among them), the parameters' addresses, the gradients'
         # dtypes and layouts, master weights, the kernels' availability, and the state (replaced as
@@ -967,6 +978,16 @@ def _dense_cpu(n: int, *tensors: Tensor) -> bool:
         if not (t.is_cpu and t.is_contiguous() and t.numel() == n):
             return False
     return True
+
+
+def _clip_skipped(work: list[tuple[dict[str, Any], ParamsGrads]]) -> None:
+    """What Paddle's step does to the gradients on a step its scaler skips: the clip still runs,
+    and ``ClipGradByGlobalNorm`` scales them in place by ``max_norm / max(norm, max_norm)``: by 0
+    (NaN where a gradient is inf or NaN) after an overflow, by NaN when one is NaN. The other clips
+    and weight decay make new tensors and leave ``param.grad`` alone, so they need not run."""
+    for group, pairs in work:
+        if isinstance(group["grad_clip"], ClipGradByGlobalNorm):
+            group["grad_clip"](pairs)
 
 
 def _unscale_(grads: list[Tensor], scale: Tensor) -> None:
