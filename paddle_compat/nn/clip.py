@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native
+from .. import _checks, _native
 from .._numerics import sqrt_rn
 
 __all__ = ["ClipGradBase", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "GradientClipBase"]
@@ -177,9 +177,7 @@ GradientClipBase = ClipGradBase  # Paddle's other name for the base class
 
 
 def _check_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} should be a float, but received {type(value).__name__}")
-    return float(value)
+    return float(_checks.number(name, value))  # NaN too: the callers' texts (Paddle's) refuse it
 
 
 class ClipGradByValue(ClipGradBase):
