@@ -467,6 +467,9 @@ def test_load_state_dict_errors_change_nothing():
                             ("scale", torch.tensor([0.0]), ValueError), ("use_dynamic_loss_scaling", "no", TypeError)]:
         with pytest.raises(exc):
             scaler.load_state_dict({**before, key: value})
+    for bad in (None, [("scale", 2.0)]):  # not a mapping: refused naming the argument
+        with pytest.raises(TypeError, match=f"^state_dict should be a dict, but received {type(bad).__name__}$"):
+            scaler.load_state_dict(bad)
     after = scaler.state_dict()
     assert torch.equal(after.pop("scale"), before.pop("scale")) and after == before
 

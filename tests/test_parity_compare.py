@@ -243,6 +243,14 @@ def test_steps_limit():
         compare(a, b, steps=-1)
 
 
+def test_traces_of_the_wrong_type_are_named():
+    a = trace([(scal(), {"param/w": W})])
+    with pytest.raises(TypeError, match="^reference should be a Trace or the path of a saved one, but received int$"):
+        compare(42, a)
+    with pytest.raises(TypeError, match="^candidate should be a Trace or the path of a saved one, but received dict$"):
+        compare(a, {})
+
+
 def test_dtypes_differ():
     a = trace([(scal(), {"param/w": W})])
     b = trace([(scal(), {"param/w": W.astype(np.float64)})])

@@ -262,11 +262,11 @@ def _op_names(name: str, value: Any) -> frozenset[str]:
                         f"(write [{value!r}] for one op).")
     if not isinstance(value, Iterable):
         raise TypeError(f"{name} should be a set, list or tuple of op names, but got {type(value).__name__}.")
-    names = frozenset(value)
-    for item in names:
+    items = list(value)
+    for item in items:  # before hashing them: a list inside would raise a TypeError naming nothing
         if not isinstance(item, str):
             raise TypeError(f"{name} should hold op names (str), but holds a {type(item).__name__}.")
-    return names
+    return frozenset(items)
 
 
 def _dtype_name(dtype: str | torch.dtype) -> str:

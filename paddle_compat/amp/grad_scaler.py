@@ -790,6 +790,8 @@ class AmpScaler:
 
             scaler.load_state_dict(torch.load(path)["scaler"])
         """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict should be a dict, but received {type(state_dict).__name__}")
         if not self._enable:
             return
         if len(state_dict) == 0:

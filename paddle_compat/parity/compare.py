@@ -360,6 +360,9 @@ def compare(
     if exact and (rtol is not None or atol is not None):
         raise ValueError("exact=True compares bits: rtol/atol do not apply")
     tolerances("float32", rtol, atol)  # both or neither
+    for name, given in (("reference", reference), ("candidate", candidate)):
+        if not isinstance(given, (Trace, str, os.PathLike)):
+            raise TypeError(f"{name} should be a Trace or the path of a saved one, but received {type(given).__name__}")
     ref, cand = load_trace(reference), load_trace(candidate)
     lr, lc = ref.meta.get("layout"), cand.meta.get("layout")
     if lr != lc:

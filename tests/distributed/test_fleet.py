@@ -223,6 +223,14 @@ def test_fleet_init_checks_everything_before_creating_a_group(no_launcher):
         fleet.init(is_collective=1)
     with pytest.raises(TypeError, match="strategy must be a fleet.DistributedStrategy"):
         fleet.init(is_collective=True, strategy={})
+    # torch would assert, naming nothing; logging would say "Unknown level"
+    with pytest.raises(ValueError, match=r"^backend 'carrier-pigeon' names no known backend \(gloo, .*\): \['carrier-pigeon'\]$"):
+        fleet.init(is_collective=True, backend="carrier-pigeon")
+    with pytest.raises(ValueError, match=r"^backend 'cpu:gloo,cuda:pigeon' names no known backend .*\['pigeon'\]$"):
+        fleet.init(is_collective=True, backend="cpu:gloo,cuda:pigeon")
+    with pytest.raises(ValueError, match="^log_level must be an int or a level name such as 'INFO', got 'LOUD'$"):
+        fleet.init(is_collective=True, backend="gloo", log_level="LOUD")
+    assert not dist.is_initialized()
     strategy = DistributedStrategy()
     strategy.recompute = True
     with pytest.warns(UserWarning, match="no effect in paddle_compat: recompute"):
