@@ -43,11 +43,13 @@ def integer(name: str, value: Any) -> int:
     return int(value)
 
 
-def flag(name: str, value: Any) -> bool:
-    """``value``, a bool: a string such as ``'no'`` or ``None`` would pass a truth test silently."""
-    if not isinstance(value, bool):
+def flag(name: str, value: Any, *, int_ok: bool = False) -> bool:
+    """``value`` as a bool: a bool (or a numpy bool; an int too with ``int_ok``, for arguments Paddle
+    takes as ints). A string such as ``'no'`` or ``None`` would pass a truth test silently."""
+    bool_like = isinstance(value, bool) or type(value).__name__ == "bool_"
+    if not (bool_like or (int_ok and isinstance(value, numbers.Integral))):
         raise TypeError(f"{name} should be a bool, but received {type(value).__name__}")
-    return value
+    return bool(value)
 
 
 def at_least(name: str, value: Any, low: float) -> None:

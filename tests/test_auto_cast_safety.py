@@ -113,8 +113,8 @@ def test_one_context_object_shared_by_threads():
 BAD_ARGUMENTS = [
     (dict(level=None), TypeError, r"^level should be a str \('O0', 'OD', 'O1' or 'O2'\), but got NoneType\.$"),
     (dict(level="O3"), ValueError, r"^level should be O0, OD, O1 or O2\.$"),
-    (dict(enable="yes"), TypeError, r"^enable should be a bool, but got str\.$"),
-    (dict(use_promote=None), TypeError, r"^use_promote should be a bool, but got NoneType\.$"),
+    (dict(enable="yes"), TypeError, r"^enable should be a bool, but received str$"),
+    (dict(use_promote=None), TypeError, r"^use_promote should be a bool, but received NoneType$"),
     (dict(dtype=None), TypeError,
      r"^dtype should be a str \('float16' or 'bfloat16'\) or a torch\.dtype, but got NoneType\.$"),
     (dict(dtype="float32"), ValueError, r"^If enable amp, dtype should be 'float16' or 'bfloat16'\.$"),
@@ -142,8 +142,8 @@ def test_bad_arguments_raise_at_the_call_before_anything_changes(entry, kwargs, 
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(device_type=0), r"^device_type should be a str or None, but got int\.$"),
-    (dict(device_type="cuda", cache_enabled=None), r"^cache_enabled should be a bool, but got NoneType\.$"),
-    (dict(device_type="cuda", enabled="no"), r"^enabled should be a bool, but got str\.$"),
+    (dict(device_type="cuda", cache_enabled=None), r"^cache_enabled should be a bool, but received NoneType$"),
+    (dict(device_type="cuda", enabled="no"), r"^enabled should be a bool, but received str$"),
 ])
 def test_autocast_checks_its_arguments(kwargs, message):
     with pytest.raises(TypeError, match=message):

@@ -77,8 +77,8 @@ def test_defaults_follow_paddle_3():
         ({"incr_every_n_steps": 1.5}, TypeError, "incr_every_n_steps must be an int, got float"),
         ({"decr_every_n_nan_or_inf": 0}, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 0"),
         ({"decr_every_n_nan_or_inf": True}, TypeError, "decr_every_n_nan_or_inf must be an int, got bool"),
-        ({"enable": 1}, TypeError, "enable must be a bool, got int"),
-        ({"use_dynamic_loss_scaling": "yes"}, TypeError, "use_dynamic_loss_scaling must be a bool, got str"),
+        ({"enable": 1}, TypeError, "enable should be a bool, but received int"),
+        ({"use_dynamic_loss_scaling": "yes"}, TypeError, "use_dynamic_loss_scaling should be a bool, but received str"),
         ({"min_loss_scaling": 2.0**20}, ValueError, "init_loss_scaling (65536.0) must lie within [min_loss_scaling, max_loss_scaling] = [1048576.0, 3.4028234663852886e+38]"),
     ],
 )
@@ -748,3 +748,18 @@ def test_an_optimizer_of_the_older_protocol_steps_on_unscaled_grads(style, overf
     else:
         assert opt.scalers == [None] and w.tolist() == [0.5, 0.0, -0.5]
     assert scaler.get_scale() == (512.0 if overflow else 1024.0)
+
+
+def test_private_flags_refuse_what_a_truth_test_would_misread():
+    scaler = GradScaler()
+    for bad in ("no", b"0"):
+        with pytest.raises(TypeError, match="^_cache_found_inf should be a bool or None, but received"):
+            scaler._cache_found_inf = bad
+        with pytest.raises(TypeError, match="^_found_inf should be a bool or a bool tensor, but received"):
+            scaler._found_inf = bad
+    with pytest.raises(TypeError, match="^_found_inf should be a bool or a bool tensor, but received object$"):
+        scaler._found_inf = object()
+    assert scaler._cache_found_inf is None and scaler._found_inf.tolist() == [False]
+    scaler._cache_found_inf = torch.tensor([True])  # what Paddle code may hand over
+    scaler._found_inf = True
+    assert scaler._cache_found_inf is True and scaler._found_inf.tolist() == [True]

@@ -297,3 +297,12 @@ def test_no_string_for_a_bool(make, message: str) -> None:
     with pytest.raises(TypeError) as info:
         make(_params())
     assert str(info.value) == message
+
+
+def test_clear_grad_and_group_name_refuse_the_wrong_type() -> None:
+    opt, params = _trained(popt.SGD)
+    with pytest.raises(TypeError, match="^set_to_zero should be a bool, but received str$"):
+        opt.clear_grad("no")
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
+    with pytest.raises(TypeError, match="^group_name should be a str, but received int$"):
+        pnn.ClipGradByGlobalNorm(1.0, group_name=1)

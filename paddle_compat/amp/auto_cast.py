@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from .. import _checks
 from . import op_interceptor
-from ._args import check_flag
 from ._compile import eager_only
 from .amp_lists import LEVELS, black_list, check_disjoint, effective_lists, white_list
 from .amp_state import amp_global_state
@@ -79,8 +79,8 @@ def amp_guard(
         ...     (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
         torch.bfloat16
     """
-    check_flag("enable", enable)
-    check_flag("use_promote", use_promote)
+    _checks.flag("enable", enable, int_ok=True)
+    _checks.flag("use_promote", use_promote, int_ok=True)
     white = _op_names("custom_white_list", custom_white_list)
     black = _op_names("custom_black_list", custom_black_list)
     if not isinstance(level, str):
@@ -166,8 +166,8 @@ def autocast(
     """
     if device_type is not None and not isinstance(device_type, str):
         raise TypeError(f"device_type should be a str or None, but got {type(device_type).__name__}.")
-    check_flag("enabled", enabled)
-    check_flag("cache_enabled", cache_enabled)
+    _checks.flag("enabled", enabled, int_ok=True)
+    _checks.flag("cache_enabled", cache_enabled, int_ok=True)
     return auto_cast(enable=enabled, dtype=dtype)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from . import scaler_args, unscale
 from ._args import user_stacklevel
 from .amp_state import amp_global_state
@@ -73,12 +74,6 @@ class _StepState(threading.local):
         self.cache_found_inf: FoundInf | None = None  # the flag of the last step
         # The scale this thread's scale() used, and the tracker's generation then.
         self.scaled_with: tuple[int, Tensor] | None = None
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
 
 
 def _check_optimizer(optimizer: Any) -> None:
@@ -156,8 +151,8 @@ class AmpScaler:
         max_loss_scaling: float | None = None,
         process_group: Any = None,
     ) -> None:
-        _check_bool("enable", enable)
-        _check_bool("use_dynamic_loss_scaling", use_dynamic_loss_scaling)
+        _checks.flag("enable", enable)
+        _checks.flag("use_dynamic_loss_scaling", use_dynamic_loss_scaling)
         init_loss_scaling = check_scale("init_loss_scaling", init_loss_scaling)
         policy = LossScalePolicy(
             incr_ratio, decr_ratio, incr_every_n_steps, decr_every_n_nan_or_inf, min_loss_scaling, max_loss_scaling
@@ -697,7 +692,12 @@ class AmpScaler:
 
     @_found_inf.setter
     def _found_inf(self, value: Any) -> None:
-        flag = torch.as_tensor(value)
+        try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError
+            flag = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"_found_inf should be a bool or a bool tensor, but received {type(value).__name__}") from None
         if flag.numel() != 1:
             raise ValueError(f"_found_inf must hold exactly one value, got {flag.numel()}")
         self._step_state.found_inf = (flag.reshape(1) != 0).to(torch.float32)
@@ -711,6 +711,8 @@ class AmpScaler:
 
     @_cache_found_inf.setter
     def _cache_found_inf(self, value: Any) -> None:
+        if isinstance(value, (str, bytes)):  # bool("no") is True
+            raise TypeError(f"_cache_found_inf should be a bool or None, but received {type(value).__name__}")
         self._step_state.cache_found_inf = None if value is None else FoundInf.known(bool(value))
 
     def _policy_attribute(name: str) -> property:  # type: ignore[misc]  # a helper for the class body
@@ -815,7 +817,7 @@ class AmpScaler:
             check_count("state_dict['incr_count']", d["incr_count"]),
             check_count("state_dict['decr_count']", d["decr_count"]),
         )
-        dynamic = _check_bool("state_dict['use_dynamic_loss_scaling']", as_number(d["use_dynamic_loss_scaling"]))
+        dynamic = _checks.flag("state_dict['use_dynamic_loss_scaling']", as_number(d["use_dynamic_loss_scaling"]))
         skipped = check_count("state_dict['skipped_steps']", d["skipped_steps"]) if "skipped_steps" in d else None
         self._tracker.reset(scale=scale, policy=policy, counts=counts, skipped=skipped)
         self._init_loss_scaling = scale

@@ -253,10 +253,10 @@ class ClipGradByGlobalNorm(ClipGradBase):
         if not 0 < clip_norm < math.inf:
             raise ValueError(f"clip_norm should be a finite number greater than 0, but received {clip_norm}")
         self.clip_norm = clip_norm
-        if not isinstance(auto_skip_clip, bool):
-            raise TypeError(f"auto_skip_clip should be a bool, but received {type(auto_skip_clip).__name__}")
+        self.auto_skip_clip = _checks.flag("auto_skip_clip", auto_skip_clip)
+        if not isinstance(group_name, str):
+            raise TypeError(f"group_name should be a str, but received {type(group_name).__name__}")
         self.group_name = group_name
-        self.auto_skip_clip = auto_skip_clip
 
     def __str__(self) -> str:
         return f"Gradient Clip By GlobalNorm, global_norm={self.clip_norm:f}"

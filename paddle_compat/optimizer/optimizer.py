@@ -707,6 +707,7 @@ class Optimizer(torch.optim.Optimizer):
 
         A float32 ``main_grad`` (``decorate(..., master_grad=True)``) is cleared the same way.
         """
+        _checks.flag("set_to_zero", set_to_zero)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.requires_grad:
