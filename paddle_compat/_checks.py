@@ -11,7 +11,7 @@ import math
 import numbers
 from typing import Any, TypeGuard
 
-__all__ = ["above", "at_least", "flag", "integer", "is_real", "number", "real"]
+__all__ = ["above", "at_least", "flag", "integer", "is_int", "is_real", "number", "real"]
 
 
 def is_real(value: object) -> TypeGuard[float]:
@@ -36,9 +36,14 @@ def real(name: str, value: Any, *, finite: bool = True) -> Any:
     return value
 
 
+def is_int(value: object) -> bool:
+    """An int (numpy's integers included), never a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value).__name__ != "bool_"
+
+
 def integer(name: str, value: Any) -> int:
     """``value``, an int (numpy's integers included), never a bool."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or type(value).__name__ == "bool_":
+    if not is_int(value):
         raise TypeError(f"{name} should be an int, but received {type(value).__name__}")
     return int(value)
 

@@ -239,7 +239,7 @@ def test_steps_limit():
     assert compare(a, trace([(scal(), {"param/w": W})]), steps=1).ok
     with pytest.raises(ValueError, match="steps=4, but the reference has 3 steps"):
         compare(a, b, steps=4)
-    with pytest.raises(ValueError, match="steps must be a non-negative int"):
+    with pytest.raises(ValueError, match="steps should be >= 0, but received -1"):
         compare(a, b, steps=-1)
 
 

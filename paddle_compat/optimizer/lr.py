@@ -397,7 +397,7 @@ class LinearWarmup(LRScheduler):
         last_epoch: int = -1,
         verbose: bool = False,
     ) -> None:
-        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (float, int, LRScheduler)):
+        if not (_checks.is_real(learning_rate) or isinstance(learning_rate, LRScheduler)):
             raise TypeError(
                 "the type of learning_rate should be [int, float or LRScheduler], the current type is "
                 f"{learning_rate}"
@@ -528,7 +528,7 @@ class StepDecay(LRScheduler):
     def __init__(
         self, learning_rate: float, step_size: int, gamma: float = 0.1, last_epoch: int = -1, verbose: bool = False
     ) -> None:
-        if isinstance(step_size, bool) or not isinstance(step_size, int):
+        if not _checks.is_int(step_size):
             raise TypeError(f"The type of 'step_size' must be 'int', but received {type(step_size)}.")
         _check_decay_factor(gamma)
         _checks.above("step_size", step_size, 0)
@@ -832,7 +832,7 @@ class OneCycleLR(LRScheduler):
         _checks.real("end_learning_rate", end_learning_rate)
         if end_learning_rate < 0:
             raise ValueError("'end_learning_rate' must be a positive integer.")
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int):
+        if not _checks.is_int(total_steps):
             raise TypeError(f"'total_step' must be 'int', but received {type(total_steps)}")
         if total_steps <= 0:
             raise ValueError("'total_step' must be a positive integer.")
@@ -937,7 +937,7 @@ class CyclicLR(LRScheduler):
         for name, size in (("step_size_up", step_size_up), ("step_size_down", step_size_down)):
             if size is None and name == "step_size_down":
                 continue
-            if isinstance(size, bool) or not isinstance(size, int):
+            if not _checks.is_int(size):
                 raise TypeError(f"The type of '{name}' must be int, but received {type(size)}")
             if size <= 0:
                 raise ValueError(f"'{name}' must be a positive integer, but received {size}")
