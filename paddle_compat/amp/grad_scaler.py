@@ -8,6 +8,10 @@ scaler. Here each thread has its own (``_StepState``), so threads sharing a scal
 their own gradients, and unscale with the scale their own ``scale()`` used. In one thread this is
 exactly Paddle's behaviour, quirks included (several optimizers share one flag; the last
 ``step`` before ``update`` decides the update).
+
+The examples take as given a ``model`` and its input ``x``, an ``optimizer`` of
+``paddle_compat.optimizer`` over it, a ``loss`` computed under ``auto_cast()`` and a ``scaler``
+(``tests/test_docstring_examples.py`` runs them so).
 """
 
 from __future__ import annotations
@@ -115,12 +119,12 @@ class AmpScaler:
 
     Example::
 
-        scaler = AmpScaler(init_loss_scaling=1024)
-        with auto_cast():
-            loss = model(x).mean()
-        scaled = scaler.scale(loss)
-        scaled.backward()
-        scaler.minimize(optimizer, scaled)
+        >>> scaler = AmpScaler(init_loss_scaling=1024)
+        >>> with auto_cast():
+        ...     loss = model(x).mean()
+        >>> scaled = scaler.scale(loss)
+        >>> scaled.backward()
+        >>> _, params_grads = scaler.minimize(optimizer, scaled)
 
     Differences from Paddle: works on CPU too (Paddle disables its scaler off GPU); has
     ``step``/``update``/``unscale_`` like ``GradScaler``; the safety limits of ``loss_scale``;
@@ -184,8 +188,8 @@ class AmpScaler:
 
         Example::
 
-            scaled = scaler.scale(loss)
-            scaled.backward()
+            >>> scaled = scaler.scale(loss)
+            >>> scaled.backward()
         """
         if not isinstance(var, Tensor):
             raise TypeError(
@@ -232,11 +236,12 @@ class AmpScaler:
 
         Example::
 
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(optimizer)
-            scaler.update()
+            >>> scaler.scale(loss).backward()
+            >>> scaler.unscale_(optimizer)
+            >>> torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            tensor(...)
+            >>> scaler.step(optimizer)
+            >>> scaler.update()
         """
         _check_optimizer(optimizer)
         if not self._enable:
@@ -262,9 +267,9 @@ class AmpScaler:
 
         Example::
 
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+            >>> scaler.scale(loss).backward()
+            >>> scaler.step(optimizer)
+            >>> scaler.update()
         """
         # torch.compile traces none of this frame but compiles optimizer.step as it does under
         # torch's scaler; our own work runs in never-traced calls (see compile_boundary).
@@ -309,8 +314,8 @@ class AmpScaler:
 
         Example::
 
-            scaler.step(optimizer)
-            scaler.update()
+            >>> scaler.step(optimizer)
+            >>> scaler.update()
         """
         if not self._enable:
             return
@@ -341,10 +346,10 @@ class AmpScaler:
 
         Example::
 
-            scaled = scaler.scale(loss)
-            scaled.backward()
-            scaler.minimize(optimizer, scaled)
-            optimizer.clear_grad()
+            >>> scaled = scaler.scale(loss)
+            >>> scaled.backward()
+            >>> _, params_grads = scaler.minimize(optimizer, scaled)
+            >>> optimizer.clear_grad()
         """
         # Traced like step(): the optimizer's code is compiled as usual, ours never is.
         run = self._before_minimize(optimizer)
@@ -478,7 +483,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler(enable=False).is_enable()   # False
+            >>> GradScaler(enable=False).is_enable()
+            False
         """
         return self._enable
 
@@ -487,7 +493,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler(use_dynamic_loss_scaling=False).is_use_dynamic_loss_scaling()   # False
+            >>> GradScaler(use_dynamic_loss_scaling=False).is_use_dynamic_loss_scaling()
+            False
         """
         return self._use_dynamic_loss_scaling
 
@@ -500,7 +507,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler(init_loss_scaling=1024).get_scale()   # 1024.0
+            >>> GradScaler(init_loss_scaling=1024).get_scale()
+            1024.0
         """
         if not self._enable:
             return 0.0
@@ -512,7 +520,8 @@ class AmpScaler:
 
         Example::
 
-            print(f"{scaler.get_skipped_steps()} of {step + 1} steps skipped")
+            >>> print(f"{scaler.get_skipped_steps()} of {step + 1} steps skipped")
+            0 of 10 steps skipped
         """
         return self._tracker.skipped_steps()
 
@@ -525,9 +534,11 @@ class AmpScaler:
 
         Example::
 
-            scaler.minimize(optimizer, scaled)
-            if not scaler.last_step_skipped():
-                lr_scheduler.step()
+            >>> scaled = scaler.scale(loss)
+            >>> scaled.backward()
+            >>> _, params_grads = scaler.minimize(optimizer, scaled)
+            >>> if not scaler.last_step_skipped():
+            ...     lr_scheduler.step()
         """
         if not self._enable:
             return False
@@ -540,7 +551,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler(init_loss_scaling=1024).get_init_loss_scaling()   # 1024.0
+            >>> GradScaler(init_loss_scaling=1024).get_init_loss_scaling()
+            1024.0
         """
         return self._init_loss_scaling
 
@@ -553,8 +565,9 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_init_loss_scaling(2.0**10)
-            scaler.get_scale()   # 1024.0
+            >>> scaler.set_init_loss_scaling(2.0**10)
+            >>> scaler.get_scale()
+            1024.0
         """
         value = check_scale("new_init_loss_scaling", new_init_loss_scaling)
         _check_within("new_init_loss_scaling", value, self._tracker.policy)
@@ -567,7 +580,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler().get_incr_ratio()   # 2.0
+            >>> GradScaler().get_incr_ratio()
+            2.0
         """
         return self._tracker.policy.incr_ratio
 
@@ -579,7 +593,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_incr_ratio(4.0)
+            >>> scaler.set_incr_ratio(4.0)
         """
         self._set_policy(incr_ratio=new_incr_ratio)
 
@@ -588,7 +602,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler().get_decr_ratio()   # 0.5
+            >>> GradScaler().get_decr_ratio()
+            0.5
         """
         return self._tracker.policy.decr_ratio
 
@@ -600,7 +615,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_decr_ratio(0.25)
+            >>> scaler.set_decr_ratio(0.25)
         """
         self._set_policy(decr_ratio=new_decr_ratio)
 
@@ -609,7 +624,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler().get_incr_every_n_steps()   # 2000
+            >>> GradScaler().get_incr_every_n_steps()
+            2000
         """
         return self._tracker.policy.incr_every_n_steps
 
@@ -621,7 +637,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_incr_every_n_steps(500)
+            >>> scaler.set_incr_every_n_steps(500)
         """
         self._set_policy(incr_every_n_steps=new_incr_every_n_steps)
 
@@ -630,7 +646,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler().get_decr_every_n_nan_or_inf()   # 1
+            >>> GradScaler().get_decr_every_n_nan_or_inf()
+            1
         """
         return self._tracker.policy.decr_every_n_nan_or_inf
 
@@ -642,7 +659,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_decr_every_n_nan_or_inf(2)
+            >>> scaler.set_decr_every_n_nan_or_inf(2)
         """
         self._set_policy(decr_every_n_nan_or_inf=new_decr_every_n_nan_or_inf)
 
@@ -760,7 +777,7 @@ class AmpScaler:
 
         Example::
 
-            torch.save({"scaler": scaler.state_dict()}, path)
+            >>> torch.save({"scaler": scaler.state_dict()}, path)
         """
         if not self._enable:
             return {}
@@ -790,7 +807,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.load_state_dict(torch.load(path)["scaler"])
+            >>> scaler.load_state_dict(torch.load(path)["scaler"])
         """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"state_dict should be a dict, but received {type(state_dict).__name__}")
@@ -833,7 +850,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_state_dict(checkpoint["scaler"])
+            >>> scaler.set_state_dict(checkpoint["scaler"])
         """
         self.load_state_dict(state_dict)
 
@@ -930,8 +947,10 @@ class GradScaler(AmpScaler):
 
     Both of these build the same scaler::
 
-        GradScaler(init_loss_scaling=1024, incr_ratio=3.0, incr_every_n_steps=500)
-        GradScaler("cuda", init_scale=1024, growth_factor=3.0, growth_interval=500)
+        >>> paddles = GradScaler(init_loss_scaling=1024, incr_ratio=3.0, incr_every_n_steps=500)
+        >>> torchs = GradScaler("cuda", init_scale=1024, growth_factor=3.0, growth_interval=500)
+        >>> [(s.get_scale(), s.get_incr_ratio(), s.get_incr_every_n_steps()) for s in (paddles, torchs)]
+        [(1024.0, 3.0, 500), (1024.0, 3.0, 500)]
 
     Args: those of ``AmpScaler``, plus torch's names as aliases: ``enabled`` (``enable``),
     ``init_scale`` (``init_loss_scaling``), ``growth_factor`` (``incr_ratio``),
@@ -949,13 +968,13 @@ class GradScaler(AmpScaler):
 
     Example::
 
-        scaler = GradScaler()
-        with auto_cast():
-            loss = model(x).mean()
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.clear_grad()
+        >>> scaler = GradScaler()
+        >>> with auto_cast():
+        ...     loss = model(x).mean()
+        >>> scaler.scale(loss).backward()
+        >>> scaler.step(optimizer)
+        >>> scaler.update()
+        >>> optimizer.clear_grad()
     """
 
     _torch_dialect = True
@@ -973,7 +992,8 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            GradScaler("cuda", enabled=False).is_enabled()   # False
+            >>> GradScaler("cuda", enabled=False).is_enabled()
+            False
         """
         return self.is_enable()
 
@@ -982,7 +1002,8 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            GradScaler(growth_factor=3.0).get_growth_factor()   # 3.0
+            >>> GradScaler(growth_factor=3.0).get_growth_factor()
+            3.0
         """
         return self.get_incr_ratio()
 
@@ -994,7 +1015,7 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            scaler.set_growth_factor(4.0)
+            >>> scaler.set_growth_factor(4.0)
         """
         self._set_policy_as("new_factor", incr_ratio=new_factor)
 
@@ -1003,7 +1024,8 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            GradScaler(backoff_factor=0.25).get_backoff_factor()   # 0.25
+            >>> GradScaler(backoff_factor=0.25).get_backoff_factor()
+            0.25
         """
         return self.get_decr_ratio()
 
@@ -1015,7 +1037,7 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            scaler.set_backoff_factor(0.25)
+            >>> scaler.set_backoff_factor(0.25)
         """
         self._set_policy_as("new_factor", decr_ratio=new_factor)
 
@@ -1024,7 +1046,8 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            GradScaler(growth_interval=500).get_growth_interval()   # 500
+            >>> GradScaler(growth_interval=500).get_growth_interval()
+            500
         """
         return self.get_incr_every_n_steps()
 
@@ -1036,7 +1059,7 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            scaler.set_growth_interval(500)
+            >>> scaler.set_growth_interval(500)
         """
         self._set_policy_as("new_interval", incr_every_n_steps=new_interval)
 
