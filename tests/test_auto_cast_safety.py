@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from paddle_compat import amp
-from paddle_compat.amp import _compile
+from paddle_compat.amp import compile_boundary
 from paddle_compat.amp.amp_state import amp_global_state
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -348,7 +348,7 @@ def test_aot_autograd_cache_setting_is_not_switched_at_every_step_before_torch_c
     with amp.auto_cast():  # earlier tests may have left it off
         pass
     assert functorch_config.enable_autograd_cache is True
-    monkeypatch.setattr(_compile, "_READER", "a module not loaded")
+    monkeypatch.setattr(compile_boundary, "_READER", "a module not loaded")
     seen = []
     for _ in range(2):
         with amp.auto_cast():
@@ -368,7 +368,7 @@ def test_aot_autograd_cache_is_off_in_each_thread_with_an_active_auto_cast():
     import torch._functorch._aot_autograd.autograd_cache  # noqa: F401 - torch.compile in use
     import torch._functorch.config as functorch_config
 
-    if not _compile._PER_THREAD_CONFIG:
+    if not compile_boundary._PER_THREAD_CONFIG:
         pytest.skip("this torch keeps its config per process")
     seen: dict[str, bool] = {}
     first_in, second_done = threading.Event(), threading.Event()

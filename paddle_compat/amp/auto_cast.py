@@ -20,7 +20,7 @@ import torch
 
 from .. import _checks
 from . import op_interceptor
-from ._compile import eager_only
+from .compile_boundary import never_traced
 from .amp_lists import LEVELS, black_list, check_disjoint, effective_lists, white_list
 from .amp_state import amp_global_state
 from .cast_rule import AMP_DTYPES
@@ -40,14 +40,14 @@ class _AmpGuard(contextlib.ContextDecorator):
         self._config = config
         self._dtype = dtype
 
-    @eager_only
+    @never_traced
     def __enter__(self) -> None:
         # As Paddle, record the dtype of the last auto_cast entered (in this thread; Paddle's is
         # per process), and never restore it.
         amp_global_state().amp_dtype = self._dtype
         _tokens.stack.append(op_interceptor.activate(self._config))
 
-    @eager_only
+    @never_traced
     def __exit__(self, *exc_info: Any) -> None:
         op_interceptor.restore(_tokens.stack.pop())
 
@@ -60,7 +60,7 @@ class _TokenStack(threading.local):
 _tokens = _TokenStack()
 
 
-@eager_only
+@never_traced
 def amp_guard(
     enable: bool = True,
     custom_white_list: CustomList = None,
