@@ -256,3 +256,23 @@ def test_dtypes_differ():
     b = trace([(scal(), {"param/w": W.astype(np.float64)})])
     assert compare(a, b, exact=True).first_divergence.reason == "dtypes differ: reference float32, candidate float64"
     assert compare(a, b).ok  # the same values, within tolerance
+
+
+def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from paddle_compat.parity import cli, report
+
+    assert report.FORMATS == ("json", "md", "png")
+    a = trace([(scal(), {"param/w": W})])
+    written = report.write_report(compare(a, a), tmp_path / "all")
+    assert list(written) == list(report.FORMATS) and [p.name for p in written.values()] == [
+        "report.json", "report.md", "report.png"]
+    with pytest.raises(ValueError, match=r"^formats: unknown \['pdf'\]; choose from 'json', 'md', 'png'$"):
+        report.write_report(compare(a, a), tmp_path, ["md", "pdf"])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "matplotlib" else real(name, *args))
+    assert report.available_formats() == ("json", "md")
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    assert "comma-separated: json,md,png" in capsys.readouterr().out
