@@ -110,6 +110,12 @@ def test_a_counter_past_a_lowered_period_fires_instead_of_counting_forever():
     assert decreased and state == LossScaleState(4.0, 0, 0)
 
 
+def test_policy_is_built_by_name():
+    with pytest.raises(TypeError, match="positional"):
+        LossScalePolicy(2.0, 0.5)  # type: ignore[misc]
+    assert LossScalePolicy(decr_ratio=0.25, incr_ratio=4.0).incr_ratio == 4.0
+
+
 @pytest.mark.parametrize(
     "kwargs, exc, message",
     [

@@ -159,7 +159,12 @@ class AmpScaler:
         _checks.flag("use_dynamic_loss_scaling", use_dynamic_loss_scaling)
         init_loss_scaling = check_scale("init_loss_scaling", init_loss_scaling)
         policy = LossScalePolicy(
-            incr_ratio, decr_ratio, incr_every_n_steps, decr_every_n_nan_or_inf, min_loss_scaling, max_loss_scaling
+            incr_ratio=incr_ratio,
+            decr_ratio=decr_ratio,
+            incr_every_n_steps=incr_every_n_steps,
+            decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
+            min_loss_scaling=min_loss_scaling,
+            max_loss_scaling=max_loss_scaling,
         )
         _check_within("init_loss_scaling", init_loss_scaling, policy)
         self._enable = enable

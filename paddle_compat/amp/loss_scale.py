@@ -84,9 +84,10 @@ def check_count(name: str, value: Any) -> int:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LossScalePolicy:
-    """Validated hyper-parameters of the dynamic loss scale."""
+    """Validated hyper-parameters of the dynamic loss scale, given by name (two ratios and two
+    periods side by side are easy to swap by position)."""
 
     incr_ratio: float = 2.0
     decr_ratio: float = 0.5
