@@ -36,7 +36,7 @@ def real(name: str, value: Any, *, finite: bool = True) -> Any:
     return value
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """An int (numpy's integers included), never a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value).__name__ != "bool_"
 

@@ -53,7 +53,11 @@ _eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)  #
 
 
 def never_traced(fn: Callable[P, R]) -> Callable[P, R]:
-    """Dynamo traces neither ``fn`` nor what it calls: a graph break, then an eager call."""
+    """Dynamo traces neither ``fn`` nor what it calls: a graph break, then an eager call.
+
+    What ``torch.compiler.disable`` does: the wrapper is marked so that Dynamo breaks the graph at
+    the call instead of inlining it, and it switches Dynamo's frame hook off while ``fn`` runs, so
+    nothing inside is compiled. Done by hand because that decorator imports Dynamo."""
     if _eval_frame is None:
         return fn
     set_eval_frame = _eval_frame.set_eval_frame
@@ -74,16 +78,14 @@ def never_traced(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def calls_user_code(fn: F) -> F:
-    """Dynamo does not trace ``fn`` itself, but compiles what it calls as usual."""
-    return _disable(fn, recursive=False)
+    """Dynamo does not trace ``fn`` itself, but compiles what it calls as usual.
 
-
-def _disable(fn: F, recursive: bool) -> F:
-    """``torch.compiler.disable`` in torch's lazy form, which imports Dynamo at the first call."""
+    ``torch.compiler.disable(recursive=False)`` in torch's lazy form, which imports Dynamo at the
+    first call (such functions call an optimizer, whose construction imported it already)."""
     lazy = getattr(torch, "_disable_dynamo", None)
     if lazy is not None:
-        return lazy(fn, recursive=recursive)  # type: ignore[no-any-return]
-    return torch.compiler.disable(fn, recursive=recursive)  # imports Dynamo now
+        return lazy(fn, recursive=False)
+    return torch.compiler.disable(fn, recursive=False)  # imports Dynamo now
 
 
 def keep_out_of_dynamo(*functions: Callable[..., Any]) -> None:
