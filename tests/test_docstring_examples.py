@@ -45,7 +45,8 @@ def _scaler_example_names(tmp_path) -> dict:
     path = tmp_path / "checkpoint.pt"
     torch.save(checkpoint, path)
     return {
-        "torch": torch, "auto_cast": auto_cast, "model": model, "x": x, "optimizer": optimizer, "scaler": scaler, "loss": loss,
+        "torch": torch, "auto_cast": auto_cast, "model": model, "x": x, "optimizer": optimizer, "scaler": scaler,
+        "loss": loss,
         "lr_scheduler": lr.StepDecay(0.1, 2), "checkpoint": checkpoint, "path": path, "step": 9,
     }
 

@@ -252,7 +252,8 @@ def test_a_bad_group_option_in_a_checkpoint_is_refused(cls, group_key, value, ex
      "clip_norm should be greater than 0. Received clip_norm is -1.000000."),
     (pnn.ClipGradByValue(1.0), "min", 2.0, ValueError,
      "max should be greater than or equal to min. But received min = 2.000000, max = 1.000000"),
-    (pnn.ClipGradByGlobalNorm(1.0), "auto_skip_clip", "yes", TypeError, "auto_skip_clip should be a bool, but received str"),
+    (pnn.ClipGradByGlobalNorm(1.0), "auto_skip_clip", "yes", TypeError,
+     "auto_skip_clip should be a bool, but received str"),
     (L2Decay(0.1), "_coeff", INF, ValueError, "coeff should be a finite number, but received inf"),
     (L1Decay(0.1), "_coeff", "0.1", TypeError, "coeff should be a float or an int, but received str"),
 ])
@@ -271,7 +272,8 @@ def test_a_bad_clip_or_regularizer_in_a_checkpoint_is_refused(clip, field, value
     assert all(torch.isfinite(p).all() for p in params)
 
 
-@pytest.mark.parametrize(("cls", "key"), [(popt.Adam, "moment2"), (popt.AdamW, "beta1_pow_acc"), (popt.Momentum, "velocity")])
+@pytest.mark.parametrize(("cls", "key"),
+                         [(popt.Adam, "moment2"), (popt.AdamW, "beta1_pow_acc"), (popt.Momentum, "velocity")])
 def test_a_missing_or_non_tensor_accumulator_is_refused(cls: type, key: str) -> None:
     source, _ = _trained(cls)
     target, _ = _trained(cls)
@@ -285,13 +287,16 @@ def test_a_missing_or_non_tensor_accumulator_is_refused(cls: type, key: str) -> 
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda ps: popt.SGD(0.1, parameters=ps, multi_precision="False"), "multi_precision should be a bool, but received str"),
-    (lambda ps: popt.Momentum(0.1, parameters=ps, use_nesterov="no"), "use_nesterov should be a bool, but received str"),
+    (lambda ps: popt.SGD(0.1, parameters=ps, multi_precision="False"),
+     "multi_precision should be a bool, but received str"),
+    (lambda ps: popt.Momentum(0.1, parameters=ps, use_nesterov="no"),
+     "use_nesterov should be a bool, but received str"),
     (lambda ps: popt.Momentum(0.1, parameters=[{"params": ps, "use_nesterov": None}]),
      "use_nesterov should be a bool, but received NoneType"),
     (lambda ps: popt.Adam(0.1, parameters=ps, amsgrad="no"), "amsgrad should be a bool, but received str"),
     (lambda ps: popt.AdamW(0.1, parameters=ps, lazy_mode=1), "lazy_mode should be a bool, but received int"),
-    (lambda ps: popt.Adam(0.1, parameters=ps, use_multi_tensor="yes"), "use_multi_tensor should be a bool, but received str"),
+    (lambda ps: popt.Adam(0.1, parameters=ps, use_multi_tensor="yes"),
+     "use_multi_tensor should be a bool, but received str"),
 ])
 def test_no_string_for_a_bool(make, message: str) -> None:
     with pytest.raises(TypeError) as info:

@@ -271,7 +271,7 @@ def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys
     with pytest.raises(ValueError, match=r"^formats: unknown \['pdf'\]; choose from 'json', 'md', 'png'$"):
         report.write_report(compare(a, a), tmp_path, ["md", "pdf"])
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "matplotlib" else real(name, *args))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     assert report.available_formats() == ("json", "md")
     with pytest.raises(SystemExit):
         cli.main(["report", "--help"])

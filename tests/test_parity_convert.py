@@ -397,7 +397,8 @@ def test_torch_lr_scheduler_state():
         with pytest.raises(exc, match=message):
             lr_scheduler_state_to_torch(bad, sched2)
     for call in (lambda: lr_scheduler_state_to_paddle("x"), lambda: lr_scheduler_state_to_torch(pd, "x")):
-        with pytest.raises(TypeError, match="^scheduler should be a Paddle-style or a torch LR scheduler, but received str$"):
+        refused = "^scheduler should be a Paddle-style or a torch LR scheduler, but received str$"
+        with pytest.raises(TypeError, match=refused):
             call()
 
 

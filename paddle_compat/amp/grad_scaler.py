@@ -719,7 +719,8 @@ class AmpScaler:
                 raise TypeError
             flag = torch.as_tensor(value)
         except (TypeError, ValueError, RuntimeError):
-            raise TypeError(f"_found_inf should be a bool or a bool tensor, but received {type(value).__name__}") from None
+            kind = type(value).__name__
+            raise TypeError(f"_found_inf should be a bool or a bool tensor, but received {kind}") from None
         if flag.numel() != 1:
             raise ValueError(f"_found_inf must hold exactly one value, got {flag.numel()}")
         self._step_state.found_inf = (flag.reshape(1) != 0).to(torch.float32)

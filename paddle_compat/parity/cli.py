@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("script", help="the Python script (it calls TraceRecorder.save() with no path)")
     rec.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
 
-    for name, help_text in (("compare", "compare two traces"), ("report", f"compare and write a report ({', '.join(FORMATS)})")):
+    report_help = f"compare and write a report ({', '.join(FORMATS)})"
+    for name, help_text in (("compare", "compare two traces"), ("report", report_help)):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("reference", help="the reference trace (Paddle)")
         p.add_argument("candidate", help="the candidate trace (the port)")

@@ -78,7 +78,8 @@ def test_strategy_refuses_unknown_names_and_wrong_types_with_paddles_texts():
     # a size: a finite number > 0 (NaN and inf were taken)
     for bad, exc, message in [(float("nan"), ValueError, "a finite number, but received nan"),
                               (float("inf"), ValueError, "a finite number, but received inf"),
-                              (0, ValueError, "> 0, but received 0"), ("32", TypeError, "a float or an int, but received str")]:
+                              (0, ValueError, "> 0, but received 0"),
+                              ("32", TypeError, "a float or an int, but received str")]:
         with pytest.raises(exc, match=f"^fuse_grad_size_in_MB should be {re.escape(message)}$"):
             s.fuse_grad_size_in_MB = bad
     assert s.fuse_grad_size_in_MB == 32
@@ -232,7 +233,8 @@ def test_fleet_init_checks_everything_before_creating_a_group(no_launcher):
     with pytest.raises(TypeError, match="strategy must be a fleet.DistributedStrategy"):
         fleet.init(is_collective=True, strategy={})
     # torch would assert, naming nothing; logging would say "Unknown level"
-    with pytest.raises(ValueError, match=r"^backend 'carrier-pigeon' names no known backend \(gloo, .*\): \['carrier-pigeon'\]$"):
+    unknown = r"^backend 'carrier-pigeon' names no known backend \(gloo, .*\): \['carrier-pigeon'\]$"
+    with pytest.raises(ValueError, match=unknown):
         fleet.init(is_collective=True, backend="carrier-pigeon")
     with pytest.raises(ValueError, match=r"^backend 'cpu:gloo,cuda:pigeon' names no known backend .*\['pigeon'\]$"):
         fleet.init(is_collective=True, backend="cpu:gloo,cuda:pigeon")

@@ -754,7 +754,7 @@ def test_gradients_after_a_skipped_step(clip_name, opt_name, path, bad, monkeypa
     from paddle_compat import _numerics
 
     scale = 1024.0
-    grads = [np.array([[4, 5], [6, 7]], np.float32), np.array([[1, bad], [2, 3]], np.float32), np.array([[1, 2], [3, 4]], np.float32)]
+    grads = [np.array(g, np.float32) for g in ([[4, 5], [6, 7]], [[1, bad], [2, 3]], [[1, 2], [3, 4]])]
     ours_params = [torch.nn.Parameter(torch.ones(2, 2)) for _ in grads]
     paddle_params = paddle_params_like(ours_params)
     for tp, pp, g in zip(ours_params, paddle_params, grads):
@@ -769,7 +769,11 @@ def test_gradients_after_a_skipped_step(clip_name, opt_name, path, bad, monkeypa
         monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
     extra = {"momentum": 0.9} if cls_name == "Momentum" else {}
     opt = cls(
-        learning_rate=0.1, parameters=ours_params, grad_clip=_skip_make(pnn, clip), weight_decay=_skip_make(preg, reg), **extra
+        learning_rate=0.1,
+        parameters=ours_params,
+        grad_clip=_skip_make(pnn, clip),
+        weight_decay=_skip_make(preg, reg),
+        **extra,
     )
     popt_ = getattr(paddle.optimizer, cls_name)(
         learning_rate=0.1,
