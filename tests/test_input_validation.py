@@ -14,8 +14,9 @@ import paddle_compat.optimizer as popt
 from paddle_compat.optimizer import lr
 from paddle_compat.regularizer import L1Decay, L2Decay
 
+from .optim_db import CLASSES as OPTIMIZERS
+
 NAN, INF = float("nan"), float("inf")
-OPTIMIZERS = [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW]
 
 
 def _params(dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:
