@@ -76,6 +76,8 @@ BAD = [
      "lamb_weight_decay should be a finite number"),
     (lambda: popt.Lamb(0.1, parameters=_P, weight_decay=0.1), TypeError, "unexpected keyword argument 'weight_decay'"),
     (lambda: popt.RMSProp(0.1, parameters=[{"params": _P, "rho": -1.0}]), ValueError, "Invalid value of rho"),
+    (lambda: popt.RMSProp(0.1, centered="yes", parameters=_P), TypeError, "centered should be a bool"),
+    (lambda: popt.Lamb(0.1, always_adapt=None, parameters=_P), TypeError, "always_adapt should be a bool"),
 ]
 
 
@@ -117,6 +119,9 @@ def test_adamax_beta_power_advances_on_a_skipped_step(scaler_kind: str) -> None:
     b1 = torch.tensor(0.9)
     for p in params:
         assert _same(opt.state[p]["beta1_pow_acc"], (b1 * b1 * b1 * b1 * b1).reshape(1))
+    _set_grads(params, 4)
+    opt._skipped_step()  # a scaler that skips on the host (not handing over) calls this instead
+    assert _same(opt.state[params[0]]["beta1_pow_acc"], (b1 * b1 * b1 * b1 * b1 * b1).reshape(1))
 
 
 # --- multi-precision ------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
-from ._checks import check_float, check_set
 from ._eigen import float_attrs, sqrt_like_eigen
 from .optimizer import Optimizer, compute_dtype
 
@@ -40,7 +40,7 @@ class Adadelta(Optimizer):
         grad_clip: Any = None,
         name: str | None = None,
     ) -> None:
-        check_set("learning_rate", learning_rate, "learning_rate is not set.")
+        _checks.required("learning_rate", learning_rate, "learning_rate is not set.")
         defaults = {"epsilon": epsilon, "rho": rho}
         self._check_group(defaults)
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
@@ -48,8 +48,8 @@ class Adadelta(Optimizer):
     def _check_group(self, group: dict[str, Any]) -> None:
         for key in ("epsilon", "rho"):
             if key in group:
-                check_set(key, group[key], f"{key} is not set.")
-                check_float(key, group[key])
+                _checks.required(key, group[key], f"{key} is not set.")
+                _checks.real(key, group[key])
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         dtype = torch.float32 if self._uses_master(p) else p.dtype

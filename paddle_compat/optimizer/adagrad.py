@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from ..regularizer import WeightDecayRegularizer
-from ._checks import check_float, check_set
 from ._eigen import float_attrs, sqrt_like_eigen
 from .optimizer import Optimizer, compute_dtype
 
@@ -48,8 +48,8 @@ class Adagrad(Optimizer):
     def _check_group(self, group: dict[str, Any]) -> None:
         for key in ("epsilon", "initial_accumulator_value"):
             if key in group:
-                check_set(key, group[key])
-                check_float(key, group[key])
+                _checks.required(key, group[key])
+                _checks.real(key, group[key])
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         dtype = torch.float32 if self._uses_master(p) else p.dtype

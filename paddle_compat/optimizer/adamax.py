@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._numerics import round_to
 from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
-from ._checks import check_float, check_set
 from ._eigen import float_attrs
 from .optimizer import Optimizer, compute_dtype
 
@@ -95,8 +95,8 @@ def check_betas(group: dict[str, Any]) -> None:
     """``beta1``/``beta2`` and ``epsilon`` set, finite floats; betas in [0, 1) (Paddle's message)."""
     for key in ("beta1", "beta2", "epsilon"):
         if key in group:
-            check_set(key, group[key])
-            check_float(key, group[key])
+            _checks.required(key, group[key])
+            _checks.real(key, group[key])
     for key in ("beta1", "beta2"):
         if key in group and not 0 <= group[key] < 1:
             raise ValueError(f"Invalid value of {key}, expect {key} in [0,1).")

@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
-from ._checks import check_set
 from .optimizer import Optimizer, compute_dtype
 
 __all__ = ["ASGD"]
@@ -43,10 +43,9 @@ class ASGD(Optimizer):
         multi_precision: bool = False,
         name: str | None = None,
     ) -> None:
-        check_set("learning_rate", learning_rate, "learning_rate should not be none")
-        check_set("batch_num", batch_num, "batch_num should not be none")
-        if isinstance(batch_num, bool) or not isinstance(batch_num, int):
-            raise TypeError(f"batch_num should be an int, but received {type(batch_num).__name__}")
+        _checks.required("learning_rate", learning_rate, "learning_rate should not be none")
+        _checks.required("batch_num", batch_num, "batch_num should not be none")
+        batch_num = _checks.integer("batch_num", batch_num)
         if not 0 < batch_num:
             raise ValueError("batch_num should be greater than 0")
         self._n = batch_num

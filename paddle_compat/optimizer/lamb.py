@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._numerics import round_to, sqrt_rn_into
 from ..nn.clip import squared_l2_norm
-from ._checks import check_float, check_set
 from ._eigen import adam_moments_, float_attrs
 from .adamax import check_betas
 from .optimizer import Optimizer, compute_dtype
@@ -63,14 +63,14 @@ class Lamb(Optimizer):
             "exclude_from_weight_decay_fn": exclude_from_weight_decay_fn,
         }
         self._check_group(defaults)
-        self.always_adapt = bool(always_adapt)
+        self.always_adapt = _checks.flag("always_adapt", always_adapt)
         super().__init__(learning_rate, parameters, None, grad_clip, multi_precision, defaults, name)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_betas(group)
         if "lamb_weight_decay" in group:
-            check_set("lamb_weight_decay", group["lamb_weight_decay"])
-            check_float("lamb_weight_decay", group["lamb_weight_decay"])
+            _checks.required("lamb_weight_decay", group["lamb_weight_decay"])
+            _checks.real("lamb_weight_decay", group["lamb_weight_decay"])
         fn = group.get("exclude_from_weight_decay_fn")
         if fn is not None and not callable(fn):
             raise TypeError(

@@ -8,11 +8,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native, _numerics
+from .. import _checks, _native, _numerics
 from .._numerics import fma, round_to
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
-from ._checks import check_float
 from ._engine import kernels_take
 from .optimizer import Optimizer, _Item
 
@@ -50,18 +49,20 @@ class Momentum(Optimizer):
         use_multi_tensor: bool = False,
         name: str | None = None,
     ) -> None:
-        defaults = {"momentum": momentum, "use_nesterov": bool(use_nesterov), "rescale_grad": rescale_grad}
+        defaults = {"momentum": momentum, "use_nesterov": use_nesterov, "rescale_grad": rescale_grad}
         self._check_group(defaults)
-        self._use_multi_tensor = use_multi_tensor
+        self._use_multi_tensor = _checks.flag("use_multi_tensor", use_multi_tensor)
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         if "momentum" in group:
             if group["momentum"] is None:
                 raise ValueError("momentum is not set")
-            check_float("momentum", group["momentum"])
+            _checks.real("momentum", group["momentum"])  # Paddle takes NaN and inf: the parameters become NaN
         if "rescale_grad" in group:
-            check_float("rescale_grad", group["rescale_grad"])
+            _checks.real("rescale_grad", group["rescale_grad"])
+        if "use_nesterov" in group:
+            _checks.flag("use_nesterov", group["use_nesterov"])
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
         # A group's L2Decay is fused into the kernel. Paddle then (and for a group without decay)
@@ -137,4 +138,3 @@ class Momentum(Optimizer):
         else:
             torch.mul(velocity, lr, out=step)  # v*lr
         return w.sub_(step)
-

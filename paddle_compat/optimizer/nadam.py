@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._numerics import round_to
-from ._checks import check_float, check_set
 from ._eigen import adam_moments_, float_attrs, pow_like_libm, sqrt_like_eigen
 from .optimizer import Optimizer, compute_dtype
 
@@ -55,8 +55,8 @@ class NAdam(Optimizer):
         check_adam_family(group)
         if "momentum_decay" in group:
             value = group["momentum_decay"]
-            check_set("momentum_decay", value)
-            check_float("momentum_decay", value)
+            _checks.required("momentum_decay", value)
+            _checks.real("momentum_decay", value)
             if not 0.0 <= value:
                 raise ValueError(f"Invalid momentum_decay value: {value}, expect momentum_decay >= 0.")
 
@@ -116,8 +116,8 @@ def check_adam_family(group: dict[str, Any]) -> None:
     """``epsilon`` >= 0 and betas in [0, 1), with NAdam's and RAdam's messages."""
     for key in ("beta1", "beta2", "epsilon"):
         if key in group:
-            check_set(key, group[key])
-            check_float(key, group[key])
+            _checks.required(key, group[key])
+            _checks.real(key, group[key])
     if "epsilon" in group and not 0.0 <= group["epsilon"]:
         raise ValueError(f"Invalid epsilon value: {group['epsilon']}, expect epsilon >= 0.")
     for key in ("beta1", "beta2"):

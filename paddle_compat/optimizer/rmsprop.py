@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
-from ._checks import check_float, check_set
 from ._eigen import float_attrs, sqrt_like_eigen
 from .optimizer import Optimizer, compute_dtype
 
@@ -45,19 +45,21 @@ class RMSProp(Optimizer):
         grad_clip: Any = None,
         name: str | None = None,
     ) -> None:
-        check_set("learning_rate", learning_rate, "learning_rate is not set.")
-        defaults = {"rho": rho, "epsilon": epsilon, "momentum": momentum, "centered": bool(centered)}
+        _checks.required("learning_rate", learning_rate, "learning_rate is not set.")
+        defaults = {"rho": rho, "epsilon": epsilon, "momentum": momentum, "centered": centered}
         self._check_group(defaults)
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         for key in ("rho", "epsilon", "momentum"):
             if key in group:
-                check_set(key, group[key], f"{key} is not set.")
-                check_float(key, group[key])
+                _checks.required(key, group[key], f"{key} is not set.")
+                _checks.real(key, group[key])
         for key in ("epsilon", "momentum", "rho"):
             if key in group and not 0.0 <= group[key]:
                 raise ValueError(f"Invalid value of {key}, expect {key} >= 0.")
+        if "centered" in group:
+            group["centered"] = _checks.flag("centered", group["centered"])
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         dtype = torch.float32 if self._uses_master(p) else p.dtype

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from ..regularizer import L2Decay, WeightDecayRegularizer
-from ._checks import check_float, check_set
 from .optimizer import Optimizer
 
 __all__ = ["Rprop"]
@@ -48,13 +48,13 @@ class Rprop(Optimizer):
         multi_precision: bool = False,
         name: str | None = None,
     ) -> None:
-        check_set("learning_rate", learning_rate)
-        check_float("learning_rate", learning_rate)
+        _checks.required("learning_rate", learning_rate)
+        _checks.real("learning_rate", learning_rate)
         for arg, value in (("learning_rate_range", learning_rate_range), ("etas", etas)):
             if not isinstance(value, (tuple, list)) or len(value) != 2:
                 raise TypeError(f"{arg} should be a pair of floats, but received {value!r}")
             for v in value:
-                check_float(arg, v)
+                _checks.real(arg, v)
         if not 0.0 < learning_rate_range[0] <= learning_rate <= learning_rate_range[1]:
             raise ValueError(
                 "'0.0 < learning_rate_range[0] <= learning_rate <= learning_rate_range[1]' must be true"
