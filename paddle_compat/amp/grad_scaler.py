@@ -435,6 +435,15 @@ class AmpScaler:
         device, with no host sync; otherwise the flag is read here, the one sync of a step."""
         step = self._step_state
         if getattr(optimizer, "_step_supports_amp_scaling", False):
+            if _step_watched(optimizer):
+                warnings.warn(
+                    f"{type(optimizer).__name__} is fused (it skips inf/NaN steps itself), so the scaler calls its "
+                    "step() on skipped steps too, and whatever replaced optimizer.step to see whether it ran "
+                    "(Accelerate's optimizer_step_was_skipped, its AcceleratedScheduler, Hugging Face's Trainer) "
+                    "sees no skipped step and advances the LR schedule regardless. Build the optimizer without "
+                    "fused=True, or ask the scaler: last_step_skipped().",
+                    stacklevel=user_stacklevel(),
+                )
             if state is OptimizerState.INIT:
                 self._unscale_grads(optimizer, fused=True)
             assert step.found_inf is not None
@@ -853,6 +862,13 @@ class AmpScaler:
         if self._process_group == _WORLD:
             self._process_group = _world_group()
         self._step_state = _StepState()
+
+
+def _step_watched(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether Accelerate replaced ``optimizer.step`` on the instance to learn whether it ran (its
+    ``AcceleratedOptimizer.step`` does so around ``scaler.step``)."""
+    replaced = vars(optimizer).get("step")
+    return replaced is not None and str(getattr(replaced, "__module__", "")).startswith("accelerate.")
 
 
 def _drop_fused_inputs(optimizer: torch.optim.Optimizer) -> None:

@@ -120,15 +120,24 @@ class Optimizer(torch.optim.Optimizer):
     Paddle variable names; a negative, NaN or infinite learning rate is refused (also one given by
     a scheduler, at the step that would use it); torch.optim's keyword names (``lr=``, ``betas=``,
     ...) raise a ``TypeError`` naming Paddle's.
+
+    Every subclass also takes ``fused`` (keyword only, ours; ``False`` by default), torch's switch
+    for the fused-optimizer contract with a GradScaler: with ``fused=True`` the scaler hands the
+    scale and its inf/NaN flag to the step, which unscales and skips itself (on a GPU with no host
+    sync), so the step is called on skipped steps too; see docs/optimizers.md for what frameworks
+    then can no longer do. The parameters, the scale and the skipped steps are the same either way.
     """
 
     # Accumulators Paddle keeps on the host whatever the parameter's device (Adam's beta powers).
     _host_state: tuple[str, ...] = ()
 
-    # A GradScaler (torch's or paddle_compat's) hands over the scale and its inf/NaN flag as
-    # ``grad_scale`` and ``found_inf`` instead of unscaling and skipping itself: the step unscales
-    # as Paddle does and skips on the flag without reading it on the host (``_scaler_handover``).
-    _step_supports_amp_scaling = True
+    # torch's flag for fused optimizers, set per instance by ``fused=True``: a GradScaler (torch's
+    # or paddle_compat's) then hands over the scale and its inf/NaN flag as ``grad_scale`` and
+    # ``found_inf`` instead of unscaling and skipping itself, and the step unscales as Paddle does
+    # and skips on the flag without reading it on the host (``_scaler_handover``). Off by default,
+    # as in torch: frameworks clip after ``unscale_`` and see a skipped step only when the scaler
+    # does not call ``step`` (Lightning, Fabric, Accelerate, Hugging Face's Trainer).
+    _step_supports_amp_scaling = False
     _unscales_like_paddle = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -145,7 +154,10 @@ class Optimizer(torch.optim.Optimizer):
         multi_precision: bool,
         defaults: dict[str, Any],
         name: str | None = None,
+        fused: bool = False,
     ) -> None:
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused should be a bool, but received {type(fused).__name__}")
         if learning_rate is None:
             raise ValueError("learning_rate is not set")
         if _is_lr_scheduler(learning_rate):
@@ -187,6 +199,7 @@ class Optimizer(torch.optim.Optimizer):
             **defaults,
         }
         super().__init__(params, defaults)
+        self._step_supports_amp_scaling = fused
 
     # --- parameter groups ----------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
