@@ -43,7 +43,7 @@ from ..amp.master_grad import clear_grads, grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
-from .lr import LambdaDecay
+from .lr import LambdaDecay, LRScheduler
 
 __all__ = ["Optimizer"]
 
@@ -200,6 +200,7 @@ class Optimizer(torch.optim.Optimizer):
         }
         super().__init__(params, defaults)
         self._step_supports_amp_scaling = fused
+        _drive_by(scheduler, self)
 
     # --- parameter groups ----------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -342,15 +343,18 @@ class Optimizer(torch.optim.Optimizer):
         self._compat_lr_scheduler = scheduler
         for group in self.param_groups:
             group["lr"] = lr
+        _drive_by(scheduler, self)
 
-    def _read_lr_scheduler(self) -> None:
-        """Put the scheduler's current rate into every group's ``lr`` (at each step, as Paddle).
+    def _read_lr_scheduler(self, at_step: bool = True) -> None:
+        """Put the scheduler's current rate into every group's ``lr``: at each step, as Paddle, and
+        (``at_step=False``) when one of ours moves, as torch's schedulers do.
 
         Paddle reads ``float(scheduler())`` into its LR tensor in each step, before the updates;
-        ``_group_lr`` rounds it to that tensor's dtype.
+        ``_group_lr`` rounds it to that tensor's dtype. A rate the step would refuse is left for the
+        step to refuse.
         """
         scheduler = self._compat_lr_scheduler
-        if scheduler is None:
+        if scheduler is None or not (at_step or _is_valid_lr(float(scheduler()))):
             return
         lr = _scheduled_lr(scheduler)
         for group in self.param_groups:
@@ -833,6 +837,10 @@ class Optimizer(torch.optim.Optimizer):
                 state[key] = value
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        _drive_by(self.__dict__.get("_compat_lr_scheduler"), self)  # the scheduler does not keep it
+
     def set_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Paddle's name for ``load_state_dict``."""
         self.load_state_dict(state_dict)
@@ -1009,6 +1017,13 @@ def _listed(item: Any) -> Any:
     if isinstance(item, dict) and not isinstance(item.get("params"), (Tensor, set)):
         return {**item, "params": list(item.get("params", []))}
     return item
+
+
+def _drive_by(scheduler: Any, optimizer: Optimizer) -> None:
+    """Tell one of our schedulers that it drives ``optimizer`` (torch's protocol: ``optimizer``,
+    ``get_last_lr``, the groups' ``lr`` set at its ``step``); other schedulers are only read."""
+    if isinstance(scheduler, LRScheduler):
+        scheduler._drive(optimizer)
 
 
 def _scheduled_lr(scheduler: Any) -> float:
