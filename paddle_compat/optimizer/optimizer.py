@@ -400,7 +400,8 @@ class Optimizer(torch.optim.Optimizer):
         """Paddle's dygraph ``minimize``: the gradients already exist (no backward is run).
 
         ``parameters`` restricts the update to those tensors and ``no_grad_set`` excludes some.
-        Returns ``(None, params_grads)`` with the gradients actually applied.
+        Returns ``(None, params_grads)`` with the gradients actually applied. torch.optim's step
+        hooks run (with the arguments of a ``step()`` call), and the profiler range opens, as in ``step``.
         """
         if not isinstance(loss, Tensor):
             raise TypeError("The loss should be an Tensor.")
@@ -411,7 +412,13 @@ class Optimizer(torch.optim.Optimizer):
             excluded = {id(p) for p in no_grad_set}
             every = selected if selected is not None else {id(p) for g in self.param_groups for p in g["params"]}
             selected = every - excluded
-        return None, [pair for _, pairs in self._apply_optimize(selected) for pair in pairs]
+
+        def step(opt: Optimizer, closure: Callable[[], Any] | None = None) -> list[tuple[dict[str, Any], ParamsGrads]]:
+            return _closure_then_update(opt, closure, selected)[1]  # a pre-hook may hand in a closure
+
+        # a step like step(): torch.optim's step hooks see it, with the arguments of a step() call
+        work = _with_hooks(step)(self) if _hooked_or_profiled(self) else step(self)
+        return None, [pair for _, pairs in work for pair in pairs]
 
     @never_traced
     def _apply_optimize(self, selected: set[int] | None) -> list[tuple[dict[str, Any], ParamsGrads]]:
@@ -942,17 +949,24 @@ class _Plan:
 
 def _step(opt: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
     """``Optimizer.step`` without torch.optim's hooks."""
+    return _closure_then_update(opt, closure, None)[0]
+
+
+def _closure_then_update(
+    opt: Optimizer, closure: Callable[[], Any] | None, selected: set[int] | None
+) -> tuple[Any, list[tuple[dict[str, Any], ParamsGrads]]]:
+    """A step: the closure's loss (``None`` without one), and the groups stepped (``_apply_optimize``)."""
     loss = None
     if closure is not None:
         with torch.enable_grad():
             loss = closure()
-    opt._apply_optimize(None)
-    return loss
+    return loss, opt._apply_optimize(selected)
 
 
 # torch.optim's own wrapper, for the steps that need it: the hooks run and the profiler range opens
 # exactly as for torch's optimizers.
-_step_with_hooks = torch.optim.Optimizer.profile_hook_step(_step)
+_with_hooks = torch.optim.Optimizer.profile_hook_step
+_step_with_hooks = _with_hooks(_step)
 
 
 def _watched(opt: Optimizer) -> bool:
@@ -962,6 +976,11 @@ def _watched(opt: Optimizer) -> bool:
     resolved = type(opt).step
     if resolved is not Optimizer.step and getattr(resolved, "hooked", False):
         return False
+    return _hooked_or_profiled(opt)
+
+
+def _hooked_or_profiled(opt: Optimizer) -> bool:
+    """Whether a profiler records or a step hook (``opt``'s or a global one) is registered."""
     return bool(
         torch.autograd._profiler_enabled()
         or opt._optimizer_step_pre_hooks
