@@ -214,7 +214,7 @@ def test_use_grad_scaler_refuses_what_cannot_work():
 
 def test_a_fused_paddle_optimizer_warns_that_accelerate_cannot_see_its_skips():
     accelerator, model, optimizer, scheduler = paddle_setup(fused=True)
-    with pytest.warns(UserWarning, match="Momentum is fused .* sees no skipped step and advances the LR schedule"):
+    with pytest.warns(UserWarning, match="Momentum is fused .* see no skipped step and advance the LR schedule"):
         history = paddle_train(accelerator, model, optimizer, scheduler, batches(3), bad={1}, clip=False)
     assert [h[0] for h in history] == [False, False, False]  # what Accelerate sees
     assert accelerator.scaler.get_skipped_steps() == 1 and same(history[1][4], history[0][4])
@@ -256,3 +256,19 @@ def test_register_for_checkpointing_takes_a_paddle_scheduler(tmp_path):
     sched.step()
     accelerator.load_state(tmp_path / "state")
     assert sched.last_epoch == 3 and sched() == saved
+
+
+def test_a_scaler_set_by_hand_warns_when_accelerate_steps_gradients_nobody_unscaled():
+    """The silent failure use_grad_scaler mends: a scaler set as accelerator.scaler, and
+    clip_grad_norm_ clipping the scaled gradients (Hugging Face's Trainer does so at its default
+    max_grad_norm=1.0)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    accelerator = Accelerator(cpu=True, mixed_precision="no")
+    accelerator.scaler = GradScaler(init_loss_scaling=1024)
+    model, optimizer = accelerator.prepare(model, popt.SGD(learning_rate=0.1, parameters=model.parameters()))
+    x, y = batches(1)[0]
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    with pytest.warns(UserWarning, match="Accelerate steps SGD on gradients nobody unscaled before: .*use_grad_scaler"):
+        optimizer.step()

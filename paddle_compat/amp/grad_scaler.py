@@ -132,6 +132,8 @@ class AmpScaler:
 
     _torch_dialect = False  # Paddle's AmpScaler takes Paddle's names only
     _family = "AmpScaler"  # whose defaults
+    # Set by paddle_compat.integrations.accelerate.use_grad_scaler: Accelerate's clips unscale first.
+    _clips_unscale_first = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Arguments: see the class; all are checked before the scaler is built."""
@@ -434,16 +436,9 @@ class AmpScaler:
         A fused optimizer (``_step_supports_amp_scaling``) is always called and skips on the
         device, with no host sync; otherwise the flag is read here, the one sync of a step."""
         step = self._step_state
+        if _step_watched(optimizer):
+            self._warn_accelerate(optimizer, state)
         if getattr(optimizer, "_step_supports_amp_scaling", False):
-            if _step_watched(optimizer):
-                warnings.warn(
-                    f"{type(optimizer).__name__} is fused (it skips inf/NaN steps itself), so the scaler calls its "
-                    "step() on skipped steps too, and whatever replaced optimizer.step to see whether it ran "
-                    "(Accelerate's optimizer_step_was_skipped, its AcceleratedScheduler, Hugging Face's Trainer) "
-                    "sees no skipped step and advances the LR schedule regardless. Build the optimizer without "
-                    "fused=True, or ask the scaler: last_step_skipped().",
-                    stacklevel=user_stacklevel(),
-                )
             if state is OptimizerState.INIT:
                 self._unscale_grads(optimizer, fused=True)
             assert step.found_inf is not None
@@ -457,6 +452,30 @@ class AmpScaler:
         flag = FoundInf.known(bool(step.found_inf.item()))  # the one host sync of a step
         self._record_step(flag)
         return _Run.SKIP if flag.value() else _Run.CALL
+
+    def _warn_accelerate(self, optimizer: torch.optim.Optimizer, state: OptimizerState) -> None:
+        """Warn where Accelerate (and so Hugging Face's Trainer) steps this scaler in a way that
+        goes wrong without a word: a fused optimizer, whose skips it cannot see, or gradients not
+        yet unscaled, which its clips (unless ``use_grad_scaler`` set the scaler) clipped scaled."""
+        name = type(optimizer).__name__
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            message = (
+                f"{name} is fused (it skips inf/NaN steps itself), so the scaler calls its step() on skipped steps "
+                "too: Accelerate's optimizer_step_was_skipped, its AcceleratedScheduler and Hugging Face's Trainer "
+                "see no skipped step and advance the LR schedule regardless. Build the optimizer without fused=True, "
+                "or ask the scaler: last_step_skipped()."
+            )
+        elif state is OptimizerState.INIT and not self._clips_unscale_first:
+            message = (
+                f"Accelerate steps {name} on gradients nobody unscaled before: its clip_grad_norm_ and "
+                "clip_grad_value_ (Hugging Face's Trainer calls them at max_grad_norm > 0) do not unscale a scaler "
+                "they did not make, and clipped the gradients still scaled. Hand the scaler over with "
+                "paddle_compat.integrations.accelerate.use_grad_scaler(accelerator, scaler), or call "
+                "scaler.unscale_(optimizer) before clipping."
+            )
+        else:
+            return
+        warnings.warn(message, stacklevel=user_stacklevel())
 
     def _record_step(self, flag: FoundInf) -> None:
         """Record a step's flag: for ``update()`` and ``last_step_skipped()``, and the skip in

@@ -51,6 +51,7 @@ def use_grad_scaler(accelerator: Accelerator, scaler: AmpScaler) -> None:
             "use_grad_scaler() must come before accelerator.prepare(): prepare() hands the scaler to the optimizers"
         )
     accelerator.scaler = scaler
+    scaler._clips_unscale_first = True  # no warning when Accelerate steps gradients its clip did not unscale
 
     def unscale_gradients(optimizer: Any = None) -> None:
         """Accelerate's ``unscale_gradients``, for our scaler: each optimizer's gradients once."""
