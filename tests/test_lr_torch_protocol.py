@@ -133,3 +133,14 @@ def test_a_scheduler_of_your_own_follows_too() -> None:
     opt = popt.SGD(learning_rate=sched, parameters=_params(1))
     sched.step()
     assert opt.param_groups[0]["lr"] == 0.2 and sched.get_last_lr() == [0.2]
+
+
+@pytest.mark.parametrize("through", ["scheduler", "optimizer"])
+def test_the_unused_values_warning_points_at_the_users_line(through: str) -> None:
+    sched = lr.StepDecay(0.1, step_size=1)
+    opt = popt.SGD(learning_rate=sched, parameters=_params(1))
+    saved = opt.state_dict()
+    saved["LR_Scheduler"]["surplus"] = 1
+    with pytest.warns(UserWarning, match="There are some unused values in state_dict") as caught:
+        sched.set_state_dict(saved["LR_Scheduler"]) if through == "scheduler" else opt.load_state_dict(saved)
+    assert caught[0].filename == __file__

@@ -48,6 +48,8 @@ from typing import Any, Literal, TypeGuard, TypeVar
 import torch
 import torch.optim.lr_scheduler as _torch_lr
 
+from ..amp._args import user_stacklevel
+
 __all__ = [
     "LRScheduler",
     "NoamDecay",
@@ -293,7 +295,7 @@ class LRScheduler(_TorchLRScheduler):
             warnings.warn(
                 "There are some unused values in state_dict. Maybe the optimizer have different "
                 "'LearningRateDecay' when invoking state_dict and set_dict",
-                stacklevel=2,
+                stacklevel=user_stacklevel(),  # the user's line, also through opt.load_state_dict
             )
 
     def set_dict(self, state_dict: dict[str, Any]) -> None:
