@@ -591,7 +591,7 @@ def test_cuda_step_with_grad_scaler_makes_no_host_sync(cls) -> None:
     if _multi_tensor.kernels(torch.device("cuda")) is None:
         pytest.skip("no Triton")
     params = [torch.nn.Parameter(torch.randn(1000, device="cuda")) for _ in range(3)]
-    opt = cls(0.01, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0))
+    opt = cls(0.01, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0), fused=True)
     scaler = GradScaler()
     for step in range(4):
         for p in params:
