@@ -95,20 +95,28 @@ def test_clip_grad_norm_does_not_unscale_a_scaler_it_did_not_make():
     assert scaled_norm.item() == pytest.approx(1024 * norm.item(), rel=1e-6)
 
 
-def test_save_state_and_load_state_resume_the_scaler(tmp_path):
+def full_and_loaded(make, run, tmp_path):
+    """An uninterrupted run of 6 steps (overflows at 1 and 4), and a fresh ``make()`` loaded with
+    ``load_state`` from the ``save_state`` of another run after 3 steps."""
     data = batches(6)
-    full = train(*setup(), data, bad={1, 4})
+    full = run(*make(), data, bad={1, 4})
     AcceleratorState._reset_state(reset_partial_state=True)
 
-    accelerator, model, optimizer, scheduler = setup()
-    train(accelerator, model, optimizer, scheduler, data[:3], bad={1})
+    accelerator, model, optimizer, scheduler = make()
+    run(accelerator, model, optimizer, scheduler, data[:3], bad={1})
     accelerator.save_state(tmp_path / "state")
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+    loaded = make()
+    loaded[0].load_state(tmp_path / "state")
+    return full, loaded
+
+
+def test_save_state_and_load_state_resume_the_scaler(tmp_path):
+    full, (accelerator, model, optimizer, scheduler) = full_and_loaded(setup, train, tmp_path)
+    data = batches(6)
     saved = torch.load(tmp_path / "state" / "scaler.pt", weights_only=True)
     assert saved["scale"].tolist() == [512.0] and (saved["incr_count"], saved["skipped_steps"]) == (1, 1)
-    AcceleratorState._reset_state(reset_partial_state=True)
-
-    accelerator, model, optimizer, scheduler = setup()
-    accelerator.load_state(tmp_path / "state")
     assert accelerator.scaler.state_dict() == {**saved, "scale": accelerator.scaler.state_dict()["scale"]}
     resumed = train(accelerator, model, optimizer, scheduler, data[3:], bad={1})
     assert [h[:3] for h in resumed] == [h[:3] for h in full[3:]]  # growth at step 3 needs the restored count
@@ -228,19 +236,9 @@ def test_a_paddle_scheduler_shared_by_two_optimizers():
 
 
 def test_paddle_scheduler_and_optimizer_resume_from_save_state(tmp_path):
-    data = batches(6)
-    full = paddle_train(*paddle_setup(), data, bad={1, 4})
-    AcceleratorState._reset_state(reset_partial_state=True)
-
-    accelerator, model, optimizer, scheduler = paddle_setup()
-    paddle_train(accelerator, model, optimizer, scheduler, data[:3], bad={1})
-    accelerator.save_state(tmp_path / "state")
-    AcceleratorState._reset_state(reset_partial_state=True)
-
-    accelerator, model, optimizer, scheduler = paddle_setup()
-    accelerator.load_state(tmp_path / "state")
+    full, (accelerator, model, optimizer, scheduler) = full_and_loaded(paddle_setup, paddle_train, tmp_path)
     assert optimizer.param_groups[0]["lr"] == full[2][2]  # the rate follows the loaded scheduler at once
-    resumed = paddle_train(accelerator, model, optimizer, scheduler, data[3:], bad={1})
+    resumed = paddle_train(accelerator, model, optimizer, scheduler, batches(6)[3:], bad={1})
     assert [h[:3] for h in resumed] == [h[:3] for h in full[3:]]
     assert same(resumed[-1][4], full[-1][4])
 
