@@ -372,3 +372,20 @@ def test_fabric_clips_a_paddle_optimizer_and_refuses_a_fused_one():
         moved = torch.cat([(p.detach() - s).flatten() for p, s in zip(model.parameters(), start)]).norm()
         assert moved.item() == pytest.approx(0.1 * 0.5, rel=1e-3)
         assert optimizer.param_groups[0]["lr"] == 0.05
+
+
+def test_paddle_reduce_on_plateau_with_a_monitor():
+    class Plateau(PaddleNet):
+        def training_step(self, batch, batch_idx):
+            self.log("train_loss", 1.0)  # never improves: the rate drops after each epoch past the first
+            return super().training_step(batch, batch_idx)
+
+        def configure_optimizers(self):
+            sched = popt.lr.ReduceOnPlateau(learning_rate=0.1, patience=0, factor=0.5)
+            opt = popt.Adam(learning_rate=sched, parameters=self.parameters())
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "train_loss"}}
+
+    scaler = GradScaler(init_loss_scaling=1024)
+    model = Plateau()
+    fit(model, PaddleMixedPrecision(scaler=scaler), scaler, max_epochs=3)
+    assert model.rates == [0.1] * 6 + [0.05] * 3

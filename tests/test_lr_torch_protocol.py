@@ -144,3 +144,17 @@ def test_the_unused_values_warning_points_at_the_users_line(through: str) -> Non
     with pytest.warns(UserWarning, match="There are some unused values in state_dict") as caught:
         sched.set_state_dict(saved["LR_Scheduler"]) if through == "scheduler" else opt.load_state_dict(saved)
     assert caught[0].filename == __file__
+
+
+def test_swalr_drives_an_optimizer_with_a_float_rate() -> None:
+    from torch.optim.swa_utils import SWALR
+
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = popt.SGD(learning_rate=0.1, parameters=[p])
+    swa = SWALR(opt, swa_lr=0.05, anneal_epochs=1, anneal_strategy="linear")
+    p.grad = torch.ones(1)
+    opt.step()
+    swa.step()
+    assert opt.param_groups[0]["lr"] == opt.get_lr() == 0.05
+    opt.step()
+    assert p.item() == pytest.approx(-0.15)  # the second step used SWALR's rate
