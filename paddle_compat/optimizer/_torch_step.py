@@ -5,7 +5,7 @@ call, even with no profiler and no hook: that costs tens of µs a step (over a h
 a forward and backward pass leave), as much as a small step's whole update. ``Optimizer.step`` is
 marked ``hooked`` so that torch leaves it alone (``bypassing``), and ``run`` takes torch's own
 wrapper itself when a profiler records or a hook is registered: the hooks then run and the range
-opens exactly as for torch's optimizers.
+opens exactly as for torch's optimizers. ``run_selected`` does the same for ``minimize``.
 """
 
 from __future__ import annotations

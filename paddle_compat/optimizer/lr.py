@@ -257,9 +257,6 @@ class LRScheduler(_TorchLRScheduler):
         state.pop("_compat_optimizers", None)
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     # --- checkpoints ---------------------------------------------------------------------------
     def state_keys(self) -> None:
         """Set ``self.keys``: the attributes ``state_dict()`` saves (subclasses may add some)."""
