@@ -309,7 +309,8 @@ def test_paddle_optimizer_and_scheduler_clip_unscaled_and_skip(interval):
     assert record.skipped == [False, True, False, False, False, False]
     assert_skipped_exactly(record, 1, start)
     # the rate the group shows follows the scheduler at once (Lightning steps it, skipped step or not)
-    assert model.rates == ([0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125] if interval == "step" else [0.1] * 3 + [0.05] * 3)
+    per_step, per_epoch = [0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125], [0.1] * 3 + [0.05] * 3
+    assert model.rates == (per_step if interval == "step" else per_epoch)
     # clipped on unscaled gradients: the first step moves the weights by lr * 0.5 (clipped at 0.5;
     # clipping the gradients still scaled by 1024 would move them 1024 times less)
     moved = torch.cat([(a - b).flatten() for a, b in zip(record.params[0], start)]).norm()

@@ -54,7 +54,9 @@ def test_mypy_in_a_user_project_finds_the_package_after_the_readmes_install(tmp_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     user = tmp_path / "project"
     user.mkdir()
-    (user / "train.py").write_text("from paddle_compat.amp import GradScaler\n\nscale: str = GradScaler().get_scale()\n")
+    (user / "train.py").write_text(
+        "from paddle_compat.amp import GradScaler\n\nscale: str = GradScaler().get_scale()\n"
+    )
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}  # a user's shell
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--python-executable", str(python), "--no-color-output", "--no-error-summary",
