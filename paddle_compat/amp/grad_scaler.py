@@ -337,8 +337,10 @@ class AmpScaler:
 
         Calls ``optimizer.minimize(*args, **kwargs)`` when the optimizer has one (those of
         ``paddle_compat.optimizer`` do), else ``optimizer.step()``. Returns its result, or
-        ``(None, None)`` as Paddle does when there is none (a skipped step, a torch optimizer).
-        A step that ran counts for torch's LR schedulers as an ``optimizer.step()`` call.
+        ``(None, None)`` as Paddle does when there is none (a torch optimizer). On a skipped step
+        the optimizer is not called (unless built with ``fused=True``), and ours still return
+        Paddle's ``(None, params_grads)``. A step that ran counts for torch's LR schedulers as an
+        ``optimizer.step()`` call.
 
         Args:
             optimizer: the optimizer to step.
@@ -355,8 +357,9 @@ class AmpScaler:
         run = self._before_minimize(optimizer)
         minimize = getattr(optimizer, "minimize", None)
         try:
-            if run is _Run.SKIP:
-                result = None
+            if run is _Run.SKIP:  # ours return Paddle's (None, params_grads) here too
+                skipped = getattr(optimizer, "_skipped_minimize", None)
+                result = skipped(*args, **kwargs) if skipped is not None else None
             else:
                 result = minimize(*args, **kwargs) if callable(minimize) else optimizer.step()
         except BaseException:

@@ -377,6 +377,26 @@ class Optimizer(torch.optim.Optimizer):
         Returns ``(None, params_grads)`` with the gradients actually applied. torch.optim's step
         hooks run (with the arguments of a ``step()`` call), and the profiler range opens, as in ``step``.
         """
+        work = _torch_step.run_selected(self, self._minimize_selection(loss, parameters, no_grad_set))
+        return None, [pair for _, pairs in work for pair in pairs]
+
+    def _skipped_minimize(
+        self,
+        loss: Tensor,
+        startup_program: Any = None,
+        parameters: Iterable[Tensor] | None = None,
+        no_grad_set: Iterable[Tensor] | None = None,
+    ) -> tuple[None, ParamsGrads]:
+        """What ``minimize`` returns on a step a GradScaler skips, which does not call it here:
+        Paddle's scaler calls it and its kernels skip, so its ``scaler.minimize`` still returns
+        ``(None, params_grads)``. Nothing is updated and no step hook runs."""
+        work = self._work(self._minimize_selection(loss, parameters, no_grad_set))
+        return None, [pair for _, pairs in work for pair in pairs]
+
+    def _minimize_selection(
+        self, loss: Any, parameters: Iterable[Tensor] | None, no_grad_set: Iterable[Tensor] | None
+    ) -> set[int] | None:
+        """The ids of the parameters ``minimize`` steps (``None``: all), its arguments checked."""
         if not isinstance(loss, Tensor):
             raise TypeError("The loss should be an Tensor.")
         selected = None
@@ -386,8 +406,7 @@ class Optimizer(torch.optim.Optimizer):
             excluded = {id(p) for p in no_grad_set}
             every = selected if selected is not None else {id(p) for g in self.param_groups for p in g["params"]}
             selected = every - excluded
-        work = _torch_step.run_selected(self, selected)
-        return None, [pair for _, pairs in work for pair in pairs]
+        return selected
 
     @never_traced
     def _apply_optimize(self, selected: set[int] | None) -> list[tuple[dict[str, Any], ParamsGrads]]:
@@ -407,16 +426,7 @@ class Optimizer(torch.optim.Optimizer):
         torch._C._set_grad_enabled(False)
         try:
             self._read_lr_scheduler()
-            work = []
-            for group in self.param_groups:
-                pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
-                if selected is not None:
-                    pairs = [(p, g) for p, g in pairs if id(p) in selected]
-                for _, g in pairs:
-                    if g.is_sparse:
-                        raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
-                if pairs:
-                    work.append((group, pairs))
+            work = self._work(selected)
             skip, device_flag = self._scaler_handover(work)
             if not skip:
                 for group, pairs in work:
@@ -424,6 +434,20 @@ class Optimizer(torch.optim.Optimizer):
             return work
         finally:
             torch._C._set_grad_enabled(grad_enabled)
+
+    def _work(self, selected: set[int] | None) -> list[tuple[dict[str, Any], ParamsGrads]]:
+        """Each group with its ``(param, grad)`` pairs to step (only ``selected`` params if given)."""
+        work = []
+        for group in self.param_groups:
+            pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
+            if selected is not None:
+                pairs = [(p, g) for p, g in pairs if id(p) in selected]
+            for _, g in pairs:
+                if g.is_sparse:
+                    raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
+            if pairs:
+                work.append((group, pairs))
+        return work
 
     def _scaler_handover(self, work: list[tuple[dict[str, Any], ParamsGrads]]) -> tuple[bool, Tensor | None]:
         """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags;
