@@ -380,18 +380,13 @@ class Optimizer(torch.optim.Optimizer):
         work = _torch_step.run_selected(self, self._minimize_selection(loss, parameters, no_grad_set))
         return None, [pair for _, pairs in work for pair in pairs]
 
-    def _skipped_minimize(
-        self,
-        loss: Tensor,
-        startup_program: Any = None,
-        parameters: Iterable[Tensor] | None = None,
-        no_grad_set: Iterable[Tensor] | None = None,
-    ) -> tuple[None, ParamsGrads]:
-        """What ``minimize`` returns on a step a GradScaler skips, which does not call it here:
-        Paddle's scaler calls it and its kernels skip, so its ``scaler.minimize`` still returns
-        ``(None, params_grads)``. Nothing is updated and no step hook runs."""
-        work = self._work(self._minimize_selection(loss, parameters, no_grad_set))
-        return None, [pair for _, pairs in work for pair in pairs]
+    def _skipped_minimize(self, *args: Any, **kwargs: Any) -> tuple[None, ParamsGrads]:
+        """What ``minimize(*args, **kwargs)`` returns on a step a GradScaler skips, which does not
+        call it here: Paddle's scaler calls it and its kernels skip, so its ``scaler.minimize``
+        still returns ``(None, params_grads)``. Nothing is updated and no step hook runs."""
+        given = inspect.signature(Optimizer.minimize).bind(self, *args, **kwargs).arguments
+        selected = self._minimize_selection(given["loss"], given.get("parameters"), given.get("no_grad_set"))
+        return None, [pair for _, pairs in self._work(selected) for pair in pairs]
 
     def _minimize_selection(
         self, loss: Any, parameters: Iterable[Tensor] | None, no_grad_set: Iterable[Tensor] | None
