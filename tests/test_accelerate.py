@@ -270,3 +270,29 @@ def test_a_scaler_set_by_hand_warns_when_accelerate_steps_gradients_nobody_unsca
     accelerator.clip_grad_norm_(model.parameters(), 1.0)
     with pytest.warns(UserWarning, match="Accelerate steps SGD on gradients nobody unscaled before: .*use_grad_scaler"):
         optimizer.step()
+
+
+def test_gradient_accumulation_unscales_once_on_the_step_that_updates():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    sched = popt.lr.StepDecay(learning_rate=0.1, step_size=1, gamma=0.5)
+    optimizer = popt.SGD(learning_rate=sched, parameters=model.parameters())
+    accelerator = Accelerator(cpu=True, mixed_precision="no", gradient_accumulation_steps=2)
+    use_grad_scaler(accelerator, GradScaler(init_loss_scaling=1024))
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, sched)
+    reference = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    start = [p.detach().clone() for p in model.parameters()]
+    for x, y in batches(2):
+        with accelerator.accumulate(model):
+            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+            accelerator.clip_grad_norm_(model.parameters(), math.inf)  # every micro-step, as users write it
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+        # the same two halves of the loss, unscaled, by hand
+        out = torch.nn.functional.linear(x, reference[0], reference[1])
+        (torch.nn.functional.mse_loss(out, y) / 2).backward()
+    moved = [p.detach() - s for p, s in zip(model.parameters(), start)]
+    expected = [-0.1 * r.grad for r in reference]
+    assert all(torch.allclose(m, e, rtol=1e-5, atol=1e-7) for m, e in zip(moved, expected))
+    assert optimizer.param_groups[0]["lr"] == 0.05  # one update, one scheduler step

@@ -24,7 +24,8 @@ def use_grad_scaler(accelerator: Accelerator, scaler: AmpScaler) -> None:
     """Let ``accelerator`` scale with ``scaler``: ``backward`` scales the loss, the prepared
     optimizers step through ``scaler.step`` + ``update`` (so ``optimizer_step_was_skipped`` and
     an ``AcceleratedScheduler`` see the skipped steps), and ``clip_grad_norm_``/``clip_grad_value_``
-    unscale the gradients first (once per step; an ``unscale_`` of your own is not repeated).
+    unscale the gradients first (once per step, on the micro-step that updates under gradient
+    accumulation; an ``unscale_`` of your own is not repeated).
 
     Call it before ``prepare()`` (for Hugging Face's ``Trainer``: on ``trainer.accelerator``,
     before ``train()``). Build the accelerator with ``mixed_precision="no"`` and compute under
@@ -54,7 +55,11 @@ def use_grad_scaler(accelerator: Accelerator, scaler: AmpScaler) -> None:
     scaler._clips_unscale_first = True  # no warning when Accelerate steps gradients its clip did not unscale
 
     def unscale_gradients(optimizer: Any = None) -> None:
-        """Accelerate's ``unscale_gradients``, for our scaler: each optimizer's gradients once."""
+        """Accelerate's ``unscale_gradients``, for our scaler: each optimizer's gradients once, on
+        the step that updates (inside ``accelerator.accumulate`` a micro-step's gradients stay
+        scaled: the next backward adds scaled gradients to them)."""
+        if not accelerator.sync_gradients:
+            return
         optimizers = accelerator._optimizers if optimizer is None else optimizer
         for opt in optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]:
             while isinstance(opt, AcceleratedOptimizer):
