@@ -37,12 +37,14 @@ import torch.optim.optimizer as _torch_optimizer
 from torch import Tensor
 
 from .. import _native, _numerics
+from .._dtensor import any_dtensor, distribute_like, is_dtensor, local
 from ..amp._args import user_stacklevel
 from ..amp.compile_boundary import never_traced
 from ..amp.master_grad import clear_grads, grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
+from ._sharded import local_shards
 from .lr import LambdaDecay
 
 __all__ = ["Optimizer"]
@@ -413,6 +415,7 @@ class Optimizer(torch.optim.Optimizer):
         grad_enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
+            at_rate_zero = not self.state and all(group["lr"] == 0 for group in self.param_groups)
             self._read_lr_scheduler()
             work = []
             for group in self.param_groups:
@@ -424,6 +427,14 @@ class Optimizer(torch.optim.Optimizer):
                         raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
                 if pairs:
                     work.append((group, pairs))
+            if at_rate_zero and not any(bool(local(g).any()) for _, pairs in work for _, g in pairs):
+                # How torch.distributed.checkpoint's get/set_state_dict create an optimizer's state:
+                # a step at rate 0 on zero gradients. A scheduler's rate, weight decay or Adam's beta
+                # powers would still move something: create the state, change nothing.
+                for group, pairs in work:
+                    for p, _ in pairs:
+                        self._prepare_state(p, group)
+                return work
             skip, device_flag = self._scaler_handover(work)
             if not skip:
                 for group, pairs in work:
@@ -459,6 +470,14 @@ class Optimizer(torch.optim.Optimizer):
                 pairs = clip._clip(pairs, skip=found_inf)  # scales in place: not on a skipped step
             else:
                 pairs = clip(pairs)
+        if any_dtensor(p for p, _ in pairs):  # FSDP2, tensor parallel: each rank updates its local shards
+            with local_shards(self, group, pairs) as local_pairs:
+                self._update_group(group, local_pairs, found_inf)
+            return
+        self._update_group(group, pairs, found_inf)
+
+    def _update_group(self, group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None) -> None:
+        """The update of ``_step_group``, on plain tensors."""
         # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
         # the group's options (the rate among them), the parameters' addresses, the gradients'
         # dtypes and layouts, master weights, the kernels' availability, and the state (replaced as
@@ -739,7 +758,10 @@ class Optimizer(torch.optim.Optimizer):
         (finite, >= 0; ``ValueError``), each state tensor's shape (the parameter's, ``[1]`` for
         Adam's beta powers; ``ValueError``) and dtype (the parameter's, or float32 for fp16/bf16
         parameters and master weights; ``TypeError``), and the ``"LR_Scheduler"`` entry, required
-        when a scheduler other than ``LambdaDecay`` drives the rate, as in Paddle (``KeyError``).
+        when a scheduler other than ``LambdaDecay`` drives the rate, as in Paddle (``KeyError``),
+        except in a sharded checkpoint (DTensor state): ``torch.distributed.checkpoint`` keeps only
+        ``"state"`` and ``"param_groups"``, and the scheduler is checkpointed beside it. A whole
+        tensor loaded for a DTensor parameter is sharded as the parameter.
         """
         self._check_state_dict(state_dict)
         scheduler = self._compat_lr_scheduler
@@ -754,7 +776,10 @@ class Optimizer(torch.optim.Optimizer):
             for key, value in state_dict["state"].get(saved_id, {}).items():
                 if isinstance(value, Tensor):
                     device = torch.device("cpu") if key in self._host_state else p.device
-                    self.state[p][key] = value.detach().to(device=device, copy=True)
+                    value = value.detach().to(device=device, copy=True)
+                    if key not in self._host_state and is_dtensor(p) and not is_dtensor(value):
+                        value = distribute_like(value, p)  # a whole tensor: this rank keeps its shard
+                    self.state[p][key] = value
         self._read_lr_scheduler()
 
     def _check_state_dict(self, state_dict: Any) -> None:
@@ -787,7 +812,7 @@ class Optimizer(torch.optim.Optimizer):
         if scheduler is None:
             return
         if "LR_Scheduler" not in state_dict:
-            if not isinstance(scheduler, LambdaDecay):
+            if not isinstance(scheduler, LambdaDecay) and not any_dtensor(_state_tensors(state_dict)):
                 raise KeyError("LR_Scheduler state must be included in the state dict except LambdaDecay")
             return
         check = getattr(scheduler, "_check_state_dict", None)  # ours check without loading
@@ -852,6 +877,10 @@ def _decode(value: Any) -> Any:
     obj = cls.__new__(cls)
     obj.__dict__.update(fields)
     return obj
+
+
+def _state_tensors(state_dict: dict[str, Any]) -> list[Any]:
+    return [v for per_param in state_dict["state"].values() for v in per_param.values()]
 
 
 def _is_valid_lr(value: Any) -> bool:
@@ -976,7 +1005,7 @@ def _unscale_(grads: list[Tensor], scale: Tensor) -> None:
     the scaler has set ``found_inf`` already).
     """
     buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
-    for g in grads:
+    for g in map(local, grads):  # a DTensor's shard: every element is unscaled on its own
         buckets.setdefault((g.device, g.dtype), []).append(g)
     inverses: dict[torch.device, Tensor] = {}
     for (device, _), bucket in buckets.items():

@@ -54,7 +54,8 @@ def group_sharded_parallel(
 
     Args:
         model: the model, on its device.
-        optimizer: a ``torch.optim`` optimizer over ``model``'s parameters.
+        optimizer: a ``paddle_compat.optimizer`` or ``torch.optim`` optimizer over ``model``'s
+            parameters (ours step each rank's shards with Paddle's formulas).
         level: ``"os"``, ``"os_g"`` or ``"p_g_os"``.
         scaler: a ``paddle_compat.amp.GradScaler``/``AmpScaler``, or ``None``.
         group: the process group to shard over (default: the whole world).
@@ -73,9 +74,8 @@ def group_sharded_parallel(
         fleet.init(is_collective=True)
         model, optimizer, scaler = group_sharded_parallel(model, optimizer, "os_g", scaler=scaler)
 
-    Differences from Paddle: works on CPU (gloo) too; ``paddle_compat.optimizer``'s optimizers
-    cannot step DTensor parameters yet (use ``torch.optim``'s); no hybrid ``dp_group``; layers
-    cannot be excluded.
+    Differences from Paddle: works on CPU (gloo) too; no hybrid ``dp_group``; layers cannot be
+    excluded.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"The model must be the instance of torch.nn.Module, got {type(model).__name__}")
@@ -179,12 +179,11 @@ def save_group_sharded_model(model: nn.Module, output: str, optimizer: torch.opt
 
 
 def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    from ...optimizer import Optimizer as PaddleStyleOptimizer
-
-    if isinstance(optimizer, PaddleStyleOptimizer) or hasattr(optimizer, "_paddle_compat_grads"):
+    if hasattr(optimizer, "_paddle_compat_grads"):
         raise NotImplementedError(
-            "group_sharded_parallel: paddle_compat.optimizer's optimizers (and decorate's master-weight "
-            "optimizers) cannot step FSDP2's DTensor parameters yet; use a torch.optim optimizer"
+            "group_sharded_parallel: decorate's master-weight wrapper of a torch.optim optimizer steps float32 "
+            "copies of the parameters, which FSDP2 does not shard; use paddle_compat.optimizer's optimizers "
+            "with multi_precision=True"
         )
     in_model = {id(p) for p in model.parameters()}
     if any(id(p) not in in_model for g in optimizer.param_groups for p in g["params"]):
