@@ -18,7 +18,10 @@ from .launcher import Launch, launch
 
 DEADLINE = 240.0  # seconds for a whole launch, start-up included, on a busy 2-core machine
 
-GLOO_2 = ["ddp_needs_nothing", "explicit_group", "fsdp2", "checkpoint", "paddle_script", "peer_hangs", "rank_raises"]
+GLOO_2 = [
+    "ddp_needs_nothing", "explicit_group", "fsdp2", "paddle_optimizers_fsdp2", "checkpoint", "paddle_script",
+    "peer_hangs", "rank_raises",
+]
 GLOO_4 = ["hybrid"]
 NCCL_2 = ["ddp_needs_nothing", "explicit_group", "fsdp2", "nccl_paths"]
 

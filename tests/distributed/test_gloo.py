@@ -79,6 +79,48 @@ def test_group_sharded_levels_map_to_fsdp_units(gloo_2):
     assert (result["os"]["units"], result["os_g"]["units"], result["p_g_os"]["units"]) == (1, 1, 2)
 
 
+PADDLE_ON_SHARDS = [
+    "sgd", "momentum", "adam", "adamw", "adamw_bf16_master", "adamw_torch_forms", "adamw_os", "adamw_os_g",
+    "adamw_p_g_os",
+]
+
+
+def ulps(a: torch.Tensor, b: torch.Tensor) -> int:
+    from paddle_compat.parity._arrays import ulp_distance
+
+    dtype = str(a.dtype).removeprefix("torch.")
+    return int(ulp_distance(a.float().numpy(), b.float().numpy(), "float32").max()) if dtype == "bfloat16" else int(
+        ulp_distance(a.numpy(), b.numpy(), dtype).max()
+    )
+
+
+@pytest.mark.parametrize("case", PADDLE_ON_SHARDS)
+def test_paddle_optimizers_step_fsdp2_shards_bitwise_as_one_process(gloo_2, case):
+    """Each rank updates its shards; gathered, they are one process's tensors after the same
+    steps from the same whole gradients, bit for bit; an inf in one rank's shard is skipped on
+    every rank; the state is DTensors placed as their parameter (the beta powers: plain)."""
+    runs = [result[case] for result in gloo_2.results("paddle_optimizers_fsdp2")]
+    assert_ranks_agree_and_skip_the_union([run["trajectory"] for run in runs])
+    for run in runs:
+        assert run["trajectory"] == run["reference"]["trajectory"]
+        for p, q in zip(run["params"], run["reference"]["params"], strict=True):
+            assert p.dtype == q.dtype and torch.equal(p, q)
+        for key, kind, placed in run["layout"]:
+            assert (kind, placed) == (("Tensor", None) if key.endswith("_pow_acc") else ("DTensor", True)), key
+
+
+def test_global_norm_clip_sums_every_shard_on_every_rank(gloo_2):
+    runs = [result["adamw_clip"] for result in gloo_2.results("paddle_optimizers_fsdp2")]
+    assert_ranks_agree_and_skip_the_union([run["trajectory"] for run in runs])
+    for run in runs:
+        sharded, whole, local_only = run["norms"]
+        assert torch.equal(sharded, runs[0]["norms"][0])  # one all-reduced norm on every rank
+        assert ulps(sharded, whole) <= 4  # the partial sums add up in another order than one process's
+        assert abs(local_only - float(whole)) > 0.1 * float(whole)  # this rank's shards alone: a wrong norm
+        for p, q in zip(run["params"], run["reference"]["params"], strict=True):
+            assert ulps(p, q) <= 4
+
+
 @pytest.mark.parametrize("kind", ["ddp", "sharded"])
 def test_checkpoint_on_rank_0_resumes_the_same_run_on_every_rank(gloo_2, kind):
     for result in gloo_2.results("checkpoint"):

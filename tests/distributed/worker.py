@@ -195,6 +195,117 @@ def fsdp2(ctx: Context) -> dict[str, Any]:
     return result
 
 
+def inject_inf(model: nn.Module, step: int, rank: int, bad: dict[int, int] = BAD) -> None:
+    """An inf in this rank's own shard of the first gradient only: no other rank holds it."""
+    if bad.get(step) == rank:
+        grad = next(iter(model.parameters())).grad
+        getattr(grad, "_local_tensor", grad).view(-1)[0] = float("inf")
+
+
+def sharded_paddle_run(ctx: Context, model: nn.Module, opt: Any, scaler: GradScaler, steps: int = STEPS) -> dict:
+    """Train a sharded model with a Paddle optimizer and the scaler (an inf injected into one
+    rank's shard at the steps of BAD); record each step's whole scaled gradients, for
+    ``replay``, and what the scaler decided."""
+    grads, trajectory, norms = [], [], []
+    dtype = next(model.parameters()).dtype
+    for step in range(steps):
+        x, y = (t.to(dtype) for t in batch(step, ctx.rank, ctx.device, bad={}))
+        scaled = scaler.scale((model(x) - y).pow(2).mean())
+        scaled.backward()
+        inject_inf(model, step, ctx.rank)
+        grads.append([p.grad.full_tensor() for p in model.parameters()])
+        if step == 0:  # the global norm of the shards against one process's (no inf at step 0)
+            from paddle_compat.nn import ClipGradByGlobalNorm
+
+            clip = ClipGradByGlobalNorm(1.0)
+            local = sum(float(p.grad._local_tensor.double().pow(2).sum()) for p in model.parameters())
+            norms = [clip.global_norm([p.grad for p in model.parameters()]), clip.global_norm(grads[0]), local**0.5]
+        scaler.minimize(opt, scaled)
+        opt.clear_grad()
+        trajectory.append((scaler.get_scale(), bool(scaler._cache_found_inf)))
+    return {"grads": grads, "trajectory": trajectory, "params": full_params(model), "norms": norms}
+
+
+def replay(model: nn.Module, opt: Any, scaler: GradScaler, grads: list) -> dict:
+    """One process: the same steps on whole tensors, from the recorded gradients."""
+    trajectory = []
+    for step_grads in grads:
+        for p, g in zip(model.parameters(), step_grads, strict=True):
+            p.grad = g.clone()
+        scaler.minimize(opt, torch.ones(()))
+        opt.clear_grad()
+        trajectory.append((scaler.get_scale(), bool(scaler._cache_found_inf)))
+    return {"trajectory": trajectory, "params": full_params(model)}
+
+
+def state_layout(opt: Any) -> list:
+    """(key, kind, placements) of every state tensor: DTensors placed as their parameter?"""
+    out = set()
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for key, value in opt.state[p].items():
+                placed = getattr(value, "placements", None)
+                out.add((key, type(value).__name__, placed == p.placements if placed is not None else None))
+    return sorted(out)
+
+
+def _paddle_optimizers() -> dict[str, Callable[[Any], Any]]:
+    from paddle_compat import optimizer as popt
+    from paddle_compat.nn import ClipGradByGlobalNorm
+
+    return {
+        "sgd": lambda ps: popt.SGD(0.1, parameters=ps, weight_decay=0.01),
+        "momentum": lambda ps: popt.Momentum(0.1, momentum=0.9, parameters=ps, use_nesterov=True, weight_decay=0.01),
+        "adam": lambda ps: popt.Adam(0.01, parameters=ps),
+        "adamw": lambda ps: popt.AdamW(
+            popt.lr.LinearWarmup(popt.lr.CosineAnnealingDecay(0.02, T_max=8), 3, 0.0, 0.02),
+            parameters=ps, weight_decay=0.1,
+        ),
+        "adamw_bf16_master": lambda ps: popt.AdamW(0.01, parameters=ps, multi_precision=True),
+        "adamw_clip": lambda ps: popt.AdamW(0.01, parameters=ps, grad_clip=ClipGradByGlobalNorm(0.05)),
+    }
+
+
+@scenario
+def paddle_optimizers_fsdp2(ctx: Context) -> dict[str, Any]:
+    """Paddle's optimizers stepping FSDP2 shards (fully_shard, group_sharded_parallel), against
+    one process replaying the same whole gradients; also through the torch forms (no compiled
+    kernels)."""
+    from torch.distributed.fsdp import fully_shard
+
+    from paddle_compat import _native
+    from paddle_compat.distributed.sharding import group_sharded_parallel
+
+    makers = _paddle_optimizers()
+    cases = [(name, name, "fully_shard", True) for name in makers]
+    cases += [("adamw_torch_forms", "adamw", "fully_shard", False)]
+    cases += [(f"adamw_{level}", "adamw", level, True) for level in ("os", "os_g", "p_g_os")]
+    result = {}
+    for case, name, how, native in cases:
+        saved_native, _native._enabled = _native._enabled, native
+        try:
+            dtype = torch.bfloat16 if "bf16" in name else torch.float32
+            model = make_model(ctx.rank if how != "fully_shard" else 0, ctx.device).to(dtype)
+            if how == "fully_shard":
+                fully_shard(model)
+                opt, scaler = makers[name](model.parameters()), new_scaler()
+            else:  # every rank starts elsewhere: rank 0's parameters are broadcast
+                opt = makers[name](model.parameters())
+                model, opt, scaler = group_sharded_parallel(model, opt, how, scaler=new_scaler(), segment_size=100)
+            start = full_params(model)
+            run = sharded_paddle_run(ctx, model, opt, scaler)
+            reference = make_model(0, ctx.device).to(dtype)
+            with torch.no_grad():
+                for p, value in zip(reference.parameters(), start):
+                    p.copy_(value)
+            run["reference"] = replay(reference, makers[name](reference.parameters()), new_scaler(), run.pop("grads"))
+            run["layout"] = state_layout(opt)
+            result[case] = run
+        finally:
+            _native._enabled = saved_native
+    return result
+
+
 @scenario
 def checkpoint(ctx: Context) -> dict[str, Any]:
     """Save on rank 0 half-way, resume on every rank: the same run as without the break."""
