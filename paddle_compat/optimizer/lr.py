@@ -213,6 +213,11 @@ class LRScheduler:
         """Paddle's other name for ``set_state_dict``."""
         self.set_state_dict(state_dict)
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's name for ``set_state_dict`` (not in Paddle): with ``state_dict`` it makes a
+        scheduler a ``Stateful`` entry of a ``torch.distributed.checkpoint`` state dict."""
+        self.set_state_dict(state_dict)
+
     def _nested_state_keys(self) -> tuple[str, ...]:
         """Keys holding the state of a wrapped scheduler (``LinearWarmup``)."""
         return ()

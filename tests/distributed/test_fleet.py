@@ -241,7 +241,7 @@ def test_group_sharded_parallel_checks_its_arguments(no_launcher):
         group_sharded_parallel(model, "sgd", "os")
     with pytest.raises(NotImplementedError, match="dp_group and exclude_layer"):
         group_sharded_parallel(model, opt, "os", dp_group=object())
-    with pytest.raises(NotImplementedError, match="cannot step FSDP2's DTensor parameters"):
+    with pytest.raises(RuntimeError, match="needs a process group"):  # ours pass the optimizer check
         group_sharded_parallel(model, AdamW(parameters=model.parameters()), "os")
     with pytest.raises(ValueError, match="not the model's"):
         group_sharded_parallel(model, torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1), "os")
@@ -255,3 +255,43 @@ def test_a_scaler_bound_to_another_group_refuses_to_pickle(one_rank):
         pickle.dumps(scaler)
     scaler.process_group = None
     assert pickle.loads(pickle.dumps(scaler)).process_group is None
+
+
+def test_checkpoints_state_creation_step_changes_nothing(no_launcher):
+    """torch.distributed.checkpoint's get_state_dict creates a fresh optimizer's state with a
+    step at rate 0 on zero gradients; a scheduler's rate and weight decay must not move the
+    parameters, nor the step advance Adam's beta powers."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from paddle_compat import optimizer as popt
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = popt.AdamW(popt.lr.StepDecay(0.5, 2), parameters=model.parameters(), weight_decay=0.1)
+    _, optim_sd = get_state_dict(model, opt)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    state = optim_sd["state"]["weight"]
+    assert float(state["beta1_pow_acc"]) == pytest.approx(0.9) and not state["moment1"].any()
+    assert opt.param_groups[0]["lr"] == 0.5  # the scheduler's rate is back
+
+
+def test_a_whole_state_loaded_into_a_sharded_optimizer_is_sharded(one_rank):
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from paddle_compat import optimizer as popt
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = popt.Momentum(0.1, parameters=model.parameters())
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    saved = opt.state_dict()
+    fully_shard(model)
+    sharded = popt.Momentum(0.1, parameters=model.parameters())
+    sharded.load_state_dict(saved)
+    for p, whole in zip(model.parameters(), saved["state"].values()):
+        velocity = sharded.state[p]["velocity"]
+        assert isinstance(velocity, DTensor) and velocity.placements == p.placements
+        assert torch.equal(velocity.full_tensor(), whole["velocity"])

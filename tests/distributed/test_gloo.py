@@ -182,3 +182,26 @@ def test_hybrid_without_distributed_scaler_only_dp_partners_agree(gloo_4):
     runs = [result["none"] for result in gloo_4.results("hybrid")]
     # An inf on rank 3 at step 2 reaches rank 1 (its dp partner); on rank 0 at step 5, rank 2.
     assert [skipped(run["trajectory"]) for run in runs] == [[5], [2], [5], [2]]
+
+
+@pytest.mark.parametrize("saved_on, resumed_on", [(2, 4), (4, 2)])
+def test_sharded_checkpoint_resumes_on_another_world_size_bitwise(gloo_4, saved_on, resumed_on):
+    """torch.distributed.checkpoint saves model, Paddle AdamW (DTensor moments, beta powers),
+    scheduler and scaler on one world size; the run resumed on another continues as the run
+    without the break, bit for bit: parameters, moments, beta powers, rate, scale and skips."""
+    results = gloo_4.results("dcp_reshard")
+    for rank in range(resumed_on):
+        straight = results[rank][f"straight_{resumed_on}"]
+        resumed = results[rank][f"resumed_{saved_on}_to_{resumed_on}"]
+        if rank < saved_on:
+            assert resumed["first"] + resumed["trajectory"] == straight["trajectory"]
+        assert resumed["trajectory"] == straight["trajectory"][3:]
+        assert skipped(straight["trajectory"]) == [3]
+        for key in ("params", "moments"):
+            assert all(torch.equal(p, q) for p, q in zip(resumed[key], straight[key], strict=True)), key
+        assert resumed["pows"] == straight["pows"] and resumed["lr"] == straight["lr"]
+        assert resumed["scaler"] == straight["scaler"] | {"scale": resumed["scaler"]["scale"]}
+        assert torch.equal(resumed["scaler"]["scale"], straight["scaler"]["scale"])
+    # The gradients are the same on any world size, and so is every update: 2 ranks = 4 ranks.
+    two, four = results[0]["straight_2"], results[0]["straight_4"]
+    assert all(torch.equal(p, q) for p, q in zip(two["params"], four["params"], strict=True))

@@ -361,6 +361,91 @@ def checkpoint(ctx: Context) -> dict[str, Any]:
 
 
 @scenario
+def dcp_reshard(ctx: Context) -> dict[str, Any]:
+    """Four ranks. A sharded run (Paddle's AdamW with a scheduler and a clip, a scaler)
+    checkpointed with torch.distributed.checkpoint half-way, on 2 ranks and resumed on 4, and the
+    other way round, against the same run without the break. The gradients are set, whole and
+    the same whatever the world size (one rank's shard gets an inf at step 3), so the runs on
+    2 and on 4 ranks must also agree with each other, bit for bit."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import distribute_tensor
+
+    from paddle_compat import optimizer as popt
+    from paddle_compat.nn import ClipGradByGlobalNorm
+
+    pair = dist.new_group([0, 1])
+    groups = {2: pair, 4: dist.group.WORLD}
+    steps, half = 6, 3
+
+    def build(world: int) -> tuple:
+        model = make_model(0, ctx.device)
+        fully_shard(model, mesh=DeviceMesh.from_group(groups[world], ctx.device.type))
+        sched = popt.lr.LinearWarmup(popt.lr.CosineAnnealingDecay(0.02, T_max=8), 2, 0.0, 0.02)
+        clip = ClipGradByGlobalNorm(1e30)  # takes part, never engages: its factor is exactly 1
+        opt = popt.AdamW(sched, parameters=model.parameters(), weight_decay=0.1, grad_clip=clip)
+        return model, opt, sched, new_scaler()
+
+    def train_steps(run: tuple, first: int, last: int) -> list:
+        model, opt, sched, scaler = run
+        trajectory = []
+        for step in range(first, last):
+            g = torch.Generator().manual_seed(500 + step)
+            for p in model.parameters():
+                whole = torch.randn(p.shape, generator=g) * scaler.get_scale()
+                p.grad = distribute_tensor(whole, p.device_mesh, p.placements, src_data_rank=None)
+            inject_inf(model, step, dist.get_rank(), {3: 1})
+            scaler.minimize(opt, torch.ones(()))
+            if not scaler._cache_found_inf:
+                sched.step()
+            opt.clear_grad()
+            trajectory.append((scaler.get_scale(), bool(scaler._cache_found_inf)))
+        return trajectory
+
+    def state(run: tuple) -> dict[str, Any]:
+        model, opt, sched, scaler = run
+        model_sd, optim_sd = get_state_dict(model, opt)
+        return {"model": model_sd, "optim": optim_sd, "lr": sched, "scaler": scaler}
+
+    def save(run: tuple, path: Path, world: int) -> None:
+        dcp.save(state(run), checkpoint_id=path, process_group=groups[world])
+
+    def load(run: tuple, path: Path, world: int) -> None:
+        loaded = state(run)
+        dcp.load(loaded, checkpoint_id=path, process_group=groups[world])
+        set_state_dict(run[0], run[1], model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+
+    def summary(run: tuple, trajectory: list) -> dict[str, Any]:
+        model, opt, sched, scaler = run
+        moments = [opt.state[p][k].full_tensor() for p in model.parameters() for k in ("moment1", "moment2")]
+        pows = [float(opt.state[p][k]) for p in model.parameters() for k in ("beta1_pow_acc", "beta2_pow_acc")]
+        return {
+            "trajectory": trajectory, "params": full_params(model), "moments": moments, "pows": pows,
+            "lr": (sched.last_epoch, sched()), "scaler": scaler.state_dict(),
+        }
+
+    result: dict[str, Any] = {}
+    for saved_on, resumed_on in ((2, 4), (4, 2)):
+        path = ctx.out / f"dcp_{saved_on}_to_{resumed_on}"
+        if ctx.rank < saved_on:
+            run = build(saved_on)
+            result[f"straight_{saved_on}"] = summary(run, train_steps(run, 0, steps))
+            run = build(saved_on)
+            first = train_steps(run, 0, half)
+            save(run, path, saved_on)
+        dist.barrier()
+        if ctx.rank < resumed_on:
+            run = build(resumed_on)
+            load(run, path, resumed_on)
+            result[f"resumed_{saved_on}_to_{resumed_on}"] = summary(run, train_steps(run, half, steps))
+            result[f"resumed_{saved_on}_to_{resumed_on}"]["first"] = first if ctx.rank < saved_on else None
+        dist.barrier()
+    return result
+
+
+@scenario
 def paddle_script(ctx: Context) -> dict[str, Any]:
     """The Paddle-style script, run as it is (its fleet.init finds the group already there)."""
     from . import paddle_style_train
