@@ -41,7 +41,7 @@ from .._dtensor import any_dtensor, distribute_like, is_dtensor, local
 from ..amp._args import user_stacklevel
 from ..amp.compile_boundary import never_traced
 from ..amp.master_grad import clear_grads, grad_of
-from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, ParamsGrads
+from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
 from ._sharded import local_shards
@@ -868,7 +868,7 @@ def _decode(value: Any) -> Any:
     """The inverse of ``_encode``."""
     if not (isinstance(value, dict) and _TAG in value):
         return value
-    known = {c.__name__: c for c in (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, L1Decay, L2Decay)}
+    known = {c.__name__: c for c in (*_subclasses(ClipGradBase), L1Decay, L2Decay)}
     fields = dict(value)
     name = fields.pop(_TAG)
     if name not in known:
@@ -881,6 +881,11 @@ def _decode(value: Any) -> Any:
 
 def _state_tensors(state_dict: dict[str, Any]) -> list[Any]:
     return [v for per_param in state_dict["state"].values() for v in per_param.values()]
+
+
+def _subclasses(cls: type) -> list[type]:
+    """``cls``'s subclasses, theirs too (fleet's hybrid clip among the clips, once imported)."""
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 
 def _is_valid_lr(value: Any) -> bool:

@@ -22,7 +22,7 @@ GLOO_2 = [
     "ddp_needs_nothing", "explicit_group", "fsdp2", "paddle_optimizers_fsdp2", "checkpoint", "paddle_script",
     "peer_hangs", "rank_raises",
 ]
-GLOO_4 = ["hybrid", "dcp_reshard"]
+GLOO_4 = ["hybrid", "dcp_reshard", "hybrid_clip"]
 NCCL_2 = ["ddp_needs_nothing", "explicit_group", "fsdp2", "nccl_paths"]
 
 

@@ -205,3 +205,17 @@ def test_sharded_checkpoint_resumes_on_another_world_size_bitwise(gloo_4, saved_
     # The gradients are the same on any world size, and so is every update: 2 ranks = 4 ranks.
     two, four = results[0]["straight_2"], results[0]["straight_4"]
     assert all(torch.equal(p, q) for p, q in zip(two["params"], four["params"], strict=True))
+
+
+@pytest.mark.parametrize("layout", ["dp2_mp2", "pp2_mp2", "sharding2_mp2", "dp2_mp2_dtensor"])
+def test_hybrid_clip_takes_the_whole_models_norm_counting_replicas_once(gloo_4, layout):
+    """fleet.distributed_optimizer installs Paddle's hybrid clip: the norm is the whole model's
+    (split weights summed over mp, stages over pp, shards over sharding; the bias replicated on
+    the mp ranks counted once), with Paddle's ``clip_norm / (max(norm, clip_norm) + 1e-6)``."""
+    for run in (result[layout] for result in gloo_4.results("hybrid_clip")):
+        assert run["clip"] == "HybridParallelClipGrad"
+        assert run["mesh"] == ("dp", "pp", "sharding", "sep", "mp")
+        for seen in run["seen"]:
+            torch.testing.assert_close(seen.double(), torch.full_like(seen, run["expected"], dtype=torch.float64),
+                                       rtol=2e-7, atol=0)
+        assert abs(run["bias_counted_mp_times"] / run["expected"] - 1) > 1e-3  # what counting it twice gives

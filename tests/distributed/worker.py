@@ -485,6 +485,62 @@ def hybrid(ctx: Context) -> dict[str, Any]:
 
 
 @scenario
+def hybrid_clip(ctx: Context) -> dict[str, Any]:
+    """Four ranks, three layouts (dp2 x mp2, pp2 x mp2, sharding2 x mp2, fleet.init again for
+    each): a global-norm clip through fleet.distributed_optimizer, on a model whose every stage
+    holds a weight split over the mp ranks (is_distributed) and a bias replicated on them; with
+    sharding both are also DTensors sharded over the sharding group. SGD at rate 1 from zero
+    weights leaves each weight at minus its clipped gradient."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    from paddle_compat import optimizer as popt
+    from paddle_compat.nn import ClipGradByGlobalNorm
+
+    layouts = {
+        "dp2_mp2": {"dp_degree": 2, "mp_degree": 2},
+        "pp2_mp2": {"pp_degree": 2, "mp_degree": 2},
+        "sharding2_mp2": {"sharding_degree": 2, "mp_degree": 2},
+        "dp2_mp2_dtensor": {"dp_degree": 2, "mp_degree": 2},  # torch's tensor parallelism: DTensors on mesh["mp"]
+    }
+    result: dict[str, Any] = {}
+    for name, degrees in layouts.items():
+        strategy = fleet.DistributedStrategy()
+        strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1, "sharding_degree": 1, **degrees}
+        fleet.init(is_collective=True, strategy=strategy, timeout=TIMEOUT)
+        hcg = fleet.get_hybrid_communicate_group()
+        mp_rank, mp_size = hcg.get_model_parallel_rank(), hcg.get_model_parallel_world_size()
+        g = torch.Generator().manual_seed(7)
+        whole = [(torch.randn(8, 6, generator=g) * 3, torch.randn(6, generator=g) * 3) for _ in range(2)]
+        stages = whole[: hcg.get_pipe_parallel_world_size()]
+        grad_w, grad_b = stages[hcg.get_stage_id()][0].chunk(mp_size)[mp_rank], stages[hcg.get_stage_id()][1]
+        w, b = torch.zeros_like(grad_w), torch.zeros_like(grad_b)
+        if hcg.get_sharding_parallel_world_size() > 1:
+            mesh = hcg.get_device_mesh()["sharding"]
+            w, b, grad_w, grad_b = (distribute_tensor(t, mesh, [Shard(0)], src_data_rank=None) for t in (w, b, grad_w, grad_b))
+        if name.endswith("dtensor"):
+            mesh = hcg.get_device_mesh()["mp"]
+            w, grad_w = (DTensor.from_local(t, mesh, [Shard(0)], run_check=False) for t in (w, grad_w))
+            b, grad_b = (DTensor.from_local(t, mesh, [Replicate()], run_check=False) for t in (b, grad_b))
+        w, b = nn.Parameter(w), nn.Parameter(b)
+        if not name.endswith("dtensor"):
+            w.is_distributed = True  # as Paddle's model-parallel layers mark their split weights
+        opt = fleet.distributed_optimizer(popt.SGD(1.0, parameters=[w, b], grad_clip=ClipGradByGlobalNorm(1.0)))
+        w.grad, b.grad = grad_w.clone(), grad_b.clone()
+        opt.step()
+        squares = sum(float(t.double().pow(2).sum()) for stage in stages for t in stage)
+        replicated = sum(float(stage[1].double().pow(2).sum()) for stage in stages)
+        result[name] = {
+            "clip": type(opt._grad_clip).__name__,
+            "seen": [(-p.detach() / grad).full_tensor() if hasattr(p, "full_tensor") else -p.detach() / grad
+                     for p, grad in ((w, grad_w), (b, grad_b))],
+            "expected": 1.0 / (max(squares**0.5, 1.0) + 1e-6),  # the whole model's norm, Paddle's formula
+            "bias_counted_mp_times": 1.0 / ((squares + (mp_size - 1) * replicated) ** 0.5 + 1e-6),
+            "mesh": hcg.get_device_mesh().mesh_dim_names,
+        }
+    return result
+
+
+@scenario
 def peer_hangs(ctx: Context) -> dict[str, Any]:
     """Rank 1 never reaches the step: rank 0's collective fails after the group's timeout."""
     short = dist.new_group(timeout=datetime.timedelta(seconds=2))
