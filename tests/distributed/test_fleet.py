@@ -295,3 +295,33 @@ def test_a_whole_state_loaded_into_a_sharded_optimizer_is_sharded(one_rank):
         velocity = sharded.state[p]["velocity"]
         assert isinstance(velocity, DTensor) and velocity.placements == p.placements
         assert torch.equal(velocity.full_tensor(), whole["velocity"])
+
+
+def test_fleet_mesh_and_a_hybrid_clip_in_one_process(one_rank):
+    import io
+
+    from paddle_compat import optimizer as popt
+    from paddle_compat.distributed.fleet.hybrid_parallel_optimizer import HybridParallelClipGrad
+    from paddle_compat.nn import ClipGradByGlobalNorm
+
+    hcg = fleet.get_hybrid_communicate_group()
+    mesh = hcg.get_device_mesh()
+    assert mesh.mesh_dim_names == ("dp", "pp", "sharding", "sep", "mp") and mesh.mesh.shape == (1, 1, 1, 1, 1)
+    param = torch.nn.Parameter(torch.ones(3))
+    clip = ClipGradByGlobalNorm(0.5)
+    opt = popt.SGD(0.1, parameters=[param], grad_clip=clip)
+    assert fleet.distributed_optimizer(opt)._grad_clip is clip  # one process: left alone, as Paddle
+    with pytest.raises(TypeError, match="clip should be a ClipGradByGlobalNorm"):
+        HybridParallelClipGrad(0.5, hcg)
+    opt._grad_clip = HybridParallelClipGrad(clip, hcg)
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    buffer.seek(0)
+    again = popt.SGD(0.1, parameters=[param])
+    again.set_state_dict(torch.load(buffer, weights_only=True))
+    loaded = again.param_groups[0]["grad_clip"]
+    assert type(loaded) is HybridParallelClipGrad and loaded.clip_norm == 0.5 and loaded._hcg is hcg
+    param.grad = torch.full((3,), 2.0)  # norm sqrt(12): scaled by 0.5 / (sqrt(12) + 1e-6)
+    again.step()
+    expected = 1 - 0.1 * 2.0 * (0.5 / (12**0.5 + 1e-6))
+    torch.testing.assert_close(param.detach(), torch.full((3,), expected), rtol=1e-6, atol=0)
