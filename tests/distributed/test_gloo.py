@@ -4,6 +4,8 @@ a Paddle-style script and failures; 4 ranks for fleet's hybrid groups. One launc
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -219,3 +221,18 @@ def test_hybrid_clip_takes_the_whole_models_norm_counting_replicas_once(gloo_4, 
             torch.testing.assert_close(seen.double(), torch.full_like(seen, run["expected"], dtype=torch.float64),
                                        rtol=2e-7, atol=0)
         assert abs(run["bias_counted_mp_times"] / run["expected"] - 1) > 1e-3  # what counting it twice gives
+
+
+def test_the_large_model_recipe_runs_and_resumes_on_another_world_size(gloo_2, gloo_4):
+    """docs/distributed.md's recipe: 4 steps on 2 ranks, then 4 more resumed on 4 ranks; its
+    step-4 checkpoint loads into either world size as the same state, bit for bit."""
+    two, four = gloo_2.results("recipe"), gloo_4.results("recipe")
+    for run in two + four:
+        assert len(run["losses"]) == 4 and all(math.isfinite(loss) for loss in run["losses"])
+        assert run["units"] == 5  # one FSDP unit per block, and the root
+        assert run["lr"] == four[0]["lr"] and run["lr"][0] == 4
+        for key in ("params", "masters", "moments"):
+            assert all(torch.equal(p, q) for p, q in zip(run[key], two[0][key], strict=True)), key
+        assert all(p.dtype == torch.bfloat16 for p in run["params"])
+        assert all(m.dtype == torch.float32 and torch.equal(m.to(torch.bfloat16), p)
+                   for m, p in zip(run["masters"], run["params"], strict=True))

@@ -540,6 +540,46 @@ def hybrid_clip(ctx: Context) -> dict[str, Any]:
     return result
 
 
+def recipe_namespace() -> dict[str, Any]:
+    """The large-model recipe of docs/distributed.md, executed as the reader would copy it."""
+    from tests.doc_examples import blocks
+
+    (block,) = [b for b in blocks("docs/distributed.md") if "def main(path: str, first: int, last: int)" in b.code]
+    namespace: dict[str, Any] = {"__name__": "recipe"}
+    exec(compile(block.code, block.id, "exec"), namespace)
+    return namespace
+
+
+@scenario
+def recipe(ctx: Context) -> dict[str, Any]:
+    """On 2 ranks: the recipe's steps 0-3 and checkpoint; on 4 (a later launch): its resumed
+    steps 4-7. Then, on each, the checkpoint of step 4 loaded into a fresh build, for the tests
+    to compare across the world sizes."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    ns = recipe_namespace()
+    path = ctx.out.parent / "recipe"  # shared by the two launches
+    first, last = (0, 4) if ctx.world == 2 else (4, 8)
+    try:
+        losses = ns["main"](str(path), first, last)
+    finally:  # its bfloat16 auto_cast would switch off the float16 scalers of the scenarios after it
+        amp_global_state().amp_dtype = "float16"
+    model, opt, sched = ns["build"]()
+    state = ns["checkpointed"](model, opt, sched)
+    dcp.load(state, checkpoint_id=f"{path}/step4")
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    params = list(model.parameters())
+    return {
+        "losses": losses,
+        "params": full_params(model),
+        "masters": [opt.state[p]["master_weight"].full_tensor() for p in params],
+        "moments": [opt.state[p][k].full_tensor() for p in params for k in ("moment1", "moment2")],
+        "lr": (sched.last_epoch, sched()),
+        "units": sum(1 for m in model.modules() if type(m).__name__.startswith("FSDP")),
+    }
+
+
 @scenario
 def peer_hangs(ctx: Context) -> dict[str, Any]:
     """Rank 1 never reaches the step: rank 0's collective fails after the group's timeout."""
