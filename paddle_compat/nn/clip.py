@@ -10,6 +10,11 @@ On CPU the squared L2 norms are summed in the order of Paddle's CPU kernel (Eige
 8 float32 or 4 float64 lanes, two accumulators, halving above 1024 packets), so fp32/fp64 clipping is
 bit-exact to Paddle on CPU. On CUDA Paddle reduces with cub, whose order is not reproduced: there the
 norm can differ from Paddle's by a few ulps.
+
+DTensor gradients (FSDP2, tensor parallelism) are clipped by the norm of the whole tensors: each rank
+sums the squares of its shards, the sums are all-reduced over the groups the shards are spread on
+(``_dtensor.shard_groups``), and each rank scales its own shards. The partial sums add up in another
+order than one process's, as in Paddle's sharded clip: a few ulps apart.
 """
 
 from __future__ import annotations
