@@ -66,10 +66,11 @@ def shard_groups(t: Tensor, name: str = "tensor") -> tuple[Any, ...]:
 
 def wrap_like(value: Tensor, like: Tensor) -> Tensor:
     """``value`` (a local tensor shaped as ``like``'s local tensor) as a DTensor placed as ``like``."""
-    cls = dtensor_type()
+    cls: Any = dtensor_type()
     assert cls is not None and isinstance(like, cls)
-    return cls.from_local(  # type: ignore[attr-defined]
-        value, like.device_mesh, like.placements, run_check=False, shape=like.shape, stride=like.stride()
+    placed: Any = like
+    return cls.from_local(
+        value, placed.device_mesh, placed.placements, run_check=False, shape=like.shape, stride=like.stride()
     )
 
 
@@ -78,4 +79,5 @@ def distribute_like(value: Tensor, like: Tensor) -> Tensor:
     keeps its own slice, without communication."""
     from torch.distributed.tensor import distribute_tensor
 
-    return distribute_tensor(value, like.device_mesh, like.placements, src_data_rank=None)  # type: ignore[attr-defined]
+    placed: Any = like
+    return distribute_tensor(value, placed.device_mesh, placed.placements, src_data_rank=None)

@@ -46,7 +46,10 @@ class _LocalState(dict):  # type: ignore[type-arg]
 
     def __setitem__(self, key: str, value: Any) -> None:
         old = self.owner.get(key)
-        if is_dtensor(old) and isinstance(value, Tensor) and not is_dtensor(value) and value.shape == local(old).shape:
+        if (
+            isinstance(old, Tensor) and is_dtensor(old) and isinstance(value, Tensor) and not is_dtensor(value)
+            and value.shape == local(old).shape
+        ):
             self.owner[key] = wrap_like(value, old)
         else:
             self.owner[key] = value
@@ -91,7 +94,7 @@ def local_shards(opt: Any, group: dict[str, Any], pairs: ParamsGrads) -> Iterato
     sharded = [(p, lp) for (p, _), (lp, _) in zip(pairs, local_pairs) if is_dtensor(p)]
     view = _VIEWS.get(opt)
     status = [view.entry(p, lp) for p, lp in sharded] if view is not None and view.source is opt.state else None
-    if status is None or "stale" in status:  # a new view: the plans made with the old one are dropped
+    if view is None or status is None or "stale" in status:  # a new view: the plans made with the old one are dropped
         view = _VIEWS[opt] = _LocalStates(opt.state)
         status = ["missing"] * len(sharded)
     for (p, lp), how in zip(sharded, status):

@@ -868,13 +868,13 @@ def _decode(value: Any) -> Any:
     """The inverse of ``_encode``."""
     if not (isinstance(value, dict) and _TAG in value):
         return value
-    known = {c.__name__: c for c in (*_subclasses(ClipGradBase), L1Decay, L2Decay)}
+    known: dict[str, type[Any]] = {c.__name__: c for c in (*_subclasses(ClipGradBase), L1Decay, L2Decay)}
     fields = dict(value)
     name = fields.pop(_TAG)
     if name not in known:
         raise ValueError(f"unknown object in the optimizer state dict: {name!r}")
     cls = known[name]
-    obj = cls.__new__(cls)
+    obj = object.__new__(cls)
     obj.__dict__.update(fields)
     return obj
 
@@ -883,9 +883,12 @@ def _state_tensors(state_dict: dict[str, Any]) -> list[Any]:
     return [v for per_param in state_dict["state"].values() for v in per_param.values()]
 
 
-def _subclasses(cls: type) -> list[type]:
+def _subclasses(cls: type[Any]) -> list[type[Any]]:
     """``cls``'s subclasses, theirs too (fleet's hybrid clip among the clips, once imported)."""
-    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+    found: list[type[Any]] = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
 
 
 def _is_valid_lr(value: Any) -> bool:
