@@ -3,14 +3,15 @@
 
     python benchmarks/bench_fsdp_optimizer.py [--sizes 1M,10M] [--rounds 15] [--steps 5] [--device cpu|cuda]
 
-Two ranks (gloo on CPU, one thread each; NCCL on two GPUs with ``--device cuda``) shard an MLP with ``fully_shard`` (one unit per layer and the root), make the
-gradients once (a forward and backward pass) and then time ``optimizer.step()`` alone, in
-interleaved rounds (rotating order) of three variants: torch's foreach AdamW, the same again
-(the A/A control: its ratio to the first is the run's noise floor), and ours. Both settings run:
-without a clip, and with a global-norm clip (ours: ``ClipGradByGlobalNorm(1.0)`` in the step, the
-norm all-reduced over the ranks; torch's: ``clip_grad_norm_(..., foreach=True)`` before its
-step, which DTensor reduces over the mesh too). It prints rank 0's medians of single steps and
-their ratios; read ours / torch against the A/A control.
+Two ranks (gloo on CPU, one thread each; NCCL on two GPUs with ``--device cuda``) shard an MLP
+with ``fully_shard`` (one unit per layer and the root), make the gradients once (a forward and
+backward pass) and then time ``optimizer.step()`` alone, in interleaved rounds (rotating order)
+of three variants: torch's foreach AdamW, the same again (the A/A control: its ratio to the
+first is the run's noise floor), and ours. Both settings run: without a clip, and with a
+global-norm clip (ours: ``ClipGradByGlobalNorm(1.0)`` in the step, the norm all-reduced over the
+ranks; torch's: ``clip_grad_norm_(..., foreach=True)`` before its step, which DTensor reduces
+over the mesh too). It prints rank 0's medians of single steps and their ratios; read ours /
+torch against the A/A control.
 """
 
 from __future__ import annotations
