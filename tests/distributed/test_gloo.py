@@ -123,7 +123,7 @@ def test_global_norm_clip_sums_every_shard_on_every_rank(gloo_2):
             assert ulps(p, q) <= 4
 
 
-@pytest.mark.parametrize("kind", ["ddp", "sharded"])
+@pytest.mark.parametrize("kind", ["ddp", "sharded", "sharded_paddle"])
 def test_checkpoint_on_rank_0_resumes_the_same_run_on_every_rank(gloo_2, kind):
     for result in gloo_2.results("checkpoint"):
         straight, resumed = result[f"{kind}_straight"], result[f"{kind}_resumed"]

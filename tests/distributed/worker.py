@@ -337,26 +337,42 @@ def checkpoint(ctx: Context) -> dict[str, Any]:
     def adam(params: Any) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=0.01)
 
-    plain = make_model(0, ctx.device)
-    model, opt, scaler = group_sharded_parallel(plain, adam(plain.parameters()), "os_g", scaler=new_scaler())
-    result["sharded_straight"] = {"trajectory": train(model, opt, scaler, batches), "params": full_params(model)}
+    def paddle_adamw(params: Any) -> Any:  # its scheduler is stepped half-way, and must travel
+        from paddle_compat import optimizer as popt
 
-    plain = make_model(0, ctx.device)
-    model, opt, scaler = group_sharded_parallel(plain, adam(plain.parameters()), "os_g", scaler=new_scaler())
-    first = train(model, opt, scaler, batches[:half])
-    save_group_sharded_model(model, str(ctx.out / "sharded_ckpt"), opt)
-    if ctx.rank == 0:
-        torch.save(scaler.state_dict(), ctx.out / "sharded_ckpt" / "scaler.pt")
-    dist.barrier()
-    plain = make_model(99, ctx.device)
-    plain.load_state_dict(torch.load(ctx.out / "sharded_ckpt" / "model.pdmodel", weights_only=True))
-    opt = adam(plain.parameters())
-    opt.load_state_dict(torch.load(ctx.out / "sharded_ckpt" / "model.pdopt", weights_only=True))
-    scaler = new_scaler()
-    scaler.load_state_dict(torch.load(ctx.out / "sharded_ckpt" / "scaler.pt", weights_only=True))
-    model, opt, scaler = group_sharded_parallel(plain, opt, "os_g", scaler=scaler)
-    second = train(model, opt, scaler, batches[half:])
-    result["sharded_resumed"] = {"trajectory": first + second, "params": full_params(model)}
+        return popt.AdamW(popt.lr.StepDecay(0.01, step_size=1, gamma=0.5), parameters=params, weight_decay=0.1)
+
+    def half_way(opt: Any) -> None:
+        scheduler = getattr(opt, "_compat_lr_scheduler", None)
+        if scheduler is not None:
+            scheduler.step()
+
+    for kind, make_opt in (("sharded", adam), ("sharded_paddle", paddle_adamw)):
+        plain = make_model(0, ctx.device)
+        model, opt, scaler = group_sharded_parallel(plain, make_opt(plain.parameters()), "os_g", scaler=new_scaler())
+        first = train(model, opt, scaler, batches[:half])
+        half_way(opt)
+        second = train(model, opt, scaler, batches[half:])
+        result[f"{kind}_straight"] = {"trajectory": first + second, "params": full_params(model)}
+
+        plain = make_model(0, ctx.device)
+        model, opt, scaler = group_sharded_parallel(plain, make_opt(plain.parameters()), "os_g", scaler=new_scaler())
+        first = train(model, opt, scaler, batches[:half])
+        half_way(opt)
+        folder = ctx.out / f"{kind}_ckpt"
+        save_group_sharded_model(model, str(folder), opt)
+        if ctx.rank == 0:
+            torch.save(scaler.state_dict(), folder / "scaler.pt")
+        dist.barrier()
+        plain = make_model(99, ctx.device)
+        plain.load_state_dict(torch.load(folder / "model.pdmodel", weights_only=True))
+        opt = make_opt(plain.parameters())
+        opt.load_state_dict(torch.load(folder / "model.pdopt", weights_only=True))
+        scaler = new_scaler()
+        scaler.load_state_dict(torch.load(folder / "scaler.pt", weights_only=True))
+        model, opt, scaler = group_sharded_parallel(plain, opt, "os_g", scaler=scaler)
+        second = train(model, opt, scaler, batches[half:])
+        result[f"{kind}_resumed"] = {"trajectory": first + second, "params": full_params(model)}
     return result
 
 

@@ -140,8 +140,8 @@ def save_group_sharded_model(model: nn.Module, output: str, optimizer: torch.opt
 
     Every rank must call it (the shards are gathered); global rank 0 writes
     ``output/model.pdmodel`` (the model's ``state_dict``) and ``output/model.pdopt`` (the
-    optimizer's, in ``torch.optim``'s own format) with ``torch.save``; all ranks return once
-    the files exist. To resume, load them into the unsharded model and optimizer, then call
+    optimizer's, in ``torch.optim``'s own format, with our optimizers' ``"LR_Scheduler"``) with
+    ``torch.save``; all ranks return once the files exist. To resume, load them into the unsharded model and optimizer, then call
     ``group_sharded_parallel`` (as Paddle documents).
 
     Args:
@@ -173,8 +173,11 @@ def save_group_sharded_model(model: nn.Module, output: str, optimizer: torch.opt
     if dist.get_rank() == 0:
         os.makedirs(output, exist_ok=True)
         torch.save(model_state, os.path.join(output, "model.pdmodel"))
-        if optim_state is not None:
-            torch.save(_indexed(optim_state), os.path.join(output, "model.pdopt"))
+        if optimizer is not None and optim_state is not None:
+            # torch's gathered dict keeps only "state" and "param_groups": the optimizer's other
+            # entries (our optimizers' "LR_Scheduler", as in Paddle's .pdopt) are added back
+            own = {k: v for k, v in optimizer.state_dict().items() if k not in ("state", "param_groups")}
+            torch.save({**_indexed(optim_state), **own}, os.path.join(output, "model.pdopt"))
     dist.barrier()
 
 
