@@ -23,10 +23,9 @@ from typing import Any
 from torch import Tensor
 
 from .._dtensor import is_dtensor, local, wrap_like
+from ..nn.clip import ParamsGrads
 
 __all__ = ["local_shards"]
-
-ParamsGrads = list[tuple[Tensor, Tensor]]
 
 # One view per optimizer, kept while its state is unchanged (the step's plans are kept as long as
 # the view they were made with is the one shown).
