@@ -213,7 +213,8 @@ def test_sharded_checkpoint_resumes_on_another_world_size_bitwise(gloo_4, saved_
 def test_hybrid_clip_takes_the_whole_models_norm_counting_replicas_once(gloo_4, layout):
     """fleet.distributed_optimizer installs Paddle's hybrid clip: the norm is the whole model's
     (split weights summed over mp, stages over pp, shards over sharding; the bias replicated on
-    the mp ranks counted once), with Paddle's ``clip_norm / (max(norm, clip_norm) + 1e-6)``."""
+    the mp ranks counted once), with Paddle's ``clip_norm / (max(norm, clip_norm) + 1e-6)``; and
+    fleet.distributed_scaler makes an inf on one rank skip the step on all four."""
     for run in (result[layout] for result in gloo_4.results("hybrid_clip")):
         assert run["clip"] == "HybridParallelClipGrad"
         assert run["mesh"] == ("dp", "pp", "sharding", "sep", "mp")
@@ -221,6 +222,7 @@ def test_hybrid_clip_takes_the_whole_models_norm_counting_replicas_once(gloo_4, 
             torch.testing.assert_close(seen.double(), torch.full_like(seen, run["expected"], dtype=torch.float64),
                                        rtol=2e-7, atol=0)
         assert abs(run["bias_counted_mp_times"] / run["expected"] - 1) > 1e-3  # what counting it twice gives
+        assert run["scaler_skipped"] == (True, True)  # distributed_scaler: rank 3's inf skips every rank
 
 
 def test_the_large_model_recipe_runs_and_resumes_on_another_world_size(gloo_2, gloo_4):

@@ -543,15 +543,25 @@ def hybrid_clip(ctx: Context) -> dict[str, Any]:
         opt = fleet.distributed_optimizer(popt.SGD(1.0, parameters=[w, b], grad_clip=ClipGradByGlobalNorm(1.0)))
         w.grad, b.grad = grad_w.clone(), grad_b.clone()
         opt.step()
+        seen = [(-p.detach() / grad).full_tensor() if hasattr(p, "full_tensor") else -p.detach() / grad
+                for p, grad in ((w, grad_w), (b, grad_b))]
+        # and distributed_scaler: an inf in rank 3's gradient alone is skipped on every rank
+        scaler = fleet.distributed_scaler(new_scaler())
+        before = [p.detach().clone() for p in (w, b)]
+        w.grad, b.grad = grad_w.clone(), grad_b.clone()
+        if ctx.rank == 3:
+            getattr(w.grad, "_local_tensor", w.grad).view(-1)[0] = float("inf")
+        scaler.minimize(opt, torch.ones(()))
+        skipped_step = (bool(scaler._cache_found_inf), all(torch.equal(p, q) for p, q in zip((w, b), before)))
         squares = sum(float(t.double().pow(2).sum()) for stage in stages for t in stage)
         replicated = sum(float(stage[1].double().pow(2).sum()) for stage in stages)
         result[name] = {
             "clip": type(opt._grad_clip).__name__,
-            "seen": [(-p.detach() / grad).full_tensor() if hasattr(p, "full_tensor") else -p.detach() / grad
-                     for p, grad in ((w, grad_w), (b, grad_b))],
+            "seen": seen,
             "expected": 1.0 / (max(squares**0.5, 1.0) + 1e-6),  # the whole model's norm, Paddle's formula
             "bias_counted_mp_times": 1.0 / ((squares + (mp_size - 1) * replicated) ** 0.5 + 1e-6),
             "mesh": hcg.get_device_mesh().mesh_dim_names,
+            "scaler_skipped": skipped_step,
         }
     return result
 
