@@ -16,7 +16,6 @@ DTensors; an entry the step assigns is written back, wrapped as the DTensor it r
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,11 +25,6 @@ from .._dtensor import is_dtensor, local, wrap_like
 from ..nn.clip import ParamsGrads
 
 __all__ = ["local_shards"]
-
-# One view per optimizer, kept while its state is unchanged (the step's plans are kept as long as
-# the view they were made with is the one shown).
-_VIEWS: weakref.WeakKeyDictionary[Any, _LocalStates] = weakref.WeakKeyDictionary()
-
 
 class _LocalState(dict):  # type: ignore[type-arg]
     """One parameter's state as local tensors; assignments also go to the real state."""
@@ -91,10 +85,13 @@ def local_shards(opt: Any, group: dict[str, Any], pairs: ParamsGrads) -> Iterato
             opt._prepare_state(p, group)
     local_pairs = [(local(p), local(g)) for p, g in pairs]
     sharded = [(p, lp) for (p, _), (lp, _) in zip(pairs, local_pairs) if is_dtensor(p)]
-    view = _VIEWS.get(opt)
+    # One view per optimizer (its engine keeps it), the same while the state is: the engine's plans
+    # are kept as long as the view they were made with is the one shown.
+    engine = opt._compat_engine
+    view = engine.shard_view
     status = [view.entry(p, lp) for p, lp in sharded] if view is not None and view.source is opt.state else None
     if view is None or status is None or "stale" in status:  # a new view: the plans made with the old one are dropped
-        view = _VIEWS[opt] = _LocalStates(opt.state)
+        view = engine.shard_view = _LocalStates(opt.state)
         status = ["missing"] * len(sharded)
     for (p, lp), how in zip(sharded, status):
         if how == "missing":  # another group's step may have made the view: it stays

@@ -325,3 +325,38 @@ def test_fleet_mesh_and_a_hybrid_clip_in_one_process(one_rank):
     again.step()
     expected = 1 - 0.1 * 2.0 * (0.5 / (12**0.5 + 1e-6))
     torch.testing.assert_close(param.detach(), torch.full((3,), expected), rtol=1e-6, atol=0)
+
+
+def test_a_sharded_step_keeps_its_plan_and_shows_the_real_state_after(one_rank):
+    """On a one-rank mesh: DTensor parameters step as plain ones, bit for bit; the optimizer's
+    state is its own between steps (DTensors), and the kernels' plan is kept from step to step
+    while nothing changes, made again after load_state_dict."""
+    from collections import defaultdict
+
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from paddle_compat import optimizer as popt
+
+    torch.manual_seed(0)
+    model, plain = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    plain.load_state_dict(model.state_dict())
+    fully_shard(model)
+    opt = popt.AdamW(0.01, parameters=model.parameters(), weight_decay=0.1)
+    ref = popt.AdamW(0.01, parameters=plain.parameters(), weight_decay=0.1)
+    plans = []
+    for step in range(3):
+        grads = [torch.randn(p.shape, generator=torch.Generator().manual_seed(step)) for p in plain.parameters()]
+        for p, q, g in zip(model.parameters(), plain.parameters(), grads):
+            p.grad, q.grad = DTensor.from_local(g.clone(), p.device_mesh, p.placements), g.clone()
+        opt.step()
+        ref.step()
+        plans.append(opt._compat_engine._plans[id(opt.param_groups[0])])
+        assert type(opt.state) is defaultdict
+        if step == 1:
+            opt.load_state_dict(opt.state_dict())
+    assert plans[0] is not None and plans[1] is plans[0] and plans[2] is not plans[1]
+    for p, q in zip(model.parameters(), plain.parameters()):
+        assert torch.equal(p.full_tensor(), q.detach())
+        assert isinstance(opt.state[p]["moment1"], DTensor)
+        assert torch.equal(opt.state[p]["moment2"].full_tensor(), ref.state[q]["moment2"])
