@@ -360,3 +360,26 @@ def test_a_sharded_step_keeps_its_plan_and_shows_the_real_state_after(one_rank):
         assert torch.equal(p.full_tensor(), q.detach())
         assert isinstance(opt.state[p]["moment1"], DTensor)
         assert torch.equal(opt.state[p]["moment2"].full_tensor(), ref.state[q]["moment2"])
+
+
+def test_clips_on_dtensor_gradients(one_rank):
+    """On a one-rank mesh a DTensor is its whole tensor: every clip gives the plain tensor's
+    result; a Partial gradient (addends, not slices) is refused, naming it, before any change."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Partial, Shard
+
+    from paddle_compat.nn import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
+
+    mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+    grads = [torch.randn(5, 3, generator=torch.Generator().manual_seed(i)) * 4 for i in range(2)]
+    params = [torch.nn.Parameter(torch.zeros(5, 3)) for _ in grads]
+    for clip in (ClipGradByGlobalNorm(1.0), ClipGradByNorm(1.0), ClipGradByValue(0.5)):
+        plain = clip([(p, g.clone()) for p, g in zip(params, grads)])
+        sharded = clip([(p, DTensor.from_local(g.clone(), mesh, [Shard(0)])) for p, g in zip(params, grads)])
+        for (_, a), (_, b) in zip(plain, sharded):
+            assert isinstance(b, DTensor) and torch.equal(b.full_tensor(), a), type(clip).__name__
+    partial = DTensor.from_local(grads[0].clone(), mesh, [Partial()])
+    for clip in (ClipGradByGlobalNorm(1.0), ClipGradByNorm(1.0)):
+        with pytest.raises(ValueError, match="is a DTensor with a Partial placement"):
+            clip([(params[0], partial)])
+    assert torch.equal(partial.to_local(), grads[0])
