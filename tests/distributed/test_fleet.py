@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import paddle_compat as paddle
 import paddle_compat.distributed as pdist
 from paddle_compat.amp import GradScaler, unscale
 from paddle_compat.distributed import fleet
@@ -243,6 +244,9 @@ def test_group_sharded_parallel_checks_its_arguments(no_launcher):
         group_sharded_parallel(model, opt, "os", dp_group=object())
     with pytest.raises(RuntimeError, match="needs a process group"):  # ours pass the optimizer check
         group_sharded_parallel(model, AdamW(parameters=model.parameters()), "os")
+    decorated = paddle.amp.decorate(torch.nn.Linear(4, 2), level="O2", dtype="bfloat16", master_grad=True)
+    with pytest.raises(NotImplementedError, match="master_grad=True"):
+        group_sharded_parallel(decorated, AdamW(parameters=decorated.parameters()), "os")
     with pytest.raises(ValueError, match="not the model's"):
         group_sharded_parallel(model, torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1), "os")
     with pytest.raises(RuntimeError, match="needs a process group"):

@@ -75,7 +75,7 @@ def group_sharded_parallel(
         model, optimizer, scaler = group_sharded_parallel(model, optimizer, "os_g", scaler=scaler)
 
     Differences from Paddle: works on CPU (gloo) too; no hybrid ``dp_group``; layers cannot be
-    excluded.
+    excluded; a model decorated with ``master_grad=True`` is refused.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"The model must be the instance of torch.nn.Module, got {type(model).__name__}")
@@ -93,6 +93,11 @@ def group_sharded_parallel(
     if dp_group is not None or exclude_layer is not None:
         raise NotImplementedError("group_sharded_parallel: dp_group and exclude_layer are not supported")
     _check_optimizer(model, optimizer)
+    if any(getattr(p, "_paddle_compat_master_grad", False) for p in model.parameters()):
+        raise NotImplementedError(
+            "group_sharded_parallel: decorate(..., master_grad=True) keeps float32 gradients through hooks on "
+            "the parameters, which FSDP2 replaces; decorate without master_grad"
+        )
     if not parallel.is_initialized():
         raise RuntimeError("group_sharded_parallel needs a process group: call fleet.init() or init_parallel_env() first")
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
