@@ -276,16 +276,23 @@ def paddle_optimizers_fsdp2(ctx: Context) -> dict[str, Any]:
     from paddle_compat import _native
     from paddle_compat.distributed.sharding import group_sharded_parallel
 
+    def uneven_model(seed: int, device: torch.device) -> nn.Module:
+        """Shards of 2 and 1 rows, and of 1 and 0 (rank 1's shards of the middle layer are empty)."""
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(8, 3), nn.Tanh(), nn.Linear(3, 1), nn.Linear(1, 4)).to(device)
+
     makers = _paddle_optimizers()
-    cases = [(name, name, "fully_shard", True) for name in makers]
-    cases += [("adamw_torch_forms", "adamw", "fully_shard", False)]
-    cases += [(f"adamw_{level}", "adamw", level, True) for level in ("os", "os_g", "p_g_os")]
+    cases = [(name, name, "fully_shard", True, make_model) for name in makers]
+    cases += [("adamw_torch_forms", "adamw", "fully_shard", False, make_model)]
+    cases += [(f"adamw_{level}", "adamw", level, True, make_model) for level in ("os", "os_g", "p_g_os")]
+    cases += [("momentum_uneven", "momentum", "fully_shard", True, uneven_model)]
+    cases += [("adamw_uneven", "adamw", "fully_shard", True, uneven_model)]
     result = {}
-    for case, name, how, native in cases:
+    for case, name, how, native, build in cases:
         saved_native, _native._enabled = _native._enabled, native
         try:
             dtype = torch.bfloat16 if "bf16" in name else torch.float32
-            model = make_model(ctx.rank if how != "fully_shard" else 0, ctx.device).to(dtype)
+            model = build(ctx.rank if how != "fully_shard" else 0, ctx.device).to(dtype)
             if how == "fully_shard":
                 fully_shard(model)
                 opt, scaler = makers[name](model.parameters()), new_scaler()
@@ -294,7 +301,7 @@ def paddle_optimizers_fsdp2(ctx: Context) -> dict[str, Any]:
                 model, opt, scaler = group_sharded_parallel(model, opt, how, scaler=new_scaler(), segment_size=100)
             start = full_params(model)
             run = sharded_paddle_run(ctx, model, opt, scaler)
-            reference = make_model(0, ctx.device).to(dtype)
+            reference = build(0, ctx.device).to(dtype)
             with torch.no_grad():
                 for p, value in zip(reference.parameters(), start):
                     p.copy_(value)
