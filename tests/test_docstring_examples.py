@@ -8,11 +8,12 @@ import importlib
 import pytest
 
 MODULES = [
-    *(f"paddle_compat.amp.{name}" for name in ("amp_lists", "amp_state", "auto_cast", "cast_rule", "debugging",
-                                                 "decorate", "loss_scale", "master_grad", "op_interceptor",
-                                                 "op_table")),
+    *(f"paddle_compat.amp.{name}" for name in ("amp_lists", "amp_state", "auto_cast", "cast_rule",
+                                                 "checkpoint_bridge", "debugging", "decorate", "loss_scale",
+                                                 "master_grad", "op_interceptor", "op_table")),
     "paddle_compat.demo",
     "paddle_compat.distributed.fleet.distributed_strategy",
+    "paddle_compat.distributed.fleet.recompute",
     "paddle_compat.distributed.fleet.topology",
     "paddle_compat.regularizer",
 ]

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import op_interceptor
+from . import checkpoint_bridge, op_interceptor
 from ._args import check_flag
 from ._compile import eager_only
 from .amp_lists import LEVELS, black_list, check_disjoint, effective_lists, white_list
@@ -294,6 +294,7 @@ def _cached_config(
     # Every op a default list can govern gets its kernel now, before other threads may be
     # dispatching through the key: later registrations are then only for custom-list ops.
     op_interceptor.ensure_registered(_default_governed())
+    checkpoint_bridge.install()  # from now on torch's checkpoint recomputes under its forward's state
     return op_interceptor.prepare(level, AMP_DTYPES[dtype], use_promote, frozenset(white), frozenset(black))
 
 
