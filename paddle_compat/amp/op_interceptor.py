@@ -24,7 +24,7 @@ back in each input's own dtype; a user's own ``torch.autocast`` uses other keys.
 torch.compile: while torch traces a compiled function, our kernels run like any other, so the
 casts become part of the graph. Each configuration is also written to torch's per-thread
 autocast state of the two keys (on/off and a dtype each), which torch.compile's guards compare,
-so a graph is reused only under the configuration it was traced with (see ``_compile``).
+so a graph is reused only under the configuration it was traced with (see ``compile_boundary``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from ._args import user_stacklevel
-from ._compile import cache_off, cache_on, keep_out_of_dynamo
+from .compile_boundary import cache_off, cache_on, keep_out_of_dynamo
 from .cast_rule import CASTABLE, dest_dtype
 from .op_table import CONV_ATEN, DEPTHWISE_CONV2D, X_ONLY_ATEN
 

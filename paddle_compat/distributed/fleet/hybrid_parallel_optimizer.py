@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from ... import _checks
 from ..._dtensor import is_dtensor, local
 from ..._numerics import sqrt_rn
 from ...nn.clip import ClipGradByGlobalNorm, ParamsGrads, _sum, squared_l2_norm
@@ -56,19 +57,33 @@ class HybridParallelClipGrad(ClipGradByGlobalNorm):
         optimizer = fleet.distributed_optimizer(optimizer)   # installs it when mp/pp/sharding > 1
         isinstance(optimizer._grad_clip, HybridParallelClipGrad)
 
-    Differences from Paddle: float64 gradients count (Paddle leaves them out of the norm); on a
-    step a GradScaler skips, a flag on the GPU leaves the gradients unscaled, as our other clips.
+    Differences from Paddle: float64 gradients count (Paddle leaves them out of the norm); the
+    fields ``clip_norm``, ``group_name`` and ``auto_skip_clip`` may be given instead of ``clip``
+    (how an optimizer checkpoint rebuilds it).
     """
 
     def __init__(
-        self, clip: ClipGradByGlobalNorm, hcg: HybridCommunicateGroup | None = None, split_norm_comm: bool = False
+        self,
+        clip: ClipGradByGlobalNorm | None = None,
+        hcg: HybridCommunicateGroup | None = None,
+        split_norm_comm: bool = False,
+        *,
+        clip_norm: float | None = None,
+        group_name: str = "default_group",
+        auto_skip_clip: bool = False,
     ) -> None:
-        if not isinstance(clip, ClipGradByGlobalNorm):
+        if clip is not None and not isinstance(clip, ClipGradByGlobalNorm):
             raise TypeError(f"clip should be a ClipGradByGlobalNorm, but received {type(clip).__name__}")
+        if (clip is None) == (clip_norm is None):
+            raise TypeError("HybridParallelClipGrad takes a clip, or (as a checkpoint rebuilds it) its clip_norm")
         if hcg is not None and not isinstance(hcg, HybridCommunicateGroup):
             raise TypeError(f"hcg should be a HybridCommunicateGroup, but received {type(hcg).__name__}")
-        super().__init__(clip.clip_norm, clip.group_name)
-        self.split_norm_comm = bool(split_norm_comm)
+        if clip is not None:
+            clip_norm, group_name = clip.clip_norm, clip.group_name
+        assert clip_norm is not None
+        # auto_skip_clip is kept for the checkpoint's sake only: Paddle's hybrid clip always multiplies
+        super().__init__(clip_norm, group_name, auto_skip_clip)
+        self.split_norm_comm = _checks.flag("split_norm_comm", split_norm_comm)
         if hcg is not None:
             _GROUPS[self] = hcg
 
@@ -94,7 +109,7 @@ class HybridParallelClipGrad(ClipGradByGlobalNorm):
             for i, placement in enumerate(param.placements)  # type: ignore[attr-defined]
         )
 
-    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]], skip: Tensor | None = None) -> ParamsGrads:
+    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]]) -> ParamsGrads:
         present = [(p, g) for p, g in params_grads if g is not None]
         clipped = [(p, local(g)) for p, g in present if getattr(p, "need_clip", True)]
         if not clipped:
@@ -117,8 +132,6 @@ class HybridParallelClipGrad(ClipGradByGlobalNorm):
         norm = sqrt_rn(dist_total + not_dist_total).reshape(())
         max_norm = torch.full((), self.clip_norm, dtype=torch.float32, device=device)
         factor = max_norm / (torch.maximum(norm, max_norm) + torch.full((), 1e-6, dtype=torch.float32, device=device))
-        if skip is not None:
-            factor = torch.where(skip.to(device).reshape(()) != 0, torch.ones_like(factor), factor)
         buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
         for _, g in clipped:
             buckets.setdefault((g.device, g.dtype), []).append(g)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint as torch_checkpoint
 
-from ...amp._args import check_flag
+from ... import _checks
 from ...amp.checkpoint_bridge import replaying
 
 __all__ = ["recompute", "recompute_sequential"]
@@ -68,8 +68,8 @@ def recompute(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     use_reentrant = kwargs.pop("use_reentrant", True)
     if not callable(function):
         raise TypeError(f"function should be a callable (a Layer or a function), but got {type(function).__name__}.")
-    check_flag("preserve_rng_state", preserve)
-    check_flag("use_reentrant", use_reentrant)
+    _checks.flag("preserve_rng_state", preserve, int_ok=True)
+    _checks.flag("use_reentrant", use_reentrant, int_ok=True)
     if torch.is_grad_enabled():
         _warn_if_unnecessary([*args, *kwargs.values()])
     if not use_reentrant:
@@ -118,7 +118,7 @@ def recompute_sequential(ctx: Mapping[str, Any], functions: torch.nn.Sequential 
     if not 1 <= segments <= max(len(layers), 1):
         raise ValueError(f"ctx['segments'] should be between 1 and the number of functions ({len(layers)}), "
                          f"but got {segments}.")
-    check_flag("ctx['preserve_rng_state']", preserve)
+    _checks.flag("ctx['preserve_rng_state']", preserve, int_ok=True)
 
     def run_segment(begin: int, end: int) -> Callable[[Any], Any]:
         def run(value: Any) -> Any:
