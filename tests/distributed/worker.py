@@ -539,7 +539,9 @@ def hybrid_clip(ctx: Context) -> dict[str, Any]:
         w, b = torch.zeros_like(grad_w), torch.zeros_like(grad_b)
         if hcg.get_sharding_parallel_world_size() > 1:
             mesh = hcg.get_device_mesh()["sharding"]
-            w, b, grad_w, grad_b = (distribute_tensor(t, mesh, [Shard(0)], src_data_rank=None) for t in (w, b, grad_w, grad_b))
+            w, b, grad_w, grad_b = (
+                distribute_tensor(t, mesh, [Shard(0)], src_data_rank=None) for t in (w, b, grad_w, grad_b)
+            )
         if name.endswith("dtensor"):
             mesh = hcg.get_device_mesh()["mp"]
             w, grad_w = (DTensor.from_local(t, mesh, [Shard(0)], run_check=False) for t in (w, grad_w))
