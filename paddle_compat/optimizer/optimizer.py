@@ -34,16 +34,18 @@ import torch
 from torch import Tensor
 
 from .. import _checks, _native, _numerics
+from .._dtensor import any_dtensor, distribute_like, is_dtensor, local
 from .._numerics import round_to
 from ..amp import unscale
 from ..amp._args import user_stacklevel
 from ..amp.compile_boundary import never_traced
 from ..amp.master_grad import clear_grads, grad_of
-from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, ParamsGrads
+from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _multi_tensor, _torch_step
 from ._engine import Engine, Item, attr_ratio, optional_form, same_layout
-from .lr import LambdaDecay
+from ._sharded import local_shards
+from .lr import LambdaDecay, LRScheduler
 
 __all__ = ["Optimizer"]
 
@@ -101,15 +103,24 @@ class Optimizer(torch.optim.Optimizer):
     Paddle variable names; a negative, NaN or infinite learning rate is refused (also one given by
     a scheduler, at the step that would use it); torch.optim's keyword names (``lr=``, ``betas=``,
     ...) raise a ``TypeError`` naming Paddle's.
+
+    Every subclass also takes ``fused`` (keyword only, ours; ``False`` by default), torch's switch
+    for the fused-optimizer contract with a GradScaler: with ``fused=True`` the scaler hands the
+    scale and its inf/NaN flag to the step, which unscales and skips itself (on a GPU with no host
+    sync), so the step is called on skipped steps too; see docs/optimizers.md for what frameworks
+    then can no longer do. The parameters, the scale and the skipped steps are the same either way.
     """
 
     # Accumulators Paddle keeps on the host whatever the parameter's device (Adam's beta powers).
     _host_state: tuple[str, ...] = ()
 
-    # A GradScaler (torch's or paddle_compat's) hands over the scale and its inf/NaN flag as
-    # ``grad_scale`` and ``found_inf`` instead of unscaling and skipping itself: the step unscales
-    # as Paddle does and skips on the flag without reading it on the host (``_scaler_handover``).
-    _step_supports_amp_scaling = True
+    # torch's flag for fused optimizers, set per instance by ``fused=True``: a GradScaler (torch's
+    # or paddle_compat's) then hands over the scale and its inf/NaN flag as ``grad_scale`` and
+    # ``found_inf`` instead of unscaling and skipping itself, and the step unscales as Paddle does
+    # and skips on the flag without reading it on the host (``_scaler_handover``). Off by default,
+    # as in torch: frameworks clip after ``unscale_`` and see a skipped step only when the scaler
+    # does not call ``step`` (Lightning, Fabric, Accelerate, Hugging Face's Trainer).
+    _step_supports_amp_scaling = False
     _unscales_like_paddle = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -126,7 +137,9 @@ class Optimizer(torch.optim.Optimizer):
         multi_precision: bool,
         defaults: dict[str, Any],
         name: str | None = None,
+        fused: bool = False,
     ) -> None:
+        _checks.flag("fused", fused)
         if learning_rate is None:
             raise ValueError("learning_rate is not set")
         if _is_lr_scheduler(learning_rate):
@@ -169,6 +182,8 @@ class Optimizer(torch.optim.Optimizer):
             **defaults,
         }
         super().__init__(params, defaults)
+        self._step_supports_amp_scaling = fused
+        _drive_by(scheduler, self)
 
     # --- parameter groups ----------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -311,15 +326,18 @@ class Optimizer(torch.optim.Optimizer):
         self._compat_lr_scheduler = scheduler
         for group in self.param_groups:
             group["lr"] = lr
+        _drive_by(scheduler, self)
 
-    def _read_lr_scheduler(self) -> None:
-        """Put the scheduler's current rate into every group's ``lr`` (at each step, as Paddle).
+    def _read_lr_scheduler(self, at_step: bool = True) -> None:
+        """Put the scheduler's current rate into every group's ``lr``: at each step, as Paddle, and
+        (``at_step=False``) when one of ours moves, as torch's schedulers do.
 
         Paddle reads ``float(scheduler())`` into its LR tensor in each step, before the updates;
-        ``_group_lr`` rounds it to that tensor's dtype.
+        ``_group_lr`` rounds it to that tensor's dtype. A rate the step would refuse is left for the
+        step to refuse.
         """
         scheduler = self._compat_lr_scheduler
-        if scheduler is None:
+        if scheduler is None or not (at_step or _is_valid_lr(float(scheduler()))):
             return
         lr = _scheduled_lr(scheduler)
         for group in self.param_groups:
@@ -372,8 +390,24 @@ class Optimizer(torch.optim.Optimizer):
         """Paddle's dygraph ``minimize``: the gradients already exist (no backward is run).
 
         ``parameters`` restricts the update to those tensors and ``no_grad_set`` excludes some.
-        Returns ``(None, params_grads)`` with the gradients actually applied.
+        Returns ``(None, params_grads)`` with the gradients actually applied. torch.optim's step
+        hooks run (with the arguments of a ``step()`` call), and the profiler range opens, as in ``step``.
         """
+        work = _torch_step.run_selected(self, self._minimize_selection(loss, parameters, no_grad_set))
+        return None, [pair for _, pairs in work for pair in pairs]
+
+    def _skipped_minimize(self, *args: Any, **kwargs: Any) -> tuple[None, ParamsGrads]:
+        """What ``minimize(*args, **kwargs)`` returns on a step a GradScaler skips, which does not
+        call it here: Paddle's scaler calls it and its kernels skip, so its ``scaler.minimize``
+        still returns ``(None, params_grads)``. Nothing is updated and no step hook runs."""
+        given = inspect.signature(Optimizer.minimize).bind(self, *args, **kwargs).arguments
+        selected = self._minimize_selection(given["loss"], given.get("parameters"), given.get("no_grad_set"))
+        return None, [pair for _, pairs in self._work(selected) for pair in pairs]
+
+    def _minimize_selection(
+        self, loss: Any, parameters: Iterable[Tensor] | None, no_grad_set: Iterable[Tensor] | None
+    ) -> set[int] | None:
+        """The ids of the parameters ``minimize`` steps (``None``: all), its arguments checked."""
         if not isinstance(loss, Tensor):
             raise TypeError("The loss should be an Tensor.")
         selected = None
@@ -383,7 +417,7 @@ class Optimizer(torch.optim.Optimizer):
             excluded = {id(p) for p in no_grad_set}
             every = selected if selected is not None else {id(p) for g in self.param_groups for p in g["params"]}
             selected = every - excluded
-        return None, [pair for _, pairs in self._apply_optimize(selected) for pair in pairs]
+        return selected
 
     @never_traced
     def _apply_optimize(self, selected: set[int] | None) -> list[tuple[dict[str, Any], ParamsGrads]]:
@@ -402,8 +436,17 @@ class Optimizer(torch.optim.Optimizer):
         grad_enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
+            at_rate_zero = not self.state and all(group["lr"] == 0 for group in self.param_groups)
             self._read_lr_scheduler()
             work = self._work(selected)
+            if at_rate_zero and not any(bool(local(g).any()) for _, pairs in work for _, g in pairs):
+                # How torch.distributed.checkpoint's get/set_state_dict create an optimizer's state:
+                # a step at rate 0 on zero gradients. A scheduler's rate, weight decay or Adam's beta
+                # powers would still move something: create the state, change nothing.
+                for group, pairs in work:
+                    for p, _ in pairs:
+                        self._prepare_state(p, group)
+                return work
             skip, device_flag = self._scaler_handover(work)
             if skip:
                 _clip_skipped(work)
@@ -451,7 +494,8 @@ class Optimizer(torch.optim.Optimizer):
         scale = getattr(self, "grad_scale", None)
         if scale is not None and work:
             inverse = torch.reciprocal(scale.detach().to(torch.float32).reshape(()))
-            unscale.unscale_([g for _, pairs in work for _, g in pairs], inverse, None, check_output=False)
+            # a DTensor's own shard: each element is unscaled alone (no flag, so no collective)
+            unscale.unscale_([local(g) for _, pairs in work for _, g in pairs], inverse, None, check_output=False)
         found_inf = getattr(self, "found_inf", None)
         if found_inf is None:
             return False, None
@@ -465,6 +509,10 @@ class Optimizer(torch.optim.Optimizer):
         clip = group["grad_clip"]
         if clip is not None:
             pairs = clip(pairs)  # ClipGradByGlobalNorm scales in place, on a skipped step too, as Paddle
+        if any_dtensor(p for p, _ in pairs):  # FSDP2, tensor parallel: each rank updates its local shards
+            with local_shards(self, group, pairs) as local_pairs:
+                self._compat_engine.update(self, group, local_pairs, found_inf)
+            return
         self._compat_engine.update(self, group, pairs, found_inf)
 
     # --- the update: the torch form (required), the kernels' forms (optional speed-ups) ---------
@@ -620,7 +668,10 @@ class Optimizer(torch.optim.Optimizer):
         (finite, >= 0; ``ValueError``), each state tensor's shape (the parameter's, ``[1]`` for
         Adam's beta powers; ``ValueError``) and dtype (the parameter's, or float32 for fp16/bf16
         parameters and master weights; ``TypeError``), and the ``"LR_Scheduler"`` entry, required
-        when a scheduler other than ``LambdaDecay`` drives the rate, as in Paddle (``KeyError``).
+        when a scheduler other than ``LambdaDecay`` drives the rate, as in Paddle (``KeyError``),
+        except in a sharded checkpoint (DTensor state): ``torch.distributed.checkpoint`` keeps only
+        ``"state"`` and ``"param_groups"``, and the scheduler is checkpointed beside it. A whole
+        tensor loaded for a DTensor parameter is sharded as the parameter.
         """
         decoded = self._check_state_dict(state_dict)
         scheduler = self._compat_lr_scheduler
@@ -634,7 +685,10 @@ class Optimizer(torch.optim.Optimizer):
             for key, value in state_dict["state"].get(saved_id, {}).items():
                 if isinstance(value, Tensor):
                     device = torch.device("cpu") if key in self._host_state else p.device
-                    self.state[p][key] = value.detach().to(device=device, copy=True)
+                    value = value.detach().to(device=device, copy=True)
+                    if key not in self._host_state and is_dtensor(p) and not is_dtensor(value):
+                        value = distribute_like(value, p)  # a whole tensor: this rank keeps its shard
+                    self.state[p][key] = value
         self._read_lr_scheduler()
 
     def _check_state_dict(self, state_dict: Any) -> list[dict[str, Any]]:
@@ -683,7 +737,7 @@ class Optimizer(torch.optim.Optimizer):
         if scheduler is None:
             return decoded
         if "LR_Scheduler" not in state_dict:
-            if not isinstance(scheduler, LambdaDecay):
+            if not isinstance(scheduler, LambdaDecay) and not any_dtensor(_state_tensors(state_dict)):
                 raise KeyError("LR_Scheduler state must be included in the state dict except LambdaDecay")
             return decoded
         check = getattr(scheduler, "_check_state_dict", None)  # ours check without loading
@@ -737,6 +791,10 @@ class Optimizer(torch.optim.Optimizer):
                 state[key] = value
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        _drive_by(self.__dict__.get("_compat_lr_scheduler"), self)  # the scheduler does not keep it
+
     def set_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Paddle's name for ``load_state_dict``."""
         self.load_state_dict(state_dict)
@@ -761,7 +819,7 @@ def _decode(value: Any, where: str) -> Any:
     (a ``clip_norm`` of NaN would turn every parameter NaN); errors name ``where``."""
     if not (isinstance(value, dict) and _TAG in value):
         return value
-    known = {c.__name__: c for c in (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, L1Decay, L2Decay)}
+    known: dict[str, type[Any]] = {c.__name__: c for c in (*_subclasses(ClipGradBase), L1Decay, L2Decay)}
     fields = dict(value)
     name = fields.pop(_TAG)
     if name not in known:
@@ -770,6 +828,18 @@ def _decode(value: Any, where: str) -> Any:
         return known[name](**{key.lstrip("_"): field for key, field in fields.items()})
     except (TypeError, ValueError) as error:
         raise type(error)(f"{where}: {error}") from None
+
+
+def _state_tensors(state_dict: dict[str, Any]) -> list[Any]:
+    return [v for per_param in state_dict["state"].values() for v in per_param.values()]
+
+
+def _subclasses(cls: type[Any]) -> list[type[Any]]:
+    """``cls``'s subclasses, theirs too (fleet's hybrid clip among the clips, once imported)."""
+    found: list[type[Any]] = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
 
 
 def _is_valid_lr(value: Any) -> bool:
@@ -797,6 +867,13 @@ def _listed(item: Any) -> Any:
     if isinstance(item, dict) and not isinstance(item.get("params"), (Tensor, set)):
         return {**item, "params": list(item.get("params", []))}
     return item
+
+
+def _drive_by(scheduler: Any, optimizer: Optimizer) -> None:
+    """Tell one of our schedulers that it drives ``optimizer`` (torch's protocol: ``optimizer``,
+    ``get_last_lr``, the groups' ``lr`` set at its ``step``); other schedulers are only read."""
+    if isinstance(scheduler, LRScheduler):
+        scheduler._drive(optimizer)
 
 
 def _scheduled_lr(scheduler: Any) -> float:
