@@ -30,7 +30,7 @@ from paddle_compat.nn.clip import _eigen_sum, squared_l2_norms
 from paddle_compat.optimizer import _multi_tensor
 from paddle_compat.optimizer.optimizer import Optimizer
 
-from .optim_db import CLASSES, case, cases, ids
+from .optim_db import CLASSES, case, cases, ids, new
 
 # bf16/fp16 parameters without master weights are part of the matrix (Paddle's warning is expected)
 pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16:UserWarning")
@@ -509,12 +509,12 @@ def handover(name: str, found: float) -> None:
 def test_the_fused_scaler_contract_is_opt_in_as_in_torch() -> None:
     for cls in CLASSES:
         p = torch.nn.Parameter(torch.randn(3))
-        assert cls(parameters=[p])._step_supports_amp_scaling is False
-        fused = cls(parameters=[p], fused=True)
+        assert new(cls, 0.01, [p])._step_supports_amp_scaling is False  # (RMSProp, Adagrad: no default rate)
+        fused = new(cls, 0.01, [p], fused=True)
         assert fused._step_supports_amp_scaling is True and fused._unscales_like_paddle is True
         assert copy.deepcopy(fused)._step_supports_amp_scaling is True
         with pytest.raises(TypeError, match="fused should be a bool, but received int"):
-            cls(parameters=[p], fused=1)
+            new(cls, 0.01, [p], fused=1)
 
 
 @pytest.mark.parametrize("native", ["1", "0"], ids=["compiled", "torch"])

@@ -39,11 +39,13 @@ class Adadelta(Optimizer):
         weight_decay: float | WeightDecayRegularizer | None = None,
         grad_clip: Any = None,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         _checks.required("learning_rate", learning_rate, "learning_rate is not set.")
         defaults = {"epsilon": epsilon, "rho": rho}
         self._check_group(defaults)
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         for key in ("epsilon", "rho"):

@@ -40,10 +40,12 @@ class Adagrad(Optimizer):
         grad_clip: Any = None,
         name: str | None = None,
         initial_accumulator_value: float = 0.0,
+        *,
+        fused: bool = False,
     ) -> None:
         defaults = {"epsilon": epsilon, "initial_accumulator_value": initial_accumulator_value}
         self._check_group(defaults)
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         for key in ("epsilon", "initial_accumulator_value"):

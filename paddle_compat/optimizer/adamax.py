@@ -44,10 +44,12 @@ class Adamax(Optimizer):
         weight_decay: float | WeightDecayRegularizer | None = None,
         grad_clip: Any = None,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         defaults = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}
         self._check_group(defaults)
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_betas(group)

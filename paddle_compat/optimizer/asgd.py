@@ -42,6 +42,8 @@ class ASGD(Optimizer):
         grad_clip: Any = None,
         multi_precision: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         _checks.required("learning_rate", learning_rate, "learning_rate should not be none")
         _checks.required("batch_num", batch_num, "batch_num should not be none")
@@ -49,7 +51,7 @@ class ASGD(Optimizer):
         if not 0 < batch_num:
             raise ValueError("batch_num should be greater than 0")
         self._n = batch_num
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name, fused)
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["d"] = torch.zeros_like(p, memory_format=torch.preserve_format)

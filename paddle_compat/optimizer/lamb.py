@@ -54,6 +54,8 @@ class Lamb(Optimizer):
         multi_precision: bool = False,
         always_adapt: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         defaults = {
             "beta1": beta1,
@@ -64,7 +66,7 @@ class Lamb(Optimizer):
         }
         self._check_group(defaults)
         self.always_adapt = _checks.flag("always_adapt", always_adapt)
-        super().__init__(learning_rate, parameters, None, grad_clip, multi_precision, defaults, name)
+        super().__init__(learning_rate, parameters, None, grad_clip, multi_precision, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_betas(group)

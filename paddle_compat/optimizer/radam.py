@@ -44,11 +44,13 @@ class RAdam(Optimizer):
         weight_decay: float | Any = None,
         grad_clip: Any = None,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         check_learning_rate(learning_rate)
         defaults = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}
         self._check_group(defaults)
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, False, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_adam_family(group)

@@ -47,6 +47,8 @@ class Rprop(Optimizer):
         grad_clip: Any = None,
         multi_precision: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         _checks.required("learning_rate", learning_rate)
         _checks.real("learning_rate", learning_rate)
@@ -64,7 +66,7 @@ class Rprop(Optimizer):
         self._initial_learning_rate = float(learning_rate)
         self._learning_rate_range = tuple(float(v) for v in learning_rate_range)
         self._etas = tuple(float(v) for v in etas)
-        super().__init__(learning_rate, parameters, None, grad_clip, multi_precision, {}, name)
+        super().__init__(learning_rate, parameters, None, grad_clip, multi_precision, {}, name, fused)
         # Paddle rounds the range and etas to the dtype of the first parameter it updates, once.
         self._compat_bounds: tuple[float, ...] | None = None
 
