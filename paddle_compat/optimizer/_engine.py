@@ -13,14 +13,13 @@ buffers of the torch forms; a copy or pickle of the optimizer gets a fresh, empt
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
 
-from .. import _native, _numerics
+from .. import _devices, _native, _numerics
 from ..nn.clip import ParamsGrads
 from . import _multi_tensor
 
@@ -204,7 +203,7 @@ class Engine:
         parameters into the rows of the compiled CPU kernel (``_native``), the rows of the GPU
         multi-tensor kernels per device (``_multi_tensor``), and the rest, for the per-tensor
         ``_kernel``. Which formulas apply (Paddle's GPU or CPU kernels) follows
-        ``_numerics.gpu_kernels`` of the parameter; a form the optimizer does not define is not used.
+        ``_devices.gpu_kernels`` of the parameter; a form the optimizer does not define is not used.
         """
         lr = opt._group_lr(group)
         has_compiled = _defines(opt, "_compiled_row", "_compiled_call")
@@ -219,7 +218,7 @@ class Engine:
             item = (p, g, state, master)
             batch: _native.Batch | None
             indices: list[int] | None
-            if _numerics.gpu_kernels(p):
+            if _devices.gpu_kernels(p):
                 device = p.device
                 if device not in kernels:
                     kernels[device] = _multi_tensor.kernels(device) if has_gpu else None
@@ -247,20 +246,25 @@ class Engine:
 
     @staticmethod
     def _run_multi_tensor(opt: Optimizer, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
-        """Launch the GPU kernels of ``plan``; ``False`` if they failed before updating anything."""
-        launched = False
+        """Launch the GPU kernels of ``plan``, all or nothing: the device tables of every launch are
+        made and every kernel variant the step needs is compiled before the first launch; a failure
+        there returns ``False`` (the caller falls back) with nothing written. Each launch reads the
+        flag on its own device. (A launch failing once everything is compiled is raised.)"""
+        flags: dict[torch.device, Tensor] = {}
         try:
+            work = []
             for device, (batch, _) in plan.multi_tensor.items():
-                with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-                    for launch in _multi_tensor.launches(batch, device):
-                        if launch.grid[0]:
-                            opt._multi_tensor_call(plan.kernels[device], launch, group, found_inf)
-                            launched = True
+                flag = _devices.on_device(found_inf, device, flags) if found_inf is not None else None
+                work += [(device, launch, flag) for launch in _multi_tensor.launches(batch, device) if launch.grid[0]]
+            for device, launch, flag in work:
+                with _devices.device_of(device):
+                    opt._multi_tensor_call(_multi_tensor.Compiling(plan.kernels[device]), launch, group, flag)
         except Exception:
-            if launched:  # some tensors are updated already: nothing to fall back to
-                raise
             _multi_tensor.disable()  # logs the error
             return False
+        for device, launch, flag in work:
+            with _devices.device_of(device):
+                opt._multi_tensor_call(plan.kernels[device], launch, group, flag)
         return True
 
     def scratch(self, like: Tensor, dtype: torch.dtype, slot: str) -> Tensor:

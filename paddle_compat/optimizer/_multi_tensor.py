@@ -29,7 +29,7 @@ from torch import Tensor
 
 from .. import _native
 
-__all__ = ["BLOCK", "Launch", "disable", "kernels", "launches"]
+__all__ = ["BLOCK", "Compiling", "Launch", "disable", "kernels", "launches"]
 
 logger = logging.getLogger("paddle_compat")
 
@@ -81,6 +81,33 @@ def _load(interpret: bool) -> ModuleType | None:
     except Exception as exc:  # an incompatible Triton: the per-tensor path
         logger.debug("paddle_compat: Triton kernels unavailable, using per-tensor updates: %s", exc)
         return None
+
+
+class Compiling:
+    """Stands for the kernels' module in a step's first pass: each launch made through it compiles
+    the kernel variant it needs (Triton's ``warmup``; nothing to do in the interpreter) and runs
+    nothing, so that a step finds every compile failure before it writes anything."""
+
+    def __init__(self, module: ModuleType | None) -> None:
+        if module is None:
+            raise RuntimeError("the GPU kernels are unavailable")
+        self.module = module
+
+    def __getattr__(self, name: str) -> _Warmup:
+        return _Warmup(getattr(self.module, name))
+
+
+class _Warmup:
+    """A Triton kernel whose ``kernel[grid](...)`` compiles only."""
+
+    def __init__(self, kernel: Any) -> None:
+        self._kernel = kernel
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., Any]:
+        return lambda *args, **kwargs: self._kernel.warmup(*args, grid=grid, **kwargs)
+
+
+Kernels = ModuleType | Compiling  # what the launch functions below take
 
 
 class Launch:
@@ -158,13 +185,13 @@ def _common(found_inf: Tensor | None, launch: Launch) -> dict[str, Any]:
             "HAS_FOUND": found_inf is not None, "ALIGNED": launch.aligned, **_OPTIONS}
 
 
-def sgd(mod: ModuleType, launch: Launch, found_inf: Tensor | None) -> None:
+def sgd(mod: Kernels, launch: Launch, found_inf: Tensor | None) -> None:
     w, g, p, _ = launch.dtypes
     mod.sgd_kernel[launch.grid](W=w, G=g, P=p, **_common(found_inf, launch))
 
 
 def momentum(
-    mod: ModuleType, launch: Launch, found_inf: Tensor | None, mu: float, coeff: float, rescale: float, nesterov: bool
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, mu: float, coeff: float, rescale: float, nesterov: bool
 ) -> None:
     w, g, p, _ = launch.dtypes
     mod.momentum_kernel[launch.grid](
@@ -174,7 +201,7 @@ def momentum(
 
 
 def adam(
-    mod: ModuleType, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, amsgrad: bool,
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, amsgrad: bool,
     round_: Callable[[float], float],
 ) -> None:
     """Adam's kernel, then the beta powers times ``b1``/``b2`` (times 1 where ``found_inf`` is set).
@@ -187,6 +214,8 @@ def adam(
         b1=b1, b2=b2, c1=round_(1 - b1), c2=round_(1 - b2), eps=round_(eps), W=w, G=g, P=p, S=s,
         AMSGRAD=bool(amsgrad), **_common(found_inf, launch),
     )
+    if isinstance(mod, Compiling):
+        return
     first, second = launch.pows
     if found_inf is None:
         torch._foreach_mul_(first, b1)

@@ -9,7 +9,7 @@ device tensor), with a float32 table of per-tensor numbers and a table of blocks
 updates ``BLOCK`` elements of one tensor. Offsets from a real tensor argument, rather than bare
 addresses, let Triton know the alignment: with ``ALIGNED`` (every tensor 16-byte aligned, every
 size a multiple of 4, checked by the caller) the loads and stores are vectorised. The formulas are those of the
-per-tensor GPU forms (``_kernel`` with ``_numerics.gpu_kernels``): float32 arithmetic, ``tl.fma``
+per-tensor GPU forms (``_kernel`` with ``_devices.gpu_kernels``): float32 arithmetic, ``tl.fma``
 where nvcc contracts Paddle's kernels, IEEE division and square root (``div_rn``, ``sqrt_rn``);
 the launches pass ``enable_fp_fusion=False`` so that nothing else is contracted. bfloat16 values are
 handled as their bits: widened exactly, narrowed to nearest even here (NaN as torch's CUDA cast).

@@ -27,13 +27,12 @@ import inspect
 import math
 import warnings
 from collections.abc import Callable, Iterable
-from types import ModuleType
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .. import _native, _numerics
+from .. import _devices, _native
 from .._numerics import round_to
 from ..amp import unscale
 from ..amp._args import user_stacklevel
@@ -422,7 +421,7 @@ class Optimizer(torch.optim.Optimizer):
         found_inf = getattr(self, "found_inf", None)
         if found_inf is None:
             return False, None
-        if not _numerics.gpu_kernels(found_inf):
+        if not _devices.gpu_kernels(found_inf):
             return bool(found_inf.item()), None
         return False, found_inf
 
@@ -448,7 +447,7 @@ class Optimizer(torch.optim.Optimizer):
         torch form, which every optimizer defines, and the reference of its other forms.
 
         ``grad`` is regularized already and read only; ``lr`` is the group's rate as Paddle's LR
-        tensor holds it. Paddle's GPU formulas apply where ``_numerics.gpu_kernels(value)``, its CPU
+        tensor holds it. Paddle's GPU formulas apply where ``_devices.gpu_kernels(value)``, its CPU
         ones elsewhere. A kernel may update ``value`` in place and return it.
         """
         raise NotImplementedError
@@ -469,9 +468,12 @@ class Optimizer(torch.optim.Optimizer):
 
     @optional_form
     def _multi_tensor_call(
-        self, kern: ModuleType, launch: _multi_tensor.Launch, group: dict[str, Any], found_inf: Tensor | None
+        self, kern: _multi_tensor.Kernels, launch: _multi_tensor.Launch, group: dict[str, Any],
+        found_inf: Tensor | None,
     ) -> None:
-        """Optional: run the optimizer's Triton kernel on ``launch``."""
+        """Optional: run the optimizer's Triton kernel on ``launch`` through ``kern`` (the kernels'
+        module, or a ``_multi_tensor.Compiling`` stand-in: the step's compile-only first pass);
+        ``found_inf`` is on the launch's device."""
         raise NotImplementedError
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:

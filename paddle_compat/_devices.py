@@ -1,0 +1,71 @@
+"""Device decisions, in one place: which kernels' formulas a tensor follows, how a value crosses
+devices, and on which device and stream work on a tensor is ordered.
+
+The rules, and why:
+
+- A tensor on a CUDA device follows Paddle's GPU formulas; any other follows its CPU ones
+  (``gpu_kernels``; the tests force it to run the GPU formulas on CPU tensors).
+- A copy onto a GPU is stream-ordered: it never needs a host sync. A copy onto the host is read by
+  the host as soon as the call returns, so it waits for the data (``copy_to``); a non-blocking copy
+  from a GPU into pageable host memory could be read before it lands.
+- A flag or table a kernel reads lives on the kernel's own device (``on_device``): a pointer into
+  another GPU's memory is invalid there.
+- Work on a tensor is enqueued on its device's current stream, with that device current
+  (``device_of``), and an event marking a copy out of a tensor is recorded on that same stream
+  (``copy_to_host_async``), not on the stream of whatever device happens to be current.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device"]
+
+
+def gpu_kernels(t: Tensor) -> bool:
+    """Whether updates of ``t`` follow Paddle's GPU kernels (CUDA tensors) rather than its CPU ones."""
+    return t.is_cuda
+
+
+def copy_to(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` on ``device`` (``t`` itself when it is there): without a host sync onto a GPU, waiting
+    for the data onto the host."""
+    if t.device == device:
+        return t
+    return t.to(device, non_blocking=device.type != "cpu")
+
+
+def on_device(t: Tensor, device: torch.device, cache: dict[torch.device, Tensor]) -> Tensor:
+    """``copy_to(t, device)``, made once per device while ``cache`` lives (``t`` itself on its own)."""
+    found = cache.get(device)
+    if found is None:
+        found = cache[device] = copy_to(t, device)
+    return found
+
+
+@contextlib.contextmanager
+def device_of(device: torch.device) -> Iterator[None]:
+    """Make ``device`` current while launching work on its tensors (a no-op off CUDA)."""
+    if device.type != "cuda":
+        yield
+        return
+    with torch.cuda.device(device):
+        yield
+
+
+def copy_to_host_async(t: Tensor) -> tuple[Tensor, Any]:
+    """Start copying a CUDA tensor into pinned host memory: the host tensor and the event that
+    marks the copy's end, recorded on the stream the copy was enqueued on (the current stream of
+    ``t``'s device)."""
+    with device_of(t.device):
+        stream = torch.cuda.current_stream(t.device)
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        host.copy_(t, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record(stream)
+    return host, event
