@@ -260,3 +260,53 @@ def test_adam_gpu_formula_reads_the_beta_powers_without_a_host_sync(monkeypatch:
         else:
             opt.step()
     assert items == []
+
+
+# --- CUDA graphs: new gradient tensors rewrite the gradient table alone, in place -----------------
+def _steps_with_grads(make, grads_per_step):
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(n, generator=gen)) for n in (4096, 4099)]
+    opt = make(params)
+    for grads in grads_per_step:
+        for p, g in zip(params, grads(params)):
+            p.grad = g
+        opt.step()
+    return params, opt
+
+
+def test_new_gradient_tensors_keep_the_device_tables(interpreted_gpu_path, monkeypatch) -> None:
+    """torch's whole-network capture gives the gradients new addresses inside the capture: the
+    step must not make or upload new tables then, only rewrite the gradient offsets in place."""
+    uploads = spy(monkeypatch, _multi_tensor, ["_upload"])
+    gen = torch.Generator().manual_seed(1)
+    make = lambda ps: popt.AdamW(0.01, parameters=ps)  # noqa: E731
+    fresh = lambda ps: [torch.randn(p.shape, generator=gen) for p in ps]  # noqa: E731
+    params, opt = _steps_with_grads(make, [fresh])
+    (batch, _), = opt._compat_engine._plans[id(opt.param_groups[0])].multi_tensor.values()
+    tables = [(launch, launch.rows, launch.grads.data_ptr()) for launch in batch.launches]
+    uploads.clear()
+    for _ in range(2):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        opt.step()
+    assert uploads == []
+    assert [(launch, launch.rows, launch.grads.data_ptr()) for launch in batch.launches] == tables
+
+
+def test_a_gradient_that_loses_its_alignment_gets_new_tables(interpreted_gpu_path, monkeypatch) -> None:
+    gen = torch.Generator().manual_seed(1)
+    aligned = lambda ps: [torch.randn(p.shape, generator=gen) for p in ps]  # noqa: E731
+    # views 4 bytes into a buffer: not 16-byte aligned
+    unaligned = lambda ps: [torch.randn(p.numel() + 1, generator=gen)[1:] for p in ps]  # noqa: E731
+    make = lambda ps: popt.SGD(0.1, parameters=ps)  # noqa: E731
+    gen.manual_seed(1)
+    multi = _steps_with_grads(make, [aligned, unaligned])
+    opt = multi[1]
+    (batch, _), = opt._compat_engine._plans[id(opt.param_groups[0])].multi_tensor.values()
+    assert not any(launch.aligned for launch in batch.launches)  # vector loads would be wrong now
+    for p, g in zip(multi[0], aligned(multi[0])):
+        p.grad = g
+    opt.step()
+    use_native(monkeypatch, False)
+    gen.manual_seed(1)
+    assert_same_run(multi, _steps_with_grads(make, [aligned, unaligned, aligned]))

@@ -435,7 +435,8 @@ def test_gpu_kernels_compile_with_ieee_arithmetic(name, fmas_per_element, extra,
     mod = _multi_tensor._load(interpret=False)
     if mod is None:
         pytest.skip("this Triton cannot build the kernels")
-    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "per": "*fp32", "found": "*fp32", **extra}
+    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "grads": "*i64", "per": "*fp32", "found": "*fp32",
+                 **extra}
     ptx = _ptx(getattr(mod, name), signature,
                {**constexprs, "HAS_FOUND": True, "ALIGNED": aligned, "BLOCK": _multi_tensor.BLOCK})
     elements_per_thread = _multi_tensor.BLOCK // (8 * 32)

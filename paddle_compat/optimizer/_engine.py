@@ -114,7 +114,7 @@ class _Plan:
             if slot is not None:
                 batch, row = slot
                 batch.rows[row * _native.ROW + 2] = address
-                batch.launches = None  # the GPU tables are made again from the rows
+                _multi_tensor.grads_moved(batch)  # the GPU tables rewrite their gradient offsets
         self.grads = addresses
 
     def release_grads(self) -> None:
