@@ -310,3 +310,52 @@ def test_a_gradient_that_loses_its_alignment_gets_new_tables(interpreted_gpu_pat
     use_native(monkeypatch, False)
     gen.manual_seed(1)
     assert_same_run(multi, _steps_with_grads(make, [aligned, unaligned, aligned]))
+
+
+# --- float64 on the GPU path: Paddle's double kernels, contracted as its float ones --------------
+def _fma64(a, b, c):
+    """Exact ``a*b + c`` rounded once to float64, element by element (rational arithmetic)."""
+    a, b, c = np.broadcast_arrays(np.float64(a), np.float64(b), np.float64(c))
+    flat = [float(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(a.ravel(), b.ravel(), c.ravel())]
+    return np.array(flat, dtype=np.float64).reshape(a.shape)
+
+
+def _momentum64(p, g, st, lr, mu=0.9, coeff=0.01, rescale=0.5):
+    # Paddle passes mu, the L2 coefficient and rescale_grad as float attributes
+    mu, coeff, rescale = (float(np.float32(x)) for x in (mu, coeff, rescale))
+    g = g * rescale
+    g = _fma64(coeff, p, g)
+    v = _fma64(st.get("v", np.zeros_like(p)), mu, g)
+    st["v"] = v
+    return _fma64(-_fma64(v, mu, g), lr, p)
+
+
+def _adamw64(p, g, st, lr, b1=0.9, b2=0.999, eps=1e-8, coeff=0.1):
+    b1p, b2p = st.get("b1p", b1), st.get("b2p", b2)
+    p = p * _fma64(-lr, np.float64(np.float32(coeff)), 1.0)  # Paddle passes coeff as a float attribute
+    m = _fma64(b1, st.get("m", np.zeros_like(p)), (1 - b1) * g)
+    v = _fma64(b2, st.get("v", np.zeros_like(p)), ((1 - b2) * g) * g)
+    p = _fma64(m / (np.sqrt(v) / np.sqrt(1 - b2p) + eps), -(lr / (1 - b1p)), p)
+    st.update(m=m, v=v, b1p=b1p * b1, b2p=b2p * b2)
+    return p
+
+
+@pytest.mark.parametrize(("make", "reference"), [
+    (lambda ps: popt.SGD(0.1, parameters=ps), lambda p, g, st, lr: _fma64(-lr, g, p)),
+    (lambda ps: popt.Momentum(0.05, 0.9, parameters=ps, use_nesterov=True, weight_decay=0.01, rescale_grad=0.5),
+     _momentum64),
+    (lambda ps: popt.AdamW(0.01, parameters=ps, weight_decay=0.1), _adamw64),
+], ids=["sgd", "momentum", "adamw"])
+def test_float64_gpu_formulas_round_each_fma_once(make, reference, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
+    rng = np.random.default_rng(0)
+    expected = rng.standard_normal(40)
+    p = torch.nn.Parameter(torch.from_numpy(expected.copy()))
+    opt = make([p])
+    state: dict = {}
+    for _ in range(4):
+        g = rng.standard_normal(40) * 0.1
+        p.grad = torch.from_numpy(g)
+        opt.step()
+        expected = reference(expected, g, state, opt.get_lr())
+        assert np.array_equal(p.detach().numpy().view(np.int64), expected.view(np.int64))
