@@ -7,6 +7,7 @@ meta tensors and stand-ins for torch.cuda where nothing can run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -359,3 +360,81 @@ def test_float64_gpu_formulas_round_each_fma_once(make, reference, monkeypatch: 
         opt.step()
         expected = reference(expected, g, state, opt.get_lr())
         assert np.array_equal(p.detach().numpy().view(np.int64), expected.view(np.int64))
+
+
+# --- on GPUs (skipped without them) -------------------------------------------------------------
+from paddle_compat import selfcheck  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+
+
+def _emulated(make, dtypes):
+    with selfcheck._gpu_formulas_on_cpu(), selfcheck._compiled_kernels(False):
+        return selfcheck._train(make, dtypes, "cpu")
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("name", ["Momentum Nesterov L2", "AdamW lr_ratio, low-precision moments"])
+def test_cuda_float64_matches_its_exact_emulation(name) -> None:
+    make = selfcheck.CONFIGS[name]
+    assert selfcheck._same_bits(selfcheck._train(make, selfcheck.DTYPES["fp64"], "cuda"),
+                                _emulated(make, selfcheck.DTYPES["fp64"]))
+
+
+@pytest.mark.cuda
+@needs_two
+def test_cuda_parameters_on_a_non_current_device() -> None:
+    assert selfcheck._second_device_check().verdict == "PASS"
+
+
+@pytest.mark.cuda
+@needs_two
+def test_cuda_one_optimizer_over_two_devices_with_a_scaler() -> None:
+    """Parameters on cuda:0 and cuda:1, a GradScaler whose flag lives on cuda:0, an overflow on
+    cuda:1: every device skips that step and follows the emulation otherwise."""
+    from paddle_compat.amp import GradScaler, auto_cast
+
+    torch.manual_seed(0)
+    inits = [torch.randn(4096), torch.randn(3001)]
+    runs = []
+    for devices in (["cuda:0", "cuda:1"], ["cpu", "cpu"]):
+        params = [torch.nn.Parameter(v.to(d)) for v, d in zip(inits, devices)]
+        opt, scaler = popt.AdamW(0.01, parameters=params), GradScaler(init_loss_scaling=8.0)
+        gen = torch.Generator().manual_seed(1)
+        with contextlib.ExitStack() as stack:
+            if devices[0] == "cpu":
+                stack.enter_context(selfcheck._gpu_formulas_on_cpu())
+            for step in range(4):
+                grads = [torch.randn(v.shape, generator=gen) for v in inits]
+                if step == 2:
+                    grads[1][5] = math.inf
+                for p, g in zip(params, grads):
+                    p.grad = (g * 8.0).to(p.device)
+                with auto_cast(dtype="float16"):
+                    scaled = scaler.scale(torch.zeros((), device=devices[0]))
+                scaler.minimize(opt, scaled)
+        runs.append(([p.detach().cpu() for p in params], scaler.get_skipped_steps()))
+    assert runs[0][1] == runs[1][1] == 1
+    assert selfcheck._same_bits(runs[0][0], runs[1][0])
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_a_later_variant_failing_to_compile_falls_back_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = _multi_tensor.kernels(torch.device("cuda"))
+    if mod is None:
+        pytest.skip("no Triton")
+    monkeypatch.setattr(mod, "adam_kernel", _FailsToCompileUnaligned(mod.adam_kernel))
+    monkeypatch.setattr(_multi_tensor, "_modules", dict(_multi_tensor._modules))
+    make = lambda ps: popt.AdamW(0.01, parameters=ps)  # noqa: E731
+    fell_back = train(make, torch.float32, torch.float32, False, (4096, 4099), device="cuda")
+    use_native(monkeypatch, False)
+    assert_same_run(fell_back, train(make, torch.float32, torch.float32, False, (4096, 4099), device="cuda"))
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_whole_training_step_captured_in_a_graph() -> None:
+    assert selfcheck._graph_check("cuda").verdict == "PASS"
