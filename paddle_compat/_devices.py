@@ -10,6 +10,8 @@ The rules, and why:
   from a GPU into pageable host memory could be read before it lands.
 - A flag or table a kernel reads lives on the kernel's own device (``on_device``): a pointer into
   another GPU's memory is invalid there.
+- Only plain dense tensors on the CPU or a CUDA device reach a kernel's raw pointer
+  (``addressable``): a DTensor, FakeTensor, meta, sparse or subclass tensor takes the torch forms.
 - Work on a tensor is enqueued on its device's current stream, with that device current
   (``device_of``), and an event marking a copy out of a tensor is recorded on that same stream
   (``copy_to_host_async``), not on the stream of whatever device happens to be current.
@@ -24,12 +26,35 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device"]
+__all__ = ["address", "addressable", "copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device"]
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def gpu_kernels(t: Tensor) -> bool:
     """Whether updates of ``t`` follow Paddle's GPU kernels (CUDA tensors) rather than its CPU ones."""
     return t.is_cuda
+
+
+def addressable(t: Tensor) -> bool:
+    """Whether the compiled CPU kernels and the GPU kernels may read ``t``'s memory through a raw
+    pointer: a plain tensor (exactly ``torch.Tensor`` or ``nn.Parameter``: no DTensor, FakeTensor,
+    functional or other subclass, whose pointer is not its data), strided (not sparse), on the CPU
+    or a CUDA device (not meta), without a lazy conjugate or negation. Contiguity and sizes are the
+    kernels' own checks."""
+    return (
+        type(t) in _PLAIN
+        and t.layout == torch.strided
+        and t.device.type in ("cpu", "cuda")
+        and not t.is_conj()
+        and not t.is_neg()
+    )
+
+
+def address(t: Tensor) -> int:
+    """``t.data_ptr()`` for an ``addressable`` tensor, else ``id(t)`` (a key that never reads a
+    pointer some tensors do not have)."""
+    return t.data_ptr() if addressable(t) else id(t)
 
 
 def copy_to(t: Tensor, device: torch.device) -> Tensor:

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from .. import _native
+from .._devices import addressable
 from .._numerics import sqrt_rn
 
 __all__ = ["ClipGradBase", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "GradientClipBase"]
@@ -129,7 +130,9 @@ def squared_l2_norms(xs: Sequence[Tensor]) -> list[Tensor]:
     kern = _native.kernels()
     if kern is not None:
         for dtype in (torch.float32, torch.float64):
-            picked = [i for i, x in enumerate(xs) if x.is_cpu and x.dtype == dtype and x.is_contiguous()]
+            picked = [
+                i for i, x in enumerate(xs) if addressable(x) and x.is_cpu and x.dtype == dtype and x.is_contiguous()
+            ]
             if picked:
                 rows = array("q")
                 for i in picked:

@@ -36,6 +36,8 @@ def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Te
     """Whether the compiled CPU kernels (the GPU kernels with ``gpu``) take ``value`` updated from
     ``grad`` at rate ``lr``, with ``tensors`` beside it: all dense, of ``value``'s size, on its
     device (the CPU for the compiled kernels), in dtypes the kernels compute with."""
+    if not all(_devices.addressable(t) for t in (value, grad, *tensors)):
+        return False  # the torch forms take it
     if gpu:
         return _dense_like(value, grad, *tensors) and _gpu_dtypes(value, grad, lr)
     return _dense_cpu(value.numel(), value, grad, *tensors) and _native_dtypes(value, grad)
@@ -107,7 +109,7 @@ class _Plan:
 
     def point_at(self, pairs: ParamsGrads) -> None:
         """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
-        addresses = [g.data_ptr() for _, g in pairs]
+        addresses = [_devices.address(g) for _, g in pairs]
         if addresses == self.grads:
             return
         for address, slot in zip(addresses, self.slots):
@@ -139,6 +141,16 @@ def _defines(opt: Optimizer, *hooks: str) -> bool:
     return not any(getattr(getattr(type(opt), hook), "_paddle_compat_stub", False) for hook in hooks)
 
 
+def _describe(opt: Optimizer, group: dict[str, Any], p: Tensor, g: Tensor) -> str:
+    """The parameter, for an error: its place in the optimizer, its name if it has one, its kind."""
+    index = next(i for i, q in enumerate(group["params"]) if q is p)
+    where = f"parameter {index} of parameter group {opt.param_groups.index(group)}"
+    names = group.get("param_names")
+    name = names[index] if names else getattr(p, "name", None)
+    kinds = {f"{type(t).__name__} ({t.layout}, {t.device})" for t in (p, g)}
+    return f"{where}{f' ({name!r})' if isinstance(name, str) else ''}, a {' with a '.join(sorted(kinds))}"
+
+
 class Engine:
     """One optimizer's plans (per parameter group) and scratch buffers (per slot, dtype, device)."""
 
@@ -163,7 +175,7 @@ class Engine:
         # line here runs at each step, on caches a forward and backward pass have just emptied.
         key = (
             [v for k, v in group.items() if k != "params"],
-            [(p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs],
+            [(_devices.address(p), g.dtype, g.is_contiguous()) for p, g in pairs],
             opt._dtype,
             opt._multi_precision,
             found_inf is not None,
@@ -188,8 +200,13 @@ class Engine:
         for i in sorted(rest):
             p, g = pairs[i]
             state, master = opt._prepare_state(p, group)
-            g = opt._regularize(p, g, group)
-            new = opt._kernel(p, master if master is not None else p.detach(), g, state, group, plan.lr)
+            try:
+                g = opt._regularize(p, g, group)
+                new = opt._kernel(p, master if master is not None else p.detach(), g, state, group, plan.lr)
+            except Exception as error:
+                if _devices.addressable(p) and _devices.addressable(g):
+                    raise
+                raise TypeError(f"{type(opt).__name__} cannot update {_describe(opt, group, p, g)}: {error}") from error
             # When the kernel updated its input in place, new *is* the master weight, or a view of
             # p's own data: copy_ then returns at once.
             if master is not None:
@@ -239,7 +256,7 @@ class Engine:
                 if indices is not None:
                     indices.append(i)
         multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
-        grads = [g.data_ptr() for _, g in pairs]
+        grads = [_devices.address(g) for _, g in pairs]
         return _Plan(
             key, opt.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
         )

@@ -108,6 +108,7 @@ class Adam(Optimizer):
             and (moments[0].dtype == mt or low_moments)
             and pows[0].dtype == pows[1].dtype == mt
             and pows[0].numel() == pows[1].numel() == 1
+            and _devices.addressable(pows[0]) and _devices.addressable(pows[1])
             and kernels_take(value, g, lr, gpu, p, *present)
         ):
             return None

@@ -392,9 +392,15 @@ class Optimizer(torch.optim.Optimizer):
                 pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
                 if selected is not None:
                     pairs = [(p, g) for p, g in pairs if id(p) in selected]
-                for _, g in pairs:
+                for p, g in pairs:
                     if g.is_sparse:
                         raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
+                    if p.layout != torch.strided:
+                        index = next(i for i, q in enumerate(group["params"]) if q is p)
+                        raise TypeError(
+                            f"parameter {index} of parameter group {self.param_groups.index(group)} is a {p.layout} "
+                            "tensor: paddle_compat optimizers update dense (strided) parameters"
+                        )
                 if pairs:
                     work.append((group, pairs))
             skip, device_flag = self._scaler_handover(work)
