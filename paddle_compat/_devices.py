@@ -26,7 +26,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["address", "addressable", "copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device"]
+__all__ = [
+    "address", "addressable", "copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device", "upload",
+]
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
@@ -63,6 +65,15 @@ def copy_to(t: Tensor, device: torch.device) -> Tensor:
     if t.device == device:
         return t
     return t.to(device, non_blocking=device.type != "cpu")
+
+
+def upload(t: Tensor, device: torch.device) -> Tensor:
+    """A host tensor made for ``device`` (a kernel's table): onto a GPU through pinned memory,
+    without a host sync (torch's caching host allocator keeps the pinned block until the copy is
+    done); elsewhere ``t`` itself."""
+    if device.type != "cuda":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def on_device(t: Tensor, device: torch.device, cache: dict[torch.device, Tensor]) -> Tensor:

@@ -278,7 +278,7 @@ def _steps_with_grads(make, grads_per_step):
 def test_new_gradient_tensors_keep_the_device_tables(interpreted_gpu_path, monkeypatch) -> None:
     """torch's whole-network capture gives the gradients new addresses inside the capture: the
     step must not make or upload new tables then, only rewrite the gradient offsets in place."""
-    uploads = spy(monkeypatch, _multi_tensor, ["_upload"])
+    uploads = spy(monkeypatch, _devices, ["upload"])
     gen = torch.Generator().manual_seed(1)
     make = lambda ps: popt.AdamW(0.01, parameters=ps)  # noqa: E731
     fresh = lambda ps: [torch.randn(p.shape, generator=gen) for p in ps]  # noqa: E731

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native
+from .. import _devices, _native
 
 __all__ = ["BLOCK", "Compiling", "Launch", "disable", "grads_moved", "kernels", "launches"]
 
@@ -136,7 +136,7 @@ class Launch:
         self.members, self.stale = members, False
         # pinned host memory for the gradient offsets of a step being captured (see ``point_grads``)
         self.staging: Tensor | None = torch.empty(count, dtype=torch.int64, pin_memory=device.type == "cuda")
-        self.grads = _upload(torch.tensor(relative[2 :: _native.ROW], dtype=torch.int64), device)
+        self.grads = _devices.upload(torch.tensor(relative[2 :: _native.ROW], dtype=torch.int64), device)
         # (tensor, block) for every block of every tensor, made with torch: a large model has
         # hundreds of thousands of blocks
         per_tensor = -(-torch.tensor(rows[:: _native.ROW], dtype=torch.int64) // BLOCK)
@@ -147,9 +147,9 @@ class Launch:
         packed = rows[_native.ROW - 1]
         self.dtypes = (packed & 15, (packed >> 4) & 15, (packed >> 8) & 15, (packed >> 12) & 15)
         self.aligned = aligned
-        self.rows = _upload(torch.tensor(relative, dtype=torch.int64), device)
-        self.per = _upload(torch.tensor(per, dtype=torch.float32), device)
-        self.blocks = _upload(blocks, device)
+        self.rows = _devices.upload(torch.tensor(relative, dtype=torch.int64), device)
+        self.per = _devices.upload(torch.tensor(per, dtype=torch.float32), device)
+        self.blocks = _devices.upload(blocks, device)
         self.pows = ([a for a, _ in pows], [b for _, b in pows])
 
     def point_grads(self, batch: _native.Batch) -> bool:
@@ -178,13 +178,6 @@ class Launch:
                 self.staging = torch.empty(len(offsets), dtype=torch.int64, pin_memory=True)
         self.stale = False
         return True
-
-
-def _upload(t: Tensor, device: torch.device) -> Tensor:
-    """To the device without a host sync (from pinned memory, asynchronously)."""
-    if device.type != "cuda":
-        return t
-    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _aligned(row: list[int]) -> bool:

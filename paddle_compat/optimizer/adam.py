@@ -113,7 +113,7 @@ class Adam(Optimizer):
         ):
             return None
         if gpu:  # the beta powers on the device: a step reads nothing on the host
-            pows = tuple(t if t.device == value.device else t.to(value.device) for t in pows)
+            pows = (_devices.copy_to(pows[0], value.device), _devices.copy_to(pows[1], value.device))
             state["beta1_pow_acc"], state["beta2_pow_acc"] = pows
         elif not (pows[0].is_cpu and pows[1].is_cpu):
             return None
