@@ -19,7 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import paddle_compat.optimizer as popt
-from paddle_compat import _devices, _native, _numerics
+from paddle_compat import _devices, _numerics
 from paddle_compat.amp import unscale
 from paddle_compat.amp.scale_tracker import FoundInf
 from paddle_compat.optimizer import _multi_tensor
