@@ -227,8 +227,8 @@ def _sync_check(device: str) -> list[Result]:
     return results
 
 
-def _graph_check(device: str) -> Result:
-    """torch's whole-network capture: forward, backward, scaler and optimizer in one CUDA graph."""
+def _graph_check(device: str, with_scaler: bool = True) -> Result:
+    """torch's whole-network capture: forward, backward, (scaler,) optimizer in one CUDA graph."""
 
     def build() -> tuple[torch.nn.Module, AdamW, GradScaler]:
         torch.manual_seed(0)
@@ -239,6 +239,10 @@ def _graph_check(device: str) -> Result:
 
     def step(model: torch.nn.Module, opt: AdamW, scaler: GradScaler, x: Tensor) -> None:
         opt.clear_grad(set_to_zero=False)
+        if not with_scaler:
+            model(x).pow(2).mean().backward()
+            opt.step()
+            return
         with auto_cast(dtype="float16"):
             loss = model(x).float().pow(2).mean()
         scaled = scaler.scale(loss)
@@ -267,7 +271,8 @@ def _graph_check(device: str) -> Result:
     torch.cuda.synchronize()
     same = _same_bits([p.detach().cpu() for p in graphed[0].parameters()],
                       [p.detach().cpu() for p in eager[0].parameters()])
-    return Result("CUDA graph of a whole training step", PASS if same else FAIL, "3 replays against eager steps")
+    name = "CUDA graph of a whole training step" + (" with a GradScaler" if with_scaler else " (torch's recipe)")
+    return Result(name, PASS if same else FAIL, "3 replays against eager steps")
 
 
 def _second_device_check() -> Result:
@@ -309,7 +314,8 @@ def run(device: str) -> list[Result]:
     steps: list[Callable[[], list[Result]]] = [lambda: _environment(device), lambda: _optimizer_checks(device),
                                                lambda: [_scaler_check(device)]]
     if device == "cuda":
-        steps += [lambda: _sync_check(device), lambda: [_graph_check(device)], lambda: [_second_device_check()]]
+        steps += [lambda: _sync_check(device), lambda: [_graph_check(device, with_scaler=False)],
+                  lambda: [_graph_check(device)], lambda: [_second_device_check()]]
     results: list[Result] = []
     for index, step in enumerate(steps):
         try:

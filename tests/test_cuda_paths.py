@@ -436,5 +436,6 @@ def test_cuda_a_later_variant_failing_to_compile_falls_back_whole(monkeypatch: p
 
 @pytest.mark.cuda
 @needs_cuda
-def test_cuda_whole_training_step_captured_in_a_graph() -> None:
-    assert selfcheck._graph_check("cuda").verdict == "PASS"
+@pytest.mark.parametrize("with_scaler", [False, True], ids=["torch-recipe", "with-grad-scaler"])
+def test_cuda_whole_training_step_captured_in_a_graph(with_scaler) -> None:
+    assert selfcheck._graph_check("cuda", with_scaler).verdict == "PASS"

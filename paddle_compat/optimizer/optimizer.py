@@ -478,8 +478,8 @@ class Optimizer(torch.optim.Optimizer):
         found_inf: Tensor | None,
     ) -> None:
         """Optional: run the optimizer's Triton kernel on ``launch`` through ``kern`` (the kernels'
-        module, or a ``_multi_tensor.Compiling`` stand-in: the step's compile-only first pass);
-        ``found_inf`` is on the launch's device."""
+        module, or a ``_multi_tensor.Compiling`` stand-in: the step's compile-only first pass, in
+        which nothing else may run); ``found_inf`` is on the launch's device."""
         raise NotImplementedError
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
