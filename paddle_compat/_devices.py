@@ -27,10 +27,12 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "address", "addressable", "copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device", "upload",
+    "PLAIN_TYPES", "address", "addressable", "copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device", "upload",
 ]
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+# The tensor types whose data_ptr() is their data (subclasses, DTensor and FakeTensor among them,
+# may have none, or a wrapper's)
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def gpu_kernels(t: Tensor) -> bool:
@@ -41,21 +43,16 @@ def gpu_kernels(t: Tensor) -> bool:
 def addressable(t: Tensor) -> bool:
     """Whether the compiled CPU kernels and the GPU kernels may read ``t``'s memory through a raw
     pointer: a plain tensor (exactly ``torch.Tensor`` or ``nn.Parameter``: no DTensor, FakeTensor,
-    functional or other subclass, whose pointer is not its data), strided (not sparse), on the CPU
-    or a CUDA device (not meta), without a lazy conjugate or negation. Contiguity and sizes are the
-    kernels' own checks."""
-    return (
-        type(t) in _PLAIN
-        and t.layout == torch.strided
-        and t.device.type in ("cpu", "cuda")
-        and not t.is_conj()
-        and not t.is_neg()
-    )
+    functional or other subclass, whose pointer is not its data), on the CPU or a CUDA device (not
+    meta), strided (not sparse), without a lazy negation (a conjugation concerns complex dtypes,
+    which no kernel takes). Contiguity, sizes and dtypes are the kernels' own checks."""
+    return type(t) in PLAIN_TYPES and (t.is_cpu or t.is_cuda) and t.layout == torch.strided and not t.is_neg()
 
 
 def address(t: Tensor) -> int:
-    """``t.data_ptr()`` for an ``addressable`` tensor, else ``id(t)`` (a key that never reads a
-    pointer some tensors do not have)."""
+    """``t.data_ptr()``, or for a tensor that has none to give (a FakeTensor, a DTensor) its ``id``:
+    a key that says whether the same memory is meant, never read through. (Callers with many
+    tensors try ``data_ptr()`` on all first: this costs a few checks more per tensor.)"""
     return t.data_ptr() if addressable(t) else id(t)
 
 

@@ -89,15 +89,15 @@ def test_fake_tensors_step_or_name_the_parameter(cls) -> None:
             assert f"{cls.__name__} cannot update parameter 0 of parameter group 0" in str(error), error
 
 
-def test_a_sparse_parameter_is_refused_by_name_before_anything_changes() -> None:
+def test_a_sparse_parameter_is_refused_by_name() -> None:
     dense = torch.nn.Parameter(torch.ones(3))
     sparse = torch.nn.Parameter(torch.eye(3).to_sparse())
-    dense.grad = torch.ones(3)
-    sparse.main_grad = torch.ones(3, 3)  # a main_grad is taken as the gradient
-    opt = popt.SGD(0.1, parameters=[dense, sparse])
     with pytest.raises(TypeError, match=r"^parameter 1 of parameter group 0 is a torch.sparse_coo tensor"):
-        opt.step()
-    assert torch.equal(dense.detach(), torch.ones(3))
+        popt.SGD(0.1, parameters=[dense, sparse])
+    opt = popt.Adam(0.1, parameters=[dense])
+    with pytest.raises(TypeError, match=r"^parameter 0 of parameter group 1 is a torch.sparse_coo tensor"):
+        opt.add_param_group({"params": [sparse]})
+    assert len(opt.param_groups) == 1
 
 
 _DTENSOR_STEP = textwrap.dedent("""
@@ -132,3 +132,17 @@ def test_dtensor_parameters_never_crash_the_process(tmp_path: Path) -> None:
     assert len(lines) == 4
     for line in lines:
         assert line.endswith("stepped") or "cannot update parameter 0 of parameter group 0" in line, line
+
+
+def test_the_clips_sum_of_squares_reads_only_plain_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from paddle_compat.nn.clip import squared_l2_norms
+
+    calls = spy(monkeypatch, _native.Kernels, ["sumsq"])
+    x = torch.randn(100)
+    (tagged,) = squared_l2_norms([x.as_subclass(Tagged)])
+    assert calls == [] and same_bits(torch.Tensor(tagged).as_subclass(torch.Tensor), squared_l2_norms([x])[0])
+    with FakeTensorMode():
+        (fake,) = squared_l2_norms([torch.randn(100)])
+    assert fake.shape == () and calls == ["sumsq"]  # the plain one only

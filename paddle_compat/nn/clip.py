@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from .. import _native
-from .._devices import addressable
+from .._devices import PLAIN_TYPES
 from .._numerics import sqrt_rn
 
 __all__ = ["ClipGradBase", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "GradientClipBase"]
@@ -130,8 +130,11 @@ def squared_l2_norms(xs: Sequence[Tensor]) -> list[Tensor]:
     kern = _native.kernels()
     if kern is not None:
         for dtype in (torch.float32, torch.float64):
+            # plain CPU tensors (``_devices.addressable``, checked cheaply at every step: a meta tensor is
+            # not on the CPU, and a lazily negated one squares to the same sum)
             picked = [
-                i for i, x in enumerate(xs) if addressable(x) and x.is_cpu and x.dtype == dtype and x.is_contiguous()
+                i for i, x in enumerate(xs)
+                if type(x) in PLAIN_TYPES and x.is_cpu and x.dtype == dtype and x.is_contiguous()
             ]
             if picked:
                 rows = array("q")

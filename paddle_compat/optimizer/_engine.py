@@ -94,6 +94,22 @@ def same_layout(*tensors: Tensor) -> bool:
     return dense and all(t.stride() == first.stride() for t in tensors[1:])
 
 
+def _layout(pairs: ParamsGrads) -> list[tuple[int, torch.dtype, bool]]:
+    """The parameters' addresses with the gradients' dtypes and layouts (a plan's key)."""
+    try:
+        return [(p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs]
+    except RuntimeError:  # a tensor with no pointer to give: see _devices.address
+        return [(_devices.address(p), g.dtype, g.is_contiguous()) for p, g in pairs]
+
+
+def _addresses(pairs: ParamsGrads) -> list[int]:
+    """The gradients' addresses (``_devices.address``)."""
+    try:
+        return [g.data_ptr() for _, g in pairs]
+    except RuntimeError:
+        return [_devices.address(g) for _, g in pairs]
+
+
 class _Plan:
     """The kernels' share of a group's step (see ``Engine.update``), and what it was made for."""
 
@@ -109,7 +125,7 @@ class _Plan:
 
     def point_at(self, pairs: ParamsGrads) -> None:
         """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
-        addresses = [_devices.address(g) for _, g in pairs]
+        addresses = _addresses(pairs)
         if addresses == self.grads:
             return
         for address, slot in zip(addresses, self.slots):
@@ -175,7 +191,7 @@ class Engine:
         # line here runs at each step, on caches a forward and backward pass have just emptied.
         key = (
             [v for k, v in group.items() if k != "params"],
-            [(_devices.address(p), g.dtype, g.is_contiguous()) for p, g in pairs],
+            _layout(pairs),
             opt._dtype,
             opt._multi_precision,
             found_inf is not None,
@@ -256,7 +272,7 @@ class Engine:
                 if indices is not None:
                     indices.append(i)
         multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
-        grads = [_devices.address(g) for _, g in pairs]
+        grads = _addresses(pairs)
         return _Plan(
             key, opt.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
         )

@@ -183,6 +183,13 @@ class Optimizer(torch.optim.Optimizer):
             group["learning_rate"] = float(ratio)
         if group.get("grad_clip") is not None and not isinstance(group["grad_clip"], ClipGradBase):
             raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
+        params = group.get("params")
+        for index, p in enumerate([params] if isinstance(params, Tensor) else params or []):
+            if isinstance(p, Tensor) and p.layout != torch.strided:
+                raise TypeError(
+                    f"parameter {index} of parameter group {len(self.param_groups)} is a {p.layout} tensor: "
+                    "paddle_compat optimizers update dense (strided) parameters"
+                )
         self._check_group(group)
         super().add_param_group(group)
 
@@ -392,15 +399,9 @@ class Optimizer(torch.optim.Optimizer):
                 pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
                 if selected is not None:
                     pairs = [(p, g) for p, g in pairs if id(p) in selected]
-                for p, g in pairs:
+                for _, g in pairs:
                     if g.is_sparse:
                         raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
-                    if p.layout != torch.strided:
-                        index = next(i for i, q in enumerate(group["params"]) if q is p)
-                        raise TypeError(
-                            f"parameter {index} of parameter group {self.param_groups.index(group)} is a {p.layout} "
-                            "tensor: paddle_compat optimizers update dense (strided) parameters"
-                        )
                 if pairs:
                     work.append((group, pairs))
             skip, device_flag = self._scaler_handover(work)
