@@ -48,11 +48,13 @@ class Momentum(Optimizer):
         rescale_grad: float = 1.0,
         use_multi_tensor: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         defaults = {"momentum": momentum, "use_nesterov": use_nesterov, "rescale_grad": rescale_grad}
         self._check_group(defaults)
         self._use_multi_tensor = _checks.flag("use_multi_tensor", use_multi_tensor)
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         if "momentum" in group:
