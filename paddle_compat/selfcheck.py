@@ -10,8 +10,8 @@ check needs), exit status 0 only without a ``FAIL``:
   against Paddle's GPU formulas emulated exactly on the CPU, float64 included;
 - the GradScaler's scale and skip count through injected overflows against Paddle's policy replayed
   on the host;
-- on ``cuda``: host syncs per step (0 with our optimizers, which skip on the device; 1 with one of
-  torch's that is not fused), a whole training step (forward, backward, scaler, optimizer) captured
+- on ``cuda``: host syncs per step (0 with our optimizers made with ``fused=True``, which skip on
+  the device; 1 otherwise), a whole training step (forward, backward, scaler, optimizer) captured
   in a CUDA graph and replayed against eager steps, and parameters on a second device that is not
   the current one, when there is one.
 """
@@ -202,7 +202,8 @@ def _scaler_check(device: str) -> Result:
 def _sync_check(device: str) -> list[Result]:
     results = []
     for name, make, target in (
-        ("AdamW (ours, skips on the device)", lambda ps: AdamW(0.01, parameters=ps), 0),
+        ("AdamW(fused=True) (ours, skips on the device)", lambda ps: AdamW(0.01, parameters=ps, fused=True), 0),
+        ("AdamW (ours, the scaler skips it)", lambda ps: AdamW(0.01, parameters=ps), 1),
         ("torch.optim.SGD (not fused)", lambda ps: torch.optim.SGD(ps, lr=0.01), 1),
     ):
         params = [torch.nn.Parameter(torch.randn(1000, device=device)) for _ in range(3)]
@@ -233,7 +234,8 @@ def _graph_check(device: str, with_scaler: bool = True) -> Result:
     def build() -> tuple[torch.nn.Module, AdamW, GradScaler]:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(device)
-        return model, AdamW(0.01, parameters=model.parameters()), GradScaler(init_loss_scaling=1024.0)
+        opt = AdamW(0.01, parameters=model.parameters(), fused=True)  # skips on the device: nothing to read
+        return model, opt, GradScaler(init_loss_scaling=1024.0)
 
     xs = [torch.randn(16, 32, device=device, generator=None) for _ in range(6)]
 

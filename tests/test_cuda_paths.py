@@ -401,7 +401,7 @@ def test_cuda_one_optimizer_over_two_devices_with_a_scaler() -> None:
     runs = []
     for devices in (["cuda:0", "cuda:1"], ["cpu", "cpu"]):
         params = [torch.nn.Parameter(v.to(d)) for v, d in zip(inits, devices)]
-        opt, scaler = popt.AdamW(0.01, parameters=params), GradScaler(init_loss_scaling=8.0)
+        opt, scaler = popt.AdamW(0.01, parameters=params, fused=True), GradScaler(init_loss_scaling=8.0)
         gen = torch.Generator().manual_seed(1)
         with contextlib.ExitStack() as stack:
             if devices[0] == "cpu":
