@@ -82,11 +82,11 @@ class RMSProp(Optimizer):
         if group["centered"]:
             mg = state["mean_grad"].to(mt)
             mg.mul_(rho).add_(torch.mul(g, keep, out=tmp))  # rho*mg + (1-rho)*g
-            torch.sub(ms, torch.mul(mg, mg, out=den), out=den)  # (ms - mg^2) + eps
+            torch.sub(ms, torch.mul(mg, mg, out=den), out=den).add_(eps)  # (ms - mg^2) + eps
             state["mean_grad"].copy_(mg)
         else:
-            den.copy_(ms)
-        sqrt_like_eigen(den.add_(eps), out=den)
+            torch.add(ms, eps, out=den)  # ms + eps
+        sqrt_like_eigen(den, out=den)
         mom.mul_(mu).add_(torch.mul(g, lr, out=tmp).div_(den))  # mu*mom + (lr*g)/denom
         w = w.sub_(mom)
         state["mean_square"].copy_(ms)
