@@ -26,10 +26,11 @@ class Lamb(Optimizer):
 
     ``direction = m_hat/(sqrt(v_hat) + epsilon) + lamb_weight_decay*param``; ``param -= lr *
     ratio * direction`` with ``ratio = ||param||/||direction||`` (1 when either norm is 0).
-    ``exclude_from_weight_decay_fn(param)`` returning True drops the decay for that parameter; its
-    trust ratio then stays, unless ... (see ``always_adapt``). The beta powers live on the CPU as
-    in Paddle; moments (and beta powers) are float32 for fp16/bf16 parameters; with
-    ``multi_precision`` the update runs on a float32 master weight.
+    ``exclude_from_weight_decay_fn(param)`` returning True drops the decay for that parameter. As
+    in Paddle, a parameter without decay (excluded, or ``lamb_weight_decay=0``) takes no trust
+    ratio (1) unless ``always_adapt=True``. The beta powers live on the CPU as in Paddle; moments
+    (and beta powers) are float32 for fp16/bf16 parameters; with ``multi_precision`` the update
+    runs on a float32 master weight.
 
     Paddle's CPU kernel, every operation rounded in the compute dtype and the two squared norms
     summed in Eigen's order (``nn.clip.squared_l2_norm``): bit-exact to Paddle 3.3.1 for float32 and
