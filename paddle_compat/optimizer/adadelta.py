@@ -24,10 +24,10 @@ class Adadelta(Optimizer):
     ``avg_sq_update = rho*avg_sq_update + (1-rho)*update**2``.
 
     Paddle's CPU kernel (Eigen), every operation rounded in the compute dtype: bit-exact to Paddle
-    3.3.1 for float32 and float64. The accumulators keep Paddle's names (``_avg_squared_grad``,
-    ``_avg_squared_update``). The same formulas run on CUDA (not verified on a GPU); fp16/bf16
-    compute in float32 (Paddle has no CPU kernel for them). Differences from Paddle: non-finite
-    hyper-parameters are refused.
+    3.3.1 for float64, and for float32 with the CPU's rsqrt (``_eigen.sqrt_like_eigen``). The
+    accumulators keep Paddle's names (``_avg_squared_grad``, ``_avg_squared_update``). The same
+    formulas run on CUDA (not verified on a GPU); fp16/bf16 compute in float32 (Paddle has no CPU
+    kernel for them). Differences from Paddle: non-finite hyper-parameters are refused.
     """
 
     def __init__(

@@ -21,11 +21,11 @@ class Adagrad(Optimizer):
     """Adagrad: ``moment += grad*grad``; ``param -= lr*grad / (sqrt(moment) + epsilon)``.
 
     Paddle's CPU kernel (Eigen), every operation rounded in the parameter's dtype: bit-exact to
-    Paddle 3.3.1 for float32 and float64. ``moment`` starts at ``initial_accumulator_value`` (a
-    group may set its own). The same formulas run on CUDA (Paddle's CUDA kernel may contract them
-    into fused multiply-adds: not verified on a GPU). Paddle has no CPU kernel for fp16/bf16: here
-    they compute in float32 (with master weights under ``multi_precision``, which ``decorate``
-    switches on).
+    Paddle 3.3.1 for float64, and for float32 with the CPU's rsqrt (``_eigen.sqrt_like_eigen``).
+    ``moment`` starts at ``initial_accumulator_value`` (a group may set its own). The same formulas
+    run on CUDA (Paddle's CUDA kernel may contract them into fused multiply-adds: not verified on a
+    GPU). Paddle has no CPU kernel for fp16/bf16: here they compute in float32 (with master weights
+    under ``multi_precision``, which ``decorate`` switches on).
 
     Differences from Paddle: ``None`` for ``learning_rate`` or ``epsilon`` is a ``ValueError``
     (Paddle asserts); a non-finite ``epsilon`` is refused.

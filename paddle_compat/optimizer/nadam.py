@@ -23,13 +23,14 @@ class NAdam(Optimizer):
     """NAdam with Paddle's momentum schedule: ``mu_t = beta1*(1 - 0.5*0.96**(t*momentum_decay))``.
 
     Paddle's CPU kernel (Eigen), every operation rounded in the compute dtype, ``pow`` as libm's:
-    bit-exact to Paddle 3.3.1 for float32 and float64. Paddle keeps ``momentum_decay_pow``,
-    ``beta2_pow`` and ``mu_product`` as tensors of the parameter's shape whose elements are all
-    equal; here they are ``[1]`` tensors on the CPU (the parity kit converts both ways), which
-    gives the same bits. Moments are float32 for fp16/bf16 parameters. The same formulas run on
-    CUDA (not verified on a GPU); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them).
-    Differences from Paddle: ``weight_decay`` is a regularizer or a float (Paddle also lists a
-    Tensor); non-finite hyper-parameters are refused.
+    bit-exact to Paddle 3.3.1 for float64, and for float32 with the CPU's rsqrt
+    (``_eigen.sqrt_like_eigen``). Paddle keeps ``momentum_decay_pow``, ``beta2_pow`` and
+    ``mu_product`` as tensors of the parameter's shape whose elements are all equal; here they are
+    ``[1]`` tensors on the CPU (the parity kit converts both ways), which gives the same bits.
+    Moments are float32 for fp16/bf16 parameters. The same formulas run on CUDA (not verified on a
+    GPU); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences from Paddle:
+    ``weight_decay`` is a regularizer or a float (Paddle also lists a Tensor); non-finite
+    hyper-parameters are refused.
     """
 
     _host_state = ("momentum_decay_pow", "beta2_pow", "mu_product")

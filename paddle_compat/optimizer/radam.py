@@ -23,13 +23,13 @@ class RAdam(Optimizer):
     (``rho_t > 5``), plain bias-corrected momentum before.
 
     Paddle's CPU kernel (Eigen), every operation rounded in the compute dtype: bit-exact to Paddle
-    3.3.1 for float32 and float64. Paddle keeps ``beta1_pow``, ``beta2_pow`` and ``rho`` as
-    tensors of the parameter's shape whose elements are all equal (its kernel reads ``rho``'s
-    first); here they are ``[1]`` tensors on the CPU (the parity kit converts both ways), which
-    gives the same bits. Moments are float32 for fp16/bf16 parameters. The same formulas run on
-    CUDA (not verified on a GPU); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them).
-    Differences from Paddle: ``weight_decay`` is a regularizer or a float (Paddle also lists a
-    Tensor); non-finite hyper-parameters are refused.
+    3.3.1 for float64, and for float32 with the CPU's rsqrt (``_eigen.sqrt_like_eigen``). Paddle
+    keeps ``beta1_pow``, ``beta2_pow`` and ``rho`` as tensors of the parameter's shape whose
+    elements are all equal (its kernel reads ``rho``'s first); here they are ``[1]`` tensors on the
+    CPU (the parity kit converts both ways), which gives the same bits. Moments are float32 for
+    fp16/bf16 parameters. The same formulas run on CUDA (not verified on a GPU); fp16/bf16 compute
+    in float32 (Paddle has no CPU kernel for them). Differences from Paddle: ``weight_decay`` is a
+    regularizer or a float (Paddle also lists a Tensor); non-finite hyper-parameters are refused.
     """
 
     _host_state = ("beta1_pow", "beta2_pow", "rho")

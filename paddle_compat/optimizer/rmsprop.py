@@ -27,10 +27,10 @@ class RMSProp(Optimizer):
     inside the root, unlike ``torch.optim.RMSprop``.
 
     Paddle's CPU kernel (Eigen), every operation rounded in the parameter's dtype: bit-exact to
-    Paddle 3.3.1 for float32 and float64. The same formulas run on CUDA (not verified on a GPU).
-    Paddle has no CPU kernel for fp16/bf16: here they compute in float32 (with master weights
-    under ``multi_precision``, which ``decorate`` switches on). Differences from Paddle: non-finite
-    hyper-parameters are refused.
+    Paddle 3.3.1 for float64, and for float32 with the CPU's rsqrt (``_eigen.sqrt_like_eigen``). The
+    same formulas run on CUDA (not verified on a GPU). Paddle has no CPU kernel for fp16/bf16: here
+    they compute in float32 (with master weights under ``multi_precision``, which ``decorate``
+    switches on). Differences from Paddle: non-finite hyper-parameters are refused.
     """
 
     def __init__(
