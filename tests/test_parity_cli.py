@@ -110,3 +110,18 @@ def test_module_entry_point(traces, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         runpy.run_module("paddle_compat.parity", run_name="__main__")
     assert e.value.code == 1 and "first divergence at step 1" in capsys.readouterr().out
+
+
+def test_damaged_trace_exits_2(traces, capsys):
+    """The documented status for an unreadable trace is 2 (1 means: the runs diverge)."""
+    data = (traces / "b.npz").read_bytes()
+    (traces / "b.npz").write_bytes(data[: len(data) // 2])
+    assert main(["compare", str(traces / "a"), str(traces / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "b.npz is not this trace's data" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("rtol", ["nan", "-1", "inf"])
+def test_bad_tolerance_exits_2(traces, capsys, rtol):
+    assert main(["compare", str(traces / "a"), str(traces / "a"), "--rtol", rtol, "--atol", "0"]) == 2
+    assert "rtol must be a finite number >= 0" in capsys.readouterr().err

@@ -203,6 +203,17 @@ def test_argument_checks():
         compare(a, trace([(scal(), {})], layout="paddle"))
     loose = trace([(scal(loss=1.01), {})])
     assert not compare(a, loose).ok and compare(a, loose, rtol=0.1, atol=0.0).ok
+    for bad in (float("nan"), -1, float("inf")):  # NaN and -1 once passed and made equal traces diverge
+        with pytest.raises(ValueError, match=f"rtol must be a finite number >= 0, got {bad}"):
+            compare(a, a, rtol=bad, atol=0.0)
+        with pytest.raises(ValueError, match=f"atol must be a finite number >= 0, got {bad}"):
+            compare(a, a, rtol=0.0, atol=bad)
+    with pytest.raises(TypeError, match="rtol must be a number, got str"):
+        compare(a, a, rtol="0.1", atol=0.0)
+    with pytest.raises(TypeError, match="reference must be a Trace or the path of a saved one, got int"):
+        compare(42, a)
+    with pytest.raises(TypeError, match="exact must be a bool"):
+        compare(a, a, exact="yes")
 
 
 # ---------------------------------------------------------------------------------------- report

@@ -387,6 +387,15 @@ def test_torch_lr_scheduler_state():
     assert sched2.last_epoch == 5 and sched2.get_last_lr() == [0.25]
     with pytest.raises(ValueError, match="no 'last_lr'"):
         lr_scheduler_state_to_torch({"last_epoch": 1}, sched2)
+    with pytest.raises(ValueError, match=r"state\['last_lr'\] must be a finite number, got nan"):
+        lr_scheduler_state_to_torch({"last_epoch": 1, "last_lr": float("nan")}, sched2)
+    with pytest.raises(TypeError, match=r"state\['last_epoch'\] must be an int, got 'x'"):
+        lr_scheduler_state_to_torch({"last_epoch": "x", "last_lr": 0.1}, sched2)
+    with pytest.raises(TypeError, match="state must be a Paddle LR scheduler's state dict, got str"):
+        lr_scheduler_state_to_torch("x", sched2)
+    with pytest.raises(TypeError, match="scheduler: str is neither"):
+        lr_scheduler_state_to_paddle("x")
+    assert sched2.last_epoch == 5  # refused before anything changed
 
 
 def test_paddle_style_scheduler_passes_through():

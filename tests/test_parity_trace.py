@@ -131,6 +131,65 @@ def test_load_refuses_other_files(tmp_path):
         Trace.load(tmp_path / "missing")
 
 
+def _two_traces(tmp_path):
+    for name, value in (("a", 1.0), ("b", 2.0)):
+        t = Trace({"layout": "torch"})
+        t.add_step({"loss": 1.0}, {"param/w": np.full(3, value, np.float32)})
+        t.save(tmp_path / name)
+    return tmp_path / "a.json", tmp_path / "a.npz", tmp_path / "b.npz"
+
+
+def _damage_npz(npz, tmp_path):
+    """The npz with one array's header claiming 2**40 elements (a zip that is otherwise valid)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
+    out = tmp_path / "forged.npz"
+    with zipfile.ZipFile(npz) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, buf.getvalue() if info.filename == "0.data.npy" else zin.read(info))
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("truncated npz", r"c\.npz is not this trace's data.*File is not a zip file"),
+        ("npz of another trace", r"c\.json and .*c\.npz are not the two files of one trace"),
+        ("forged npz header", r"c\.npz is not this trace's data.*its header needs 4398046511"),
+        ("json list", r"c\.json is not a paddle_compat parity trace"),
+        ("corrupt json", r"c\.json is not a parity trace \(not JSON"),
+        ("json missing steps", r"c\.json is damaged: 'steps' is not a list"),
+        ("json bad tensor entry", r"c\.json is damaged: tensor entry 0"),
+    ],
+)
+def test_load_refuses_damaged_files(tmp_path, damage, message):
+    """Each is a ValueError naming the file (the command line's exit status 2), before the arrays are read."""
+    jpath, npath, other = _two_traces(tmp_path)
+    doc = json.loads(jpath.read_text())
+    data, text = npath.read_bytes(), jpath.read_text()
+    if damage == "truncated npz":
+        data = data[: len(data) // 2]
+    elif damage == "npz of another trace":
+        data = other.read_bytes()
+    elif damage == "forged npz header":
+        data = _damage_npz(npath, tmp_path)
+    elif damage == "json list":
+        text = "[1, 2]"
+    elif damage == "corrupt json":
+        text = text[:-20]
+    elif damage == "json missing steps":
+        text = json.dumps({**doc, "steps": None})
+    else:
+        text = json.dumps({**doc, "tensors": [{**doc["tensors"][0], "shape": [-3]}]})
+    (tmp_path / "c.json").write_text(text)
+    (tmp_path / "c.npz").write_bytes(data)
+    with pytest.raises(ValueError, match=message):
+        Trace.load(tmp_path / "c")
+
+
 def test_sampled_storage_keeps_digests():
     full, small = run(), run(full_max_elements=8, sample=4)
     s = small.series["param/0.weight"]

@@ -326,6 +326,15 @@ def _scalar_of(x: Any, dtype: str) -> float | int | bool:
 # ------------------------------------------------------------------------------------- driver
 
 
+def _check_tolerance(arg: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{arg} must be a number, got {type(value).__name__}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{arg} must be a finite number >= 0, got {value!r}")
+
+
 def _category(name: str) -> str:
     return name.split("/", 1)[0]
 
@@ -357,9 +366,16 @@ def compare(
         result = compare("golden/paddle", "port", exact=True)
         assert result.ok, result.summary()
     """
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
     if exact and (rtol is not None or atol is not None):
         raise ValueError("exact=True compares bits: rtol/atol do not apply")
+    _check_tolerance("rtol", rtol)
+    _check_tolerance("atol", atol)
     tolerances("float32", rtol, atol)  # both or neither
+    for arg, run in (("reference", reference), ("candidate", candidate)):
+        if not isinstance(run, (Trace, str, os.PathLike)):
+            raise TypeError(f"{arg} must be a Trace or the path of a saved one, got {type(run).__name__}")
     ref, cand = load_trace(reference), load_trace(candidate)
     lr, lc = ref.meta.get("layout"), cand.meta.get("layout")
     if lr != lc:

@@ -13,6 +13,7 @@ float32) after each update, so after ``t`` updates it holds ``beta**(t+1)`` roun
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -428,12 +429,12 @@ def lr_scheduler_state_to_paddle(scheduler: Any) -> dict[str, Any]:
 
         paddle_scheduler.set_state_dict(lr_scheduler_state_to_paddle(scheduler))
     """
-    sd = scheduler.state_dict()
     if callable(getattr(scheduler, "set_state_dict", None)):
-        return dict(sd)
+        return dict(scheduler.state_dict())
     if isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
+        sd = scheduler.state_dict()
         return {"last_epoch": int(sd["last_epoch"]), "last_lr": float(sd["_last_lr"][0])}
-    raise TypeError(f"{type(scheduler).__name__} is neither a Paddle-style nor a torch LR scheduler")
+    raise TypeError(f"scheduler: {type(scheduler).__name__} is neither a Paddle-style nor a torch LR scheduler")
 
 
 def lr_scheduler_state_to_torch(state: Mapping[str, Any], scheduler: Any) -> dict[str, Any]:
@@ -451,9 +452,16 @@ def lr_scheduler_state_to_torch(state: Mapping[str, Any], scheduler: Any) -> dic
 
         scheduler.load_state_dict(lr_scheduler_state_to_torch(paddle_scheduler.state_dict(), scheduler))
     """
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state must be a Paddle LR scheduler's state dict, got {type(state).__name__}")
     for key in ("last_epoch", "last_lr"):
         if key not in state:
-            raise ValueError(f"not a Paddle LR scheduler state: no {key!r}")
+            raise ValueError(f"state is not a Paddle LR scheduler state: no {key!r}")
+    epoch, lr = state["last_epoch"], state["last_lr"]
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+        raise TypeError(f"state['last_epoch'] must be an int, got {epoch!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.number)) or not math.isfinite(lr):
+        raise ValueError(f"state['last_lr'] must be a finite number, got {lr!r}")
     if callable(getattr(scheduler, "set_state_dict", None)):
         return dict(state)
     if isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
@@ -462,7 +470,7 @@ def lr_scheduler_state_to_torch(state: Mapping[str, Any], scheduler: Any) -> dic
         sd["_step_count"] = int(state["last_epoch"]) + 1
         sd["_last_lr"] = [float(state["last_lr"])] * len(sd["_last_lr"])
         return sd
-    raise TypeError(f"{type(scheduler).__name__} is neither a Paddle-style nor a torch LR scheduler")
+    raise TypeError(f"scheduler: {type(scheduler).__name__} is neither a Paddle-style nor a torch LR scheduler")
 
 
 def scaler_state_to_paddle(scaler_or_state: Any) -> dict[str, Any]:

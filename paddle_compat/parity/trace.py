@@ -20,11 +20,13 @@ Paddle run is recorded under the port's names and layouts, so the two traces com
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import math
 import os
 import platform
 import sys
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -216,6 +218,7 @@ class Trace:
             "meta": self.meta,
             "steps": [{k: json_float(v) for k, v in st.items()} for st in self.steps],
             "tensors": listing,
+            "arrays_digest": _arrays_digest(self.series),
         }
         jpath.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
         np.savez_compressed(npath, **arrays)
@@ -228,6 +231,11 @@ class Trace:
         Args:
             path: the trace's path, with or without its ``.json``/``.npz`` suffix.
 
+        Raises:
+            FileNotFoundError: a file is missing.
+            ValueError: a file is damaged or truncated, or the two files are not from one trace
+                (naming the file); checked before the arrays are read.
+
         Example::
 
             trace = Trace.load("tests/golden/demo")
@@ -235,22 +243,128 @@ class Trace:
         jpath, npath = trace_paths(path)
         if not jpath.is_file():
             raise FileNotFoundError(f"no trace at {jpath}")
-        doc = json.loads(jpath.read_text())
-        if doc.get("format") != FORMAT:
-            raise ValueError(f"{jpath} is not a paddle_compat parity trace")
-        if doc.get("version") != VERSION:
-            raise ValueError(f"{jpath}: trace format version {doc.get('version')}, this reader knows {VERSION}")
+        doc = _read_listing(jpath)
+        if not npath.is_file():
+            raise FileNotFoundError(f"no trace data at {npath} (a trace is NAME.json and NAME.npz)")
         trace = cls(doc["meta"])
         trace.steps = [{k: _decode_float(v) for k, v in st.items()} for st in doc["steps"]]
-        with np.load(npath, allow_pickle=False) as z:
-            for i, entry in enumerate(doc["tensors"]):
-                index = z[f"{i}.index"] if entry["storage"] == "sampled" else None
-                s = Series(entry["dtype"], tuple(entry["shape"]), index)
-                s.steps = [int(x) for x in z[f"{i}.steps"]]
-                s.digests = [int(x) for x in z[f"{i}.digests"]]
-                s.data = list(z[f"{i}.data"].reshape(len(s.steps), -1))
-                trace.series[entry["name"]] = s
+        trace.series = _read_series(npath, doc["tensors"], len(trace.steps))
+        expected = doc.get("arrays_digest")
+        if expected is not None and _arrays_digest(trace.series) != expected:
+            raise ValueError(f"{jpath} and {npath} are not the two files of one trace (saved by different runs?)")
         return trace
+
+
+_STORAGE = ("full", "sampled")
+_DTYPES = frozenset({"bfloat16", "float16", "float32", "float64", "bool", "uint8", "uint16", "int8", "int16",
+                     "int32", "int64", "complex64", "complex128"})
+
+
+def _read_listing(jpath: Path) -> dict[str, Any]:
+    """A trace's JSON file, its structure checked (``ValueError`` naming the file otherwise)."""
+    try:
+        doc = json.loads(jpath.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{jpath} is not a parity trace (not JSON: {e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(f"{jpath} is not a paddle_compat parity trace")
+    if doc.get("version") != VERSION:
+        raise ValueError(f"{jpath}: trace format version {doc.get('version')}, this reader knows {VERSION}")
+
+    def bad(what: str) -> ValueError:
+        return ValueError(f"{jpath} is damaged: {what}")
+
+    if not isinstance(doc.get("meta"), dict):
+        raise bad("'meta' is not an object")
+    steps = doc.get("steps")
+    if not isinstance(steps, list) or not all(isinstance(st, dict) for st in steps):
+        raise bad("'steps' is not a list of objects")
+    tensors = doc.get("tensors")
+    if not isinstance(tensors, list):
+        raise bad("'tensors' is not a list")
+    for i, entry in enumerate(tensors):
+        ok = (
+            isinstance(entry, dict)
+            and isinstance(entry.get("name"), str)
+            and entry.get("dtype") in _DTYPES
+            and entry.get("storage") in _STORAGE
+            and isinstance(entry.get("shape"), list)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in entry["shape"])
+        )
+        if not ok:
+            raise bad(f"tensor entry {i} is not {{name, dtype, shape, storage}}: {entry!r:.200}")
+    digest_ = doc.get("arrays_digest")
+    if digest_ is not None and not isinstance(digest_, str):
+        raise bad("'arrays_digest' is not a string")
+    return doc
+
+
+# Deflate expands at most about 1032 times: a member that claims more is damaged (or a zip bomb).
+_MAX_INFLATE = 1100
+
+
+def _check_npz_members(zf: zipfile.ZipFile) -> None:
+    """Every member's declared size agrees with its array header, before numpy allocates the array."""
+    for info in zf.infolist():
+        limit = info.compress_size * _MAX_INFLATE + 4096
+        if info.file_size > limit:
+            raise ValueError(f"{info.filename} claims {info.file_size} bytes")
+        with zf.open(info) as f:
+            fmt = np.lib.format
+            version = fmt.read_magic(f)
+            read_header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
+            if read_header is None:
+                raise ValueError(f"{info.filename}: .npy format version {version}, which no trace writes")
+            shape, _, dtype = read_header(f)
+            if dtype.hasobject:
+                raise ValueError(f"{info.filename} holds Python objects")
+            need = f.tell() + math.prod(shape) * dtype.itemsize
+        if need != info.file_size:
+            raise ValueError(f"{info.filename} has {info.file_size} bytes, its header needs {need}")
+
+
+def _read_series(npath: Path, listing: list[dict[str, Any]], n_steps: int) -> dict[str, Series]:
+    """The tensors of a trace's ``.npz`` file, checked against its JSON listing."""
+    series: dict[str, Series] = {}
+    try:
+        with zipfile.ZipFile(npath) as zf:
+            _check_npz_members(zf)
+        with np.load(npath, allow_pickle=False) as z:
+            for i, entry in enumerate(listing):
+                shape = tuple(entry["shape"])
+                index = z[f"{i}.index"] if entry["storage"] == "sampled" else None
+                steps, digests, data = z[f"{i}.steps"], z[f"{i}.digests"], z[f"{i}.data"]
+                width = math.prod(shape) if index is None else len(index)
+                n = len(steps)
+                problem = None
+                if steps.ndim != 1 or digests.shape != (n,) or data.size != n * width:
+                    problem = "its steps, digests and data disagree in length"
+                elif n and (np.any(np.diff(steps) <= 0) or steps[0] < 0 or steps[-1] >= n_steps):
+                    problem = f"its steps are not increasing within the {n_steps} steps of the trace"
+                elif index is not None and (index.ndim != 1 or np.any((index < 0) | (index >= math.prod(shape)))):
+                    problem = "its sampled indices are out of the tensor"
+                if problem is not None:
+                    raise ValueError(f"tensor {entry['name']!r}: {problem}")
+                s = Series(entry["dtype"], shape, index)
+                s.steps = [int(x) for x in steps]
+                s.digests = [int(x) for x in digests]
+                s.data = list(data.reshape(n, width))
+                series[entry["name"]] = s
+    except (zipfile.BadZipFile, EOFError, KeyError, OSError, ValueError) as e:
+        raise ValueError(f"{npath} is not this trace's data (damaged, truncated, or from another trace): {e}") from None
+    return series
+
+
+def _arrays_digest(series: Mapping[str, Series]) -> str:
+    """A fingerprint of every stored array, kept in the JSON file to tie it to its ``.npz``."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, s in series.items():
+        h.update(f"{name}|{s.dtype}|{s.shape}|{s.steps}|{s.digests}|".encode())
+        if s.index is not None:
+            h.update(np.ascontiguousarray(s.index).tobytes())
+        for row in s.data:
+            h.update(np.ascontiguousarray(row).tobytes())
+    return h.hexdigest()
 
 
 def load_trace(path: str | os.PathLike[str] | Trace) -> Trace:
