@@ -290,3 +290,33 @@ def test_layer_called_twice_in_a_step():
     model(torch.ones(1, 2))
     rec.record()
     assert "act/0" not in {n for n, s in rec.trace.series.items() if 1 in s.steps}
+
+
+def test_pre_clip_norm_and_clip_factor():
+    """before_step() records the unscaled global norm before the clip and the factor the clip applies."""
+    from paddle_compat.nn import ClipGradByGlobalNorm
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = popt.SGD(learning_rate=0.1, parameters=model.parameters(), grad_clip=ClipGradByGlobalNorm(0.05))
+    sc = GradScaler(init_loss_scaling=256.0)
+    rec = TraceRecorder(model, opt, sc)
+    x = torch.randn(5, 4)
+    norms = []
+    for step in range(2):
+        scaled = sc.scale(model(x).pow(2).mean())
+        scaled.backward()
+        if step == 1:
+            model.weight.grad[0, 0] = float("inf")
+        unscaled = [p.grad.double() / 256.0 for p in model.parameters()]
+        norms.append(float(torch.sqrt(sum((g * g).sum() for g in unscaled))))
+        rec.before_step()
+        sc.minimize(opt, scaled)
+        rec.record()
+        opt.clear_grad()
+    first, second = rec.trace.steps
+    assert first["pre_clip_norm"] == pytest.approx(norms[0], rel=1e-12)
+    assert first["clip_factor"] == pytest.approx(0.05 / norms[0]) and first["clip_factor"] < 1
+    assert second["pre_clip_norm"] == math.inf and second["clip_factor"] is None
+    assert (first["found_inf"], second["found_inf"]) == (False, True)  # before_step() does not consume the verdict
+    assert rec.trace.meta["parameter_tensors"] == 2 and rec.trace.meta["unbiased_running_var"] == []

@@ -44,7 +44,9 @@ __all__ = ["ENV_OUT", "SCALARS", "Series", "Trace", "TraceRecorder", "load_trace
 
 FORMAT = "paddle_compat.parity.trace"
 VERSION = 1
-SCALARS = ("loss", "scale", "found_inf", "incr_count", "decr_count", "lr", "grad_norm")
+SCALARS = (
+    "loss", "scale", "found_inf", "incr_count", "decr_count", "lr", "pre_clip_norm", "grad_norm", "clip_factor"
+)
 # Where `python -m paddle_compat.parity record` asks the recorded script to save its trace.
 ENV_OUT = "PADDLE_COMPAT_PARITY_TRACE"
 
@@ -483,18 +485,22 @@ class _ScalerReader:
         get = getattr(self.scaler, "get_skipped_steps", None)
         return int(get()) if callable(get) else None
 
-    def read(self) -> dict[str, Any]:
-        if self.scaler is None:
-            return {}
-        state = self.scaler.state_dict()
+    def state(self) -> dict[str, Any]:
+        """The scale and counters now (nothing when there is no scaler, or it is off)."""
+        state = self.scaler.state_dict() if self.scaler is not None else {}
         out: dict[str, Any] = {}
         if state:
             out["scale"] = float(np.asarray(array_of(state["scale"])[0], np.float32).reshape(-1)[0])
             for key in ("incr_count", "decr_count"):
                 if key in state:
                     out[key] = int(np.asarray(state[key]).reshape(-1)[0])
-        out["found_inf"] = self._found_inf()
         return out
+
+    def read(self) -> dict[str, Any]:
+        """The state after a step, and whether the step was skipped (once per step: it counts)."""
+        if self.scaler is None:
+            return {}
+        return {**self.state(), "found_inf": self._found_inf()}
 
     def _found_inf(self) -> bool | None:
         last = getattr(self.scaler, "last_step_skipped", None)
@@ -600,16 +606,44 @@ class TraceRecorder:
         self._grads, self._opt_state = grads, optimizer_state
         self._watcher = LayerWatcher(model, self._side.layer_name) if layers else None
         self._full_max_elements, self._sample = full_max_elements, sample
+        self._pre: dict[str, Any] = {}
+        trainable = [p for _, p in model.named_parameters() if not getattr(p, "stop_gradient", False)]
+        torch_model = model if isinstance(model, torch.nn.Module) else port
         self.trace = Trace(
             {
                 "framework": self._side.framework,
                 "layout": self._side.layout,
+                "parameter_tensors": len(trainable),  # in the framework's own layout (Paddle: q/k/v apart)
+                "unbiased_running_var": _unbiased_running_var(torch_model),
                 "full_max_elements": full_max_elements,
                 "sample": sample,
                 "environment": _environment(),
                 "run": dict(meta or {}),
             }
         )
+
+    def before_step(self) -> None:
+        """Optional, after ``backward`` and before the optimizer step: also record the global norm
+        of the gradients before clipping (``pre_clip_norm``, unscaled by the scaler's current scale)
+        and the factor a global-norm clip will apply (``clip_factor``, ``clip_norm / max(norm,
+        clip_norm)``; 1 when it does not engage), which name the cause when a clip breaks bitwise
+        agreement.
+
+        Example::
+
+            scaled.backward()
+            recorder.before_step()
+            scaler.minimize(opt, scaled)
+            recorder.record(loss)
+        """
+        grads = self._side.grads()
+        scale = self._scaler.state().get("scale")
+        norm = _global_norm(grads) / (scale or 1.0) if grads else None
+        self._pre = {"pre_clip_norm": norm}
+        clip = getattr(self._optimizer, "_grad_clip", None)
+        clip_norm = getattr(clip, "clip_norm", None)
+        if norm is not None and "GlobalNorm" in type(clip).__name__ and isinstance(clip_norm, (int, float)):
+            self._pre["clip_factor"] = clip_norm / max(norm, clip_norm) if math.isfinite(norm) else None
 
     def record(self, loss: Any = None) -> None:
         """Record the step just taken.
@@ -627,7 +661,8 @@ class TraceRecorder:
             outputs, grads_in = self._watcher.drain()
             tensors.update((f"act/{k}", v) for k, v in outputs)
             tensors.update((f"actgrad/{k}", v) for k, v in grads_in)
-        scalars: dict[str, Any] = {}
+        scalars: dict[str, Any] = dict(self._pre)
+        self._pre = {}
         if loss is not None:
             scalars["loss"] = float(np.asarray(array_of(loss)[0], np.float64).reshape(-1)[0])
         grads = self._side.grads() if self._grads else {}
@@ -669,6 +704,17 @@ class TraceRecorder:
         if self._watcher is not None:
             self._watcher.remove()
             self._watcher = None
+
+
+def _unbiased_running_var(model: torch.nn.Module | None) -> list[str]:
+    """The ``running_var`` keys that torch updates with the unbiased batch variance (Paddle: biased)."""
+    if model is None:
+        return []
+    return [
+        f"{path}.running_var" if path else "running_var"
+        for path, m in model.named_modules()
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+    ]
 
 
 def _global_norm(grads: Mapping[str, np.ndarray]) -> float:
