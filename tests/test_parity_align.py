@@ -42,7 +42,10 @@ def test_kinds_agree_across_frameworks_and_class_names():
 def test_names_then_types():
     p = calls(("a.fc", nn.Linear(2, 2)), ("a.act", nn.GELU()), ("a", Block()), ("head", nn.Linear(2, 2)), ("", Block()))
     t = calls(
-        ("x.dense", nn.Linear(2, 2)), ("x.gelu", nn.GELU()), ("x", OtherNamedBlock()), ("head", nn.Linear(2, 2)),
+        ("x.dense", nn.Linear(2, 2)),
+        ("x.gelu", nn.GELU()),
+        ("x", OtherNamedBlock()),
+        ("head", nn.Linear(2, 2)),
         ("", Block()),
     )
     pairs, notes = align(p, t)

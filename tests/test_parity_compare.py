@@ -137,7 +137,8 @@ def test_causal_order_within_a_step():
     assert compare(a, b).first_divergence.causes == []
     c = trace([(scal(found_inf=True), {"grad/w": W + 1, "param/w": W + 1})])
     d = compare(a, c).first_divergence
-    assert d.name == "found_inf" and d.causes == ["the gradients differ at this step too (grad/w): the skip decision follows from them"]
+    assert d.name == "found_inf"
+    assert d.causes == ["the gradients differ at this step too (grad/w): the skip decision follows from them"]
     lr = trace([(scal(lr=0.5), {"grad/w": W + 1, "param/w": W + 1})])
     assert compare(a, lr, tolerance={"grad": 1.0}).first_divergence.name == "lr"
     d = trace([(scal(incr_count=2), {"grad/w": W, "param/w": W})])
@@ -322,7 +323,8 @@ def test_layers_recorded_on_one_side_are_notes():
     b = trace([(scal(), {"act/attn": W, "param/w": W})])
     result = compare(a, b, exact=True)
     assert result.ok
-    assert any("act/attn.q_proj: Paddle's MultiHeadAttention calls its q/k/v/out projections" in n for n in result.notes)
+    inline = "act/attn.q_proj: Paddle's MultiHeadAttention calls its q/k/v/out projections"
+    assert any(inline in n for n in result.notes)
     assert "only the reference recorded act/extra: layers without a counterpart, not compared" in result.notes
 
 

@@ -149,7 +149,7 @@ def _damage_npz(npz, tmp_path):
     out = tmp_path / "forged.npz"
     with zipfile.ZipFile(npz) as zin, zipfile.ZipFile(out, "w") as zout:
         for info in zin.infolist():
-            zout.writestr(info.filename, buf.getvalue() if info.filename == "0.data.npy" else zin.read(info))
+            zout.writestr(info.filename, buf.getvalue() if info.filename == "0.0.npy" else zin.read(info))
     return out.read_bytes()
 
 
@@ -320,3 +320,38 @@ def test_pre_clip_norm_and_clip_factor():
     assert second["pre_clip_norm"] == math.inf and second["clip_factor"] is None
     assert (first["found_inf"], second["found_inf"]) == (False, True)  # before_step() does not consume the verdict
     assert rec.trace.meta["parameter_tensors"] == 2 and rec.trace.meta["unbiased_running_var"] == []
+
+
+def test_streaming_keeps_nothing_in_memory_and_reads_back_the_same(tmp_path):
+    in_memory = run()
+    streamed = run(path=tmp_path / "s")
+    assert streamed.streaming and (tmp_path / "s.npz").exists() and not (tmp_path / "s.json").exists()
+    assert all(len(s.data) == 0 and len(s.steps) == 7 for s in streamed.series.values())  # rows on disk only
+    np.testing.assert_array_equal(streamed.final("param/0.weight"), in_memory.final("param/0.weight"))
+    with pytest.raises(ValueError, match="still streaming"):
+        compare(streamed, in_memory)
+    with pytest.raises(ValueError, match="streams to"):
+        streamed.save(tmp_path / "elsewhere")
+    streamed.save()
+    assert not streamed.streaming and (tmp_path / "s.json").exists()
+    assert compare(in_memory, streamed, exact=True).ok
+    back = Trace.load(tmp_path / "s")
+    assert compare(in_memory, back, exact=True).ok
+    s = back.series["param/0.weight"]
+    assert type(s.data).__name__ == "_Rows"
+    assert s.data[3].tobytes() == in_memory.series["param/0.weight"].data[3].tobytes()
+    back.close()
+
+
+def test_every_and_patterns():
+    full = run()
+    sparse = run(every=3, include=["param/*", "grad/*"], exclude=["*.bias"])
+    assert sorted(sparse.series) == ["grad/0.weight", "grad/2.weight", "param/0.weight", "param/2.weight"]
+    assert sparse.series["param/0.weight"].steps == [0, 3, 6]
+    assert [s["loss"] for s in sparse.steps] == [s["loss"] for s in full.steps]  # scalars at every step
+    result = compare(full, sparse, exact=True)
+    assert result.ok and "left out by a trace's include/exclude patterns, not compared: grad/0.bias" in result.notes[-1]
+    with pytest.raises(ValueError, match="every must be a positive int"):
+        run(every=0)
+    with pytest.raises(TypeError, match="include must be a list of glob patterns"):
+        run(include="param/*")

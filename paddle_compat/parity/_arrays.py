@@ -161,5 +161,6 @@ def closeness(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
     ref_dtype = np.asarray(reference).dtype
     spacing_dtype = ref_dtype if ref_dtype.kind == "f" and ref_dtype.itemsize >= 4 else np.dtype(np.float32)
     scale = float(np.max(np.abs(a))) if a.size else 0.0
-    ulp = float(np.spacing(spacing_dtype.type(scale))) if scale > 0 else float(np.finfo(spacing_dtype).smallest_subnormal)
+    tiny = float(np.finfo(spacing_dtype).smallest_subnormal)
+    ulp = float(np.spacing(spacing_dtype.type(scale))) if scale > 0 else tiny
     return {"rel_l2": rel, "cosine": cosine, "max_abs": max_abs, "scaled_ulps": max_abs / ulp, "nonfinite": nonfinite}

@@ -277,4 +277,3 @@ def patterns(values: Iterable[Any], what: str) -> tuple[str, ...]:
         if not isinstance(v, str):
             raise TypeError(f"{what} must hold strings, got {v!r}")
     return out
-

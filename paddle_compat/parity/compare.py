@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import as_float, bits, closeness, is_float, tolerances, ulp_distance
-from .trace import SCALARS, Series, Trace, json_float, load_trace
+from .trace import SCALARS, Series, Trace, json_float, load_trace, selected
 
 __all__ = ["Comparison", "Divergence", "TensorMetrics", "compare"]
 
@@ -439,7 +439,8 @@ class _Bounds:
         self.table = {"*": float(tolerance)} if isinstance(tolerance, (int, float)) else dict(tolerance or {})
         self.baseline, self.reference, self.factor = baseline, reference, factor
         self._noise: dict[str, list[float | None]] = {}
-        self._globs = sorted((k for k in self.table if any(ch in k for ch in "*?[") and k != "*"), key=len, reverse=True)
+        globs = [k for k in self.table if any(ch in k for ch in "*?[") and k != "*"]
+        self._globs = sorted(globs, key=len, reverse=True)
 
     def configured(self, name: str) -> float | None:
         if name in self.table:
@@ -603,6 +604,14 @@ def compare(
             layer_only["reference" if k in ref.series else "candidate"].append(k)
     one_sided = {k for side in layer_only.values() for k in side}
     notes += _one_sided_layer_notes(layer_only)
+    unselected = sorted(
+        k
+        for k in names
+        if any(k not in t.series and not selected(t.meta, k) for t in (ref, cand))
+    )
+    if unselected:
+        one_sided |= set(unselected)
+        notes.append(f"left out by a trace's include/exclude patterns, not compared: {', '.join(unselected)}")
     if {ref.meta.get("framework"), cand.meta.get("framework")} == {"paddle", "torch"}:
         unbiased = {f"param/{k}" for t in (ref, cand) for k in t.meta.get("unbiased_running_var", [])}
         unbiased &= set(names)
@@ -640,6 +649,9 @@ def compare(
                 if pr is None and pc is None:
                     continue
                 if r is None or c is None or pr is None or pc is None:
+                    missing = cand if pc is None else ref
+                    if step % int(missing.meta.get("every") or 1):
+                        continue  # that side records its tensors every N steps
                     if first is None:
                         side = "candidate" if pr is None else "reference"
                         first = Divergence(step, name, f"recorded only by the {side} at this step")

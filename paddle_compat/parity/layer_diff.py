@@ -352,13 +352,13 @@ class _Judge:
                 best = value if best is None else max(best, value)
         return DEFAULT_RTOL if best is None else float(best)
 
-    def check(
-        self, layer: str, phase: str, what: str, ref: np.ndarray, cand: np.ndarray, noise: float | None
-    ) -> Check:
+    def check(self, layer: str, phase: str, what: str, ref: np.ndarray, cand: np.ndarray, noise: float | None) -> Check:
         if ref.shape != cand.shape:
             m = {"rel_l2": math.inf, "cosine": 0.0, "max_abs": math.inf, "scaled_ulps": math.inf, "nonfinite": 0}
             tol = self.tolerance(layer, phase)
-            return Check(what, m, noise, tol, False, f"shapes differ: Paddle {list(ref.shape)}, torch {list(cand.shape)}")
+            return Check(
+                what, m, noise, tol, False, f"shapes differ: Paddle {list(ref.shape)}, torch {list(cand.shape)}"
+            )
         m = closeness(ref, cand)
         tol = self.tolerance(layer, phase)
         if noise is not None:
@@ -444,7 +444,9 @@ def _replay_torch(
     saved_buffers = _torch_buffers(module)
     saved_grads = {k: p.grad for k, p in module.named_parameters()}
     leaves: list[torch.Tensor] = []
-    args = [a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args]
+    args = [
+        a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
+    ]
     kwargs = {
         k: v.detach().clone().requires_grad_(v.is_floating_point()) if isinstance(v, torch.Tensor) else v
         for k, v in kwargs.items()
@@ -505,8 +507,13 @@ def _replay_paddle(
 
 
 def _noise(
-    module: torch.nn.Module, args: list[Any], kwargs: dict[str, Any], out_grad: np.ndarray | None,
-    buffers: Mapping[str, torch.Tensor], out32: np.ndarray, grads32: list[np.ndarray | None],
+    module: torch.nn.Module,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    out_grad: np.ndarray | None,
+    buffers: Mapping[str, torch.Tensor],
+    out32: np.ndarray,
+    grads32: list[np.ndarray | None],
     pgrads32: Mapping[str, np.ndarray],
 ) -> tuple[float | None, list[float | None], dict[str, float]]:
     """The port's own rounding error, relative: the float32 replay against a float64 one."""
@@ -726,7 +733,8 @@ def diff_layers(
         raise ValueError(f"load must be 'paddle', a callable or None, got {load!r}")
     _check_name_map(name_map)
     if layer_map is not None and (
-        not isinstance(layer_map, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in layer_map.items())
+        not isinstance(layer_map, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in layer_map.items())
     ):
         raise TypeError("layer_map must be a dict of Paddle layer paths to torch module paths (strings)")
     ignore = patterns(ignore, "ignore")
@@ -823,7 +831,14 @@ def diff_layers(
         None,
     )
     return LayerDiff(
-        single_step, results, params, first_load, _first_forward(results, t_rec.calls), _first_backward(results), notes, torch_model
+        single_step,
+        results,
+        params,
+        first_load,
+        _first_forward(results, t_rec.calls),
+        _first_backward(results),
+        notes,
+        torch_model,
     )
 
 
@@ -864,7 +879,9 @@ def _diff_pair(
         return res
     for i, (a, b) in enumerate(zip(pgin, gin)):
         if a is not None and b is not None:
-            res.backward.append(judge.check(t.key, "backward", f"input grad {i}", a, b, n_in[i] if i < len(n_in) else None))
+            res.backward.append(
+                judge.check(t.key, "backward", f"input grad {i}", a, b, n_in[i] if i < len(n_in) else None)
+            )
     try:
         ref_p = _paddle_param_grads_as_torch(pair, pgp)
     except (ValueError, TypeError) as e:
