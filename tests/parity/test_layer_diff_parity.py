@@ -215,3 +215,34 @@ def test_arguments_are_checked():
         diff_layers(pm, tm, torch.zeros(1))
     with pytest.raises(TypeError, match="paddle_model must be a paddle.nn.Layer"):
         diff_layers(tm, tm, x)
+
+
+class MyDense(nn.Module):
+    """A user's own dense layer, its weight [out, in] under other names than Paddle's Linear."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(n_out, n_in))
+        self.b = nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):
+        return x @ self.w.T + self.b
+
+
+def test_custom_layer_with_a_registered_rule():
+    from paddle_compat.parity import register_rule, unregister_rule
+
+    paddle.seed(0)
+    pm = paddle.nn.Sequential(paddle.nn.Linear(4, 4), paddle.nn.GELU(), paddle.nn.Linear(4, 3))
+    tm = nn.Sequential(MyDense(4, 4), nn.GELU(), MyDense(4, 3))
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    with pytest.raises(ValueError, match="missing from the Paddle state dict"):
+        diff_layers(pm, tm, x)
+    register_rule(MyDense, rename={"w": "weight", "b": "bias"}, transpose=["w"])
+    try:
+        result = diff_layers(pm, tm, x)
+        assert result.ok, result.summary()
+        assert [r.how for r in result.layers] == ["name"] * 4
+        assert any(c.what == "grad w" for c in result.layers[0].backward)  # gradients compared in torch's layout
+    finally:
+        unregister_rule(MyDense)
