@@ -192,6 +192,18 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _split_layouts(n: int, transposed: bool) -> tuple[Layout, Layout]:
+    """One tensor cut into ``n`` equal parts along dimension 0 (each transposed), and back."""
+
+    def to_paddle(xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [p.T if transposed else p for p in np.split(xs[0], n, axis=0)]
+
+    def to_torch(xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.concatenate([x.T if transposed else x for x in xs], axis=0)]
+
+    return to_paddle, to_torch
+
+
 def register_rule(
     module_type: type,
     *,
@@ -254,15 +266,7 @@ def register_rule(
             if k in only:
                 out.append(Entry((k,), (), torch_only=True))
             elif k in parts:
-                n, t = len(parts[k]), k in flipped
-                out.append(
-                    Entry(
-                        (k,),
-                        parts[k],
-                        lambda xs, n=n, t=t: [p.T if t else p for p in np.split(xs[0], n, axis=0)],
-                        lambda xs, t=t: [np.concatenate([x.T if t else x for x in xs], axis=0)],
-                    )
-                )
+                out.append(Entry((k,), parts[k], *_split_layouts(len(parts[k]), k in flipped)))
             elif k in flipped:
                 out.append(Entry((k,), (renamed.get(k, k),), _transpose, _transpose))
             else:
