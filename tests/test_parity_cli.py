@@ -125,3 +125,13 @@ def test_damaged_trace_exits_2(traces, capsys):
 def test_bad_tolerance_exits_2(traces, capsys, rtol):
     assert main(["compare", str(traces / "a"), str(traces / "a"), "--rtol", rtol, "--atol", "0"]) == 2
     assert "rtol must be a finite number >= 0" in capsys.readouterr().err
+
+
+def test_tolerance_and_baseline_flags(traces, capsys):
+    a, b = str(traces / "a"), str(traces / "b")
+    assert main(["compare", a, b, "--exact"]) == 1
+    assert main(["compare", a, b, "--tolerance", "param=1e-6"]) == 0  # 1 ulp: 1e-7 of the norm
+    assert main(["compare", a, b, "--tolerance", "param=1e-9"]) == 1
+    assert main(["compare", a, b, "--baseline", b, "--tolerance", "0"]) == 0  # b is its own noise floor
+    assert main(["compare", a, b, "--tolerance", "grad=x"]) == 2
+    assert "--tolerance: a number, or NAME=BOUND pairs" in capsys.readouterr().err

@@ -344,3 +344,29 @@ def test_named_causes():
     d = compare(clipped, port, exact=True).first_divergence
     assert d.name == "param/w" and "over 38 tensors in the reference and 30 in the candidate" in d.causes[0]
     assert "cause: the global-norm clip engaged (factor 0.5, pre-clip norm 2.0)" in d.describe()
+
+
+def test_png_marks_nan_and_shows_the_layers(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from paddle_compat.parity.report import plot
+
+    nan = W.copy()
+    nan[0, 0] = np.nan
+    a = trace([(scal(), {"act/fc": W, "act/out": W, "grad/w": W})] * 2)
+    b = trace(
+        [(scal(), {"act/fc": W, "act/out": W, "grad/w": W}), (scal(), {"act/fc": W, "act/out": W * 2, "grad/w": nan})]
+    )
+    result = compare(a, b, exact=True)
+    assert result.first_divergence.step == 1
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    plot(result, tmp_path / "r.png")
+    (fig,) = drawn
+    top, middle, layers = fig.axes
+    ys = [y for line in middle.get_lines() for y in line.get_ydata() if line.get_label() == "gradients"]
+    assert ys == [0.0]  # step 1's NaN is not a point at 2**64 ...
+    marks = [c for c in middle.collections if c.get_label() == "gradients: inf/NaN against a number"]
+    assert len(marks) == 1 and marks[0].get_offsets()[0][0] == 1  # ... but a mark at step 1
+    assert layers.get_title() == "Step 1: per-layer divergence (outputs in forward order, then gradients)"
+    assert [t.get_text() for t in layers.get_yticklabels()] == ["fc", "out"]

@@ -50,6 +50,13 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--rtol", type=float, help="relative tolerance (with --atol; default: per dtype)")
         p.add_argument("--atol", type=float, help="absolute tolerance (with --rtol)")
         p.add_argument("--steps", type=int, help="compare only the first STEPS steps")
+        p.add_argument(
+            "--tolerance",
+            help="norm-relative bounds: one number, or NAME=BOUND pairs by category, glob or name "
+            "(e.g. 'grad=1e-4,act/*=1e-5')",
+        )
+        p.add_argument("--baseline", help="a second reference trace: its distance from the reference is the noise")
+        p.add_argument("--baseline-factor", type=float, default=10.0, help="how far beyond that noise (default 10)")
         if name == "compare":
             p.add_argument("--json", metavar="FILE", help="also write the full comparison as JSON")
         else:
@@ -65,10 +72,31 @@ def _compare(args: argparse.Namespace) -> Comparison:
         raise _Usage("give --rtol and --atol together")
     try:
         return compare(
-            args.reference, args.candidate, exact=args.exact, rtol=args.rtol, atol=args.atol, steps=args.steps
+            args.reference,
+            args.candidate,
+            exact=args.exact,
+            rtol=args.rtol,
+            atol=args.atol,
+            steps=args.steps,
+            tolerance=_tolerance(args.tolerance),
+            baseline=args.baseline,
+            baseline_factor=args.baseline_factor,
         )
     except (OSError, ValueError, KeyError) as e:
         raise _Usage(str(e)) from e
+
+
+def _tolerance(spec: str | None) -> float | dict[str, float] | None:
+    """``--tolerance``: one number, or ``NAME=BOUND`` pairs separated by commas."""
+    if spec is None:
+        return None
+    try:
+        if "=" not in spec:
+            return float(spec)
+        pairs = [item.split("=", 1) for item in spec.split(",") if item.strip()]
+        return {k.strip(): float(v) for k, v in pairs}
+    except ValueError:
+        raise _Usage(f"--tolerance: a number, or NAME=BOUND pairs separated by commas (got {spec!r})") from None
 
 
 def _formats(requested: str | None) -> list[str]:

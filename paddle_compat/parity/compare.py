@@ -181,6 +181,23 @@ class Comparison:
                 out[m.step] = max(out[m.step] or 0.0, m.max_ulps)
         return out
 
+    def max_rel_l2_per_step(self, prefix: str = "param/") -> list[float | None]:
+        """Per step, the largest norm-relative error over some tensors (``None``: none judged by it).
+
+        Args:
+            prefix: the tensors whose name starts with it.
+        """
+        out: list[float | None] = [None] * self.steps
+        for m in self.tensors:
+            if m.name.startswith(prefix) and m.rel_l2 is not None:
+                out[m.step] = max(out[m.step] or 0.0, m.rel_l2)
+        return out
+
+    @property
+    def by_norm(self) -> bool:
+        """Whether tensors were judged by norm-relative bounds (``tolerance`` or ``baseline``)."""
+        return any(m.bound is not None for m in self.tensors)
+
     def summary(self) -> str:
         """A few lines: the verdict, how many tensors differ, the first divergence, the notes."""
         differing = sorted({m.name for m in self.tensors if not m.bitwise_equal})
