@@ -1,6 +1,6 @@
 """Memory and per-step time of recording a parity trace, on a 1M-parameter model.
 
-    python benchmarks/bench_parity_trace.py [--steps 100] [--memory-steps 20]
+    python benchmarks/bench_parity_trace.py [--steps 100] [--memory-steps 20] [--rounds 3]
 
 Each variant runs in a child process of its own (so that its resident memory is its own): the same
 model (4 square Linear layers, 1.0M parameters), data and optimizer (paddle_compat's AdamW), with
@@ -11,8 +11,9 @@ model (4 square Linear layers, 1.0M parameters), data and optimizer (paddle_comp
 - ``streamed, every 10``: the same, tensors every 10 steps;
 - ``digests``: in memory, every tensor above 1 element kept as a digest and 8 samples (golden traces).
 
-Printed per variant: the median step time (training + recording), its ratio to ``untraced``, the
-resident memory (RSS) after 10 steps, halfway and at the end, its growth per step past step 10,
+The variants run in interleaved rounds (each once per round); printed per variant: the median over
+rounds of its median step time (training + recording), its ratio to ``untraced``, the resident
+memory (RSS) after 10 steps, halfway and at the end (last round), its growth per step past step 10,
 and the size of the files written. Absolute times on a shared machine mean little; read ratios.
 """
 
@@ -80,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--memory-steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -87,23 +89,33 @@ def main() -> None:
         print(json.dumps(child(args.child, args.steps, args.out)))
         return
     modes = ["untraced", "in memory", "streamed", "streamed, every 10", "digests", "untraced (A/A)"]
-    results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for mode in modes:
+    results: dict[str, dict] = {}
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for r in range(args.rounds):
+        for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:  # rotating order
             steps = args.memory_steps if mode == "in memory" else args.steps
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
-            proc = subprocess.run(
-                [sys.executable, __file__, "--child", mode, "--steps", str(steps), "--out", f"{tmp}/t{len(results)}"],
-                capture_output=True,
-                text=True,
-                env=env,
-                check=True,
-            )
+            with tempfile.TemporaryDirectory() as tmp:
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--child", mode, "--steps", str(steps), "--out", f"{tmp}/t"],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    check=True,
+                )
             results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+            times[mode].append(results[mode]["median_ms"])
+    for mode in modes:
+        results[mode]["median_ms"] = statistics.median(times[mode])
     base = results["untraced"]["median_ms"]
-    print(f"{DEPTH * (WIDTH * WIDTH + WIDTH):,} parameters, AdamW, {args.steps} steps ({args.memory_steps} in memory)")
-    print(f"{'variant':<20} {'ms/step':>8} {'ratio':>6} {'RSS@10':>8} {'RSS@mid':>8} {'RSS@end':>8} "
-          f"{'MB/step':>8} {'files':>8}")
+    print(
+        f"{DEPTH * (WIDTH * WIDTH + WIDTH):,} parameters, AdamW, {args.steps} steps ({args.memory_steps} in memory), "
+        f"{args.rounds} rounds"
+    )
+    print(
+        f"{'variant':<20} {'ms/step':>8} {'ratio':>6} {'RSS@10':>8} {'RSS@mid':>8} {'RSS@end':>8} "
+        f"{'MB/step':>8} {'files':>8}"
+    )
     for mode, r in results.items():
         rss = r["rss"]
         (s10, m10), (send, mend) = rss["10"], rss["end"]

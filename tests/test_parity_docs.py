@@ -53,6 +53,10 @@ def test_doc_story_runs_in_a_fresh_process(tmp_path):
     assert "8 steps compared, exact (bitwise): bitwise equal" in printed
     assert "24 tensors, 0 not bitwise equal at some step" in printed
     assert sorted(p.name for p in (tmp_path / "parity-report").iterdir()) == ["report.json", "report.md", "report.png"]
+    assert "['k.weight', 'q.weight', 'v.weight']" in printed  # a registered rule
+    assert "5 layers compared (single-step): equal within noise" in printed  # diff_layers, clean
+    assert "act act\n" in printed and "act (GELU): DIFFERS fwd bwd   <-- first divergence (forward)" in printed
+    assert "False\nTrue\n0 act/act\n" in printed  # noise fails torch.testing, passes the baseline; the bug
     facts = json.loads(printed.split("EPILOGUE ", 1)[1].splitlines()[0])
     assert facts == {"ok": True, "skips": 1}
     assert "scaler is now disabled" not in proc.stderr

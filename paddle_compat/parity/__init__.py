@@ -21,7 +21,13 @@ child process (:func:`record_script`).
 
 from . import pdio
 from .compare import Comparison, Divergence, TensorMetrics, compare
-from .convert import Plan, paddle_to_torch, register_rule, torch_to_paddle, unregister_rule
+from .convert import (
+    Plan,
+    paddle_to_torch,
+    register_rule,
+    torch_to_paddle,
+    unregister_rule,
+)
 from .layer_diff import LayerDiff, diff_layers
 from .optimizer_state import (
     lr_scheduler_state_to_paddle,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import fnmatch
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -216,7 +217,7 @@ def align(
     ]
     # between consecutive name matches, align what is left by type
     bounds = [(-1, -1), *chain, (len(ps), len(ts))]
-    for (i0, j0), (i1, j1) in zip(bounds, bounds[1:]):
+    for (i0, j0), (i1, j1) in itertools.pairwise(bounds):
         gap_p = [i for i in range(i0 + 1, i1) if i not in named_p]
         gap_t = [j for j in range(j0 + 1, j1) if j not in named_t]
         for a, b in _common_kinds([ps[i] for i in gap_p], [ts[j] for j in gap_t]):
@@ -263,7 +264,7 @@ def layer_types(values: Iterable[Any], what: str) -> tuple[Any, ...]:
     """``values`` checked as classes or class names (``TypeError`` naming ``what`` otherwise)."""
     out = tuple(values)
     for v in out:
-        if not (isinstance(v, str) or isinstance(v, type)):
+        if not isinstance(v, (str, type)):
             raise TypeError(f"{what} must hold classes or class names, got {v!r}")
     return out
 

@@ -154,6 +154,7 @@ class Comparison:
     tensors: list[TensorMetrics]
     first_divergence: Divergence | None
     notes: list[str]
+    norm: str | None = None  # how the norm-relative mode was set (tolerance, baseline), in words
 
     @property
     def ok(self) -> bool:
@@ -164,10 +165,12 @@ class Comparison:
     def mode(self) -> str:
         """How values were compared, in words."""
         if self.exact:
-            return "exact (bitwise)"
-        if self.rtol is None:
-            return "torch.testing's per-dtype tolerances"
-        return f"rtol={self.rtol:g}, atol={self.atol:g}"
+            rest = "exact (bitwise)"
+        elif self.rtol is None:
+            rest = "torch.testing's per-dtype tolerances"
+        else:
+            rest = f"rtol={self.rtol:g}, atol={self.atol:g}"
+        return rest if self.norm is None else f"{self.norm}; the rest {rest}"
 
     def max_ulps_per_step(self, prefix: str = "param/") -> list[float | None]:
         """Per step, the largest ulp distance over some tensors (``None``: none compared).
@@ -218,6 +221,7 @@ class Comparison:
             "exact": self.exact,
             "rtol": self.rtol,
             "atol": self.atol,
+            "norm": self.norm,
             "steps": self.steps,
             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
             "notes": self.notes,
@@ -682,4 +686,10 @@ def compare(
         first = Divergence(n, "steps", f"the reference has {len(ref)} steps, the candidate {len(cand)}")
     if first is not None and first.step < n:
         first.causes = _causes(first, ref, cand, [m for m in metrics if m.step == first.step])
-    return Comparison(exact, rtol, atol, n, ref.meta, cand.meta, scalars, metrics, first, notes)
+    norm = None
+    if base is not None:
+        norm = f"by norm, within {baseline_factor:g}x the baseline's noise"
+        norm += f" or the tolerance {tolerance}" if tolerance is not None else ""
+    elif tolerance is not None:
+        norm = f"by norm, within {tolerance}"
+    return Comparison(exact, rtol, atol, n, ref.meta, cand.meta, scalars, metrics, first, notes, norm)

@@ -74,7 +74,7 @@ def _caller_site() -> str | None:
     frame = sys._getframe(2)
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
-        if not (name.startswith(_TORCH_DIR) or name.startswith(_HERE) or "<frozen" in name):
+        if not (name.startswith((_TORCH_DIR, _HERE)) or "<frozen" in name):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None
@@ -413,9 +413,9 @@ def _fed_args(torch_call: Call, paddle_inputs: list[np.ndarray]) -> tuple[list[A
     """The torch call's arguments with its tensors replaced by the Paddle call's, or ``None`` when
     they do not correspond (count or shapes)."""
     slots = _tensor_slots(torch_call.args, torch_call.kwargs)
-    if len(paddle_inputs) == 1 and len(slots) > 1:
-        if all(torch.equal(v, slots[0][1]) for _, v in slots):  # the same tensor passed several times
-            paddle_inputs = paddle_inputs * len(slots)
+    same = len(slots) > 1 and all(torch.equal(v, slots[0][1]) for _, v in slots)
+    if len(paddle_inputs) == 1 and same:  # the same tensor passed several times
+        paddle_inputs = paddle_inputs * len(slots)
     if len(paddle_inputs) < len(slots):
         paddle_inputs = paddle_inputs + [None] * (len(slots) - len(paddle_inputs))  # type: ignore[list-item]
     args, kwargs = list(torch_call.args), dict(torch_call.kwargs)
@@ -523,7 +523,7 @@ def _noise(
 
     try:
         shadow = copy.deepcopy(module).double()
-    except Exception:  # a module that cannot be copied or widened: no noise floor
+    except (TypeError, RuntimeError, copy.Error):  # a module that cannot be copied or widened: no noise floor
         return None, [None] * len(grads32), {}
     buffers64 = {k: widen(v) for k, v in buffers.items()}
     g64 = None if out_grad is None else out_grad.astype(np.float64)
@@ -531,7 +531,7 @@ def _noise(
         out64, gin64, gp64 = _replay_torch(
             shadow, [widen(a) for a in args], {k: widen(v) for k, v in kwargs.items()}, g64, buffers64
         )
-    except Exception:  # a layer with float32 hard-wired inside
+    except (TypeError, RuntimeError, ValueError):  # a layer with float32 hard-wired inside
         return None, [None] * len(grads32), {}
 
     def rel(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
@@ -600,7 +600,7 @@ def _chained_noise(
     the natural run against the same run in float64."""
     try:
         shadow = copy.deepcopy(model).double()
-    except Exception:  # a model that cannot be copied or widened: no noise floor
+    except (TypeError, RuntimeError, copy.Error):  # a model that cannot be copied or widened: no noise floor
         return {}
     rec = _Recorder(shadow, "torch")
 
@@ -614,7 +614,7 @@ def _chained_noise(
         y = _first_tensor(shadow(*[wide(x) for x in inputs], **{k: wide(v) for k, v in kw.items()}))
         if y is not None:
             y.backward(torch.from_numpy(g.astype(np.float64)))
-    except Exception:  # float32 hard-wired somewhere
+    except (TypeError, RuntimeError, ValueError):  # float32 hard-wired somewhere
         return {}
     finally:
         rec.active = False

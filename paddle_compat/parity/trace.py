@@ -35,7 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..amp.master_grad import grad_of  # works on Paddle's parameters too: they have .grad
+from ..amp.master_grad import (
+    grad_of,  # works on Paddle's parameters too: they have .grad
+)
 from ._arrays import array_of, as_float, copy_of, digest, sample_indices
 from .convert import NameMap, Plan
 from .hooks import LayerWatcher
