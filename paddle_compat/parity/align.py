@@ -267,14 +267,3 @@ def layer_types(values: Iterable[Any], what: str) -> tuple[Any, ...]:
         if not isinstance(v, (str, type)):
             raise TypeError(f"{what} must hold classes or class names, got {v!r}")
     return out
-
-
-def patterns(values: Iterable[Any], what: str) -> tuple[str, ...]:
-    """``values`` checked as glob patterns (``TypeError`` naming ``what`` otherwise)."""
-    if isinstance(values, str):
-        raise TypeError(f"{what} must be a list of patterns, not one string")
-    out = tuple(values)
-    for v in out:
-        if not isinstance(v, str):
-            raise TypeError(f"{what} must hold strings, got {v!r}")
-    return out

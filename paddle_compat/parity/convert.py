@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -186,10 +186,21 @@ def _rule_for(module: nn.Module) -> Callable[[Any, set[str]], list[Entry]] | Non
     return None
 
 
-def _names(value: Any, what: str) -> tuple[str, ...]:
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-        raise TypeError(f"{what} must be a list of names (strings)")
-    return tuple(value)
+def string_list(value: Any, what: str, kind: str = "names") -> tuple[str, ...]:
+    """``value`` as a tuple of strings (``TypeError`` naming ``what`` for one string, or anything else).
+
+    Args:
+        value: a list, tuple or other iterable of strings.
+        what: the argument's name, for the message.
+        kind: what the strings are, for the message (``"names"``, ``"glob patterns"``).
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be a list of {kind} (strings), got {type(value).__name__}")
+    out = tuple(value)
+    bad = [v for v in out if not isinstance(v, str)]
+    if bad:
+        raise TypeError(f"{what} must be a list of {kind} (strings), got {bad[0]!r} in it")
+    return out
 
 
 def _split_layouts(n: int, transposed: bool) -> tuple[Layout, Layout]:
@@ -242,13 +253,13 @@ def register_rule(
     ):
         raise TypeError("rename must be a dict of torch names to Paddle names (strings)")
     renamed = dict(rename or {})
-    flipped = set(_names(transpose, "transpose"))
+    flipped = set(string_list(transpose, "transpose"))
     parts = {}
     for k, v in (split or {}).items():
-        parts[k] = _names(v, f"split[{k!r}]")
+        parts[k] = string_list(v, f"split[{k!r}]")
         if not isinstance(k, str) or len(parts[k]) < 2:
             raise TypeError(f"split must map a torch name to two or more Paddle names, got {k!r}: {v!r}")
-    only = set(_names(torch_only, "torch_only"))
+    only = set(string_list(torch_only, "torch_only"))
     twice = (set(renamed) & set(parts)) | (only & (set(renamed) | set(parts) | flipped))
     if twice:
         raise ValueError(f"register_rule: {sorted(twice)} given more than one role")

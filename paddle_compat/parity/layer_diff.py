@@ -37,8 +37,9 @@ import numpy as np
 import torch
 
 from ._arrays import closeness, copy_of
-from .align import Call, Pair, align, kind_of, layer_types, patterns
-from .convert import NameMap, Plan, _check_name_map, paddle_to_torch
+from .align import Call, Pair, align, kind_of, layer_types
+from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
+from .hooks import first_tensor as _first_tensor
 
 __all__ = ["LayerDiff", "LayerResult", "diff_layers"]
 
@@ -52,17 +53,7 @@ DEFAULT_NOISE_FACTOR = 16.0
 
 
 def _is_tensor(x: Any) -> bool:
-    return isinstance(x, torch.Tensor) or (hasattr(x, "shape") and callable(getattr(x, "numpy", None)))
-
-
-def _first_tensor(output: Any) -> Any:
-    if isinstance(output, (tuple, list)):
-        for item in output:
-            found = _first_tensor(item)
-            if found is not None:
-                return found
-        return None
-    return output if _is_tensor(output) else None
+    return _first_tensor(x) is not None and not isinstance(x, (tuple, list))
 
 
 def _is_float_array(a: np.ndarray) -> bool:
@@ -737,7 +728,7 @@ def diff_layers(
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in layer_map.items())
     ):
         raise TypeError("layer_map must be a dict of Paddle layer paths to torch module paths (strings)")
-    ignore = patterns(ignore, "ignore")
+    ignore = string_list(ignore, "ignore", "glob patterns")
     ignore_types = layer_types(ignore_types, "ignore_types")
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
         raise ValueError(f"depth must be None or a non-negative int, got {depth!r}")

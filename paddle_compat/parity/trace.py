@@ -39,7 +39,7 @@ from ..amp.master_grad import (
     grad_of,  # works on Paddle's parameters too: they have .grad
 )
 from ._arrays import array_of, as_float, copy_of, digest, sample_indices
-from .convert import NameMap, Plan
+from .convert import NameMap, Plan, string_list
 from .hooks import LayerWatcher
 from .optimizer_state import SCALAR_ACCUMULATORS, canonical_state
 
@@ -727,9 +727,9 @@ class TraceRecorder:
     ) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
-        for arg, pats in (("include", include), ("exclude", exclude)):
-            if pats is not None and (isinstance(pats, str) or not all(isinstance(p, str) for p in pats)):
-                raise TypeError(f"{arg} must be a list of glob patterns (strings)")
+        if include is not None:
+            include = string_list(include, "include", "glob patterns")
+        exclude = string_list(exclude, "exclude", "glob patterns")
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a path, got {type(path).__name__}")
         if full_max_elements is not None and (

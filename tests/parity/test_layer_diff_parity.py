@@ -203,7 +203,7 @@ def test_arguments_are_checked():
     for kw, err, msg in [
         ({"rtol": float("nan")}, ValueError, "rtol must be a finite number >= 0"),
         ({"depth": -1}, ValueError, "depth must be None or a non-negative int"),
-        ({"ignore": "bn1"}, TypeError, "ignore must be a list of patterns"),
+        ({"ignore": "bn1"}, TypeError, "ignore must be a list of glob patterns"),
         ({"ignore_types": [3]}, TypeError, "ignore_types must hold classes or class names"),
         ({"load": "torch"}, ValueError, "load must be 'paddle', a callable or None"),
         ({"layer_map": {"a": 1}}, TypeError, "layer_map must be a dict"),

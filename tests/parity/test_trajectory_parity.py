@@ -44,6 +44,19 @@ def _models(model: str, bug: str | None = None):
     return PaddleCNN, functools.partial(TorchCNN, bug)
 
 
+def train(net, opt, sched, rec, model: str, tensor, cross_entropy) -> None:
+    """The training loop, the same in both frameworks (their own tensor and loss functions)."""
+    for x, y in batches(model):
+        out = net(tensor(x))
+        loss = cross_entropy(out.reshape([-1, out.shape[-1]]), tensor(y.reshape(-1)))
+        loss.backward()
+        opt.step()
+        sched.step()
+        rec.record(loss)
+        opt.clear_grad()
+    rec.close()
+
+
 @functools.cache
 def paddle_run(model: str, nudged: bool = False):
     """Paddle's own training, recorded in the port's layout; also its initial weights."""
@@ -56,15 +69,7 @@ def paddle_run(model: str, nudged: bool = False):
     sched = paddle.optimizer.lr.ExponentialDecay(0.01, gamma=0.9)
     opt = paddle.optimizer.AdamW(sched, parameters=layer.parameters(), weight_decay=0.01)
     rec = TraceRecorder(layer, opt, None, port=make_port(), layers=True)
-    for x, y in batches(model):
-        out = layer(paddle.to_tensor(x))
-        loss = paddle.nn.functional.cross_entropy(out.reshape([-1, out.shape[-1]]), paddle.to_tensor(y.reshape(-1)))
-        loss.backward()
-        opt.step()
-        sched.step()
-        rec.record(loss)
-        opt.clear_grad()
-    rec.close()
+    train(layer, opt, sched, rec, model, paddle.to_tensor, paddle.nn.functional.cross_entropy)
     return rec.trace, init
 
 
@@ -90,15 +95,7 @@ def port_run(model: str, bug: str | None = None):
     rec = TraceRecorder(port, opt, None, layers=True)
     if bug == "scheduler":
         sched.step()  # the port's loop steps its scheduler one step early
-    for x, y in batches(model):
-        out = port(torch.from_numpy(x))
-        loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), torch.from_numpy(y.reshape(-1)))
-        loss.backward()
-        opt.step()
-        sched.step()
-        rec.record(loss)
-        opt.clear_grad()
-    rec.close()
+    train(port, opt, sched, rec, model, torch.from_numpy, torch.nn.functional.cross_entropy)
     return rec.trace
 
 
