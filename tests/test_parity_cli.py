@@ -135,3 +135,37 @@ def test_tolerance_and_baseline_flags(traces, capsys):
     assert main(["compare", a, b, "--baseline", b, "--tolerance", "0"]) == 0  # b is its own noise floor
     assert main(["compare", a, b, "--tolerance", "grad=x"]) == 2
     assert "--tolerance: a number, or NAME=BOUND pairs" in capsys.readouterr().err
+
+
+RUN_SCRIPT = """
+import torch
+from paddle_compat import optimizer
+from paddle_compat.parity import TraceRecorder
+
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 2)
+opt = optimizer.SGD(learning_rate={lr}, parameters=model.parameters())
+rec = TraceRecorder(model, opt)
+for step in range(3):
+    loss = model(torch.ones(4, 3) * step).pow(2).mean()
+    loss.backward()
+    opt.step()
+    rec.record(loss)
+    opt.clear_grad()
+rec.save()
+"""
+
+
+def test_run_records_both_scripts_and_compares(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    for name, lr in (("reference.py", 0.1), ("same.py", 0.1), ("other.py", 0.2)):
+        (tmp_path / name).write_text(RUN_SCRIPT.format(lr=lr))
+    out = str(tmp_path / "traces")
+    assert main(["run", str(tmp_path / "reference.py"), str(tmp_path / "same.py"), "-o", out, "--exact"]) == 0
+    assert (tmp_path / "traces" / "paddle.json").exists() and (tmp_path / "traces" / "port.json").exists()
+    assert main(["run", str(tmp_path / "reference.py"), str(tmp_path / "other.py"), "-o", out, "--exact"]) == 1
+    assert "first divergence at step 0, lr" in capsys.readouterr().out
+    (tmp_path / "broken.py").write_text("raise SystemExit(3)")
+    assert main(["run", str(tmp_path / "reference.py"), str(tmp_path / "broken.py"), "-o", out]) == 1
+    assert "recording the port script failed" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "missing.py"), str(tmp_path / "same.py"), "-o", out]) == 2
