@@ -12,9 +12,11 @@ model (4 square Linear layers, 1.0M parameters), data and optimizer (paddle_comp
 - ``digests``: in memory, every tensor above 1 element kept as a digest and 8 samples (golden traces).
 
 The variants run in interleaved rounds (each once per round); printed per variant: the median over
-rounds of its median step time (training + recording), its ratio to ``untraced``, the resident
-memory (RSS) after 10 steps, halfway and at the end (last round), its growth per step past step 10,
-and the size of the files written. Absolute times on a shared machine mean little; read ratios.
+rounds of its median step time (training + recording), its ratio to ``untraced``, ``rec/train``
+(the time ``record()`` takes over the training step's, measured step by step in the same process:
+robust to a loaded machine), the resident memory (RSS) after 10 steps, halfway and at the end (last
+round), its growth per step past step 10, and the size of the files written. Absolute times on a
+shared machine mean little; read ratios.
 """
 
 from __future__ import annotations
@@ -57,16 +59,19 @@ def child(mode: str, steps: int, out: str) -> dict:
     }[mode.removesuffix(" (A/A)")]
     rec = TraceRecorder(model, opt, **kw) if kw is not None else None
     x = torch.randn(BATCH, WIDTH)
-    times, rss = [], {}
+    times, recording, rss = [], [], {}
     for step in range(1, steps + 1):
         start = time.perf_counter()
         loss = model(x).pow(2).mean()
         loss.backward()
         opt.step()
+        trained = time.perf_counter()
         if rec is not None:
             rec.record(loss)
         opt.clear_grad()
-        times.append(time.perf_counter() - start)
+        end = time.perf_counter()
+        times.append(end - start)
+        recording.append(end - trained)
         for mark, at in (("10", 10), ("mid", steps // 2), ("end", steps)):
             if step == at:
                 rss[mark] = (step, _rss_mb())
@@ -74,7 +79,15 @@ def child(mode: str, steps: int, out: str) -> dict:
     if rec is not None and kw:
         rec.save(None if "path" in kw else out)
         size = sum(p.stat().st_size for p in Path(out).parent.glob(Path(out).name + ".*")) / 2**20
-    return {"median_ms": 1e3 * statistics.median(times[2:]), "rss": rss, "file_mb": size}
+    train = [t - r for t, r in zip(times, recording, strict=True)]
+    return {
+        "median_ms": 1e3 * statistics.median(times[2:]),
+        "record_ms": 1e3 * statistics.median(recording[2:]),
+        # recording against training measured in the same process, step by step: robust to load
+        "record_share": statistics.median(r / t for r, t in zip(recording[2:], train[2:], strict=True)),
+        "rss": rss,
+        "file_mb": size,
+    }
 
 
 def main() -> None:
@@ -91,6 +104,7 @@ def main() -> None:
     modes = ["untraced", "in memory", "streamed", "streamed, every 10", "digests", "untraced (A/A)"]
     results: dict[str, dict] = {}
     times: dict[str, list[float]] = {m: [] for m in modes}
+    shares: dict[str, list[float]] = {m: [] for m in modes}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for r in range(args.rounds):
         for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:  # rotating order
@@ -105,23 +119,25 @@ def main() -> None:
                 )
             results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
             times[mode].append(results[mode]["median_ms"])
+            shares[mode].append(results[mode]["record_share"])
     for mode in modes:
         results[mode]["median_ms"] = statistics.median(times[mode])
+        results[mode]["record_share"] = statistics.median(shares[mode])
     base = results["untraced"]["median_ms"]
     print(
         f"{DEPTH * (WIDTH * WIDTH + WIDTH):,} parameters, AdamW, {args.steps} steps ({args.memory_steps} in memory), "
         f"{args.rounds} rounds"
     )
     print(
-        f"{'variant':<20} {'ms/step':>8} {'ratio':>6} {'RSS@10':>8} {'RSS@mid':>8} {'RSS@end':>8} "
-        f"{'MB/step':>8} {'files':>8}"
+        f"{'variant':<20} {'ms/step':>8} {'ratio':>6} {'rec/train':>9} {'RSS@10':>8} {'RSS@mid':>8} "
+        f"{'RSS@end':>8} {'MB/step':>8} {'files':>8}"
     )
     for mode, r in results.items():
         rss = r["rss"]
         (s10, m10), (send, mend) = rss["10"], rss["end"]
         growth = (mend - m10) / max(send - s10, 1)
         print(
-            f"{mode:<20} {r['median_ms']:8.2f} {r['median_ms'] / base:6.2f} "
+            f"{mode:<20} {r['median_ms']:8.2f} {r['median_ms'] / base:6.2f} {r['record_share']:9.2f} "
             f"{m10:8.0f} {rss['mid'][1]:8.0f} {mend:8.0f} {growth:8.2f} {r['file_mb']:8.1f}"
         )
 

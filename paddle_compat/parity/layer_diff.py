@@ -703,7 +703,8 @@ def diff_layers(
         ``.summary()``, ``.layers`` (every aligned layer's checks), ``.notes``.
 
     Both models should be in the same mode (train or eval) and free of randomness (dropout 0):
-    the frameworks' random streams differ.
+    the frameworks' random streams differ. Afterwards both models hold no gradients and their
+    buffers (BatchNorm statistics) as before; the port keeps the weights ``load`` gave it.
 
     Example::
 
@@ -756,12 +757,12 @@ def diff_layers(
         load_note = "the port's weights were not checked after loading: Paddle's names do not convert (give name_map)"
 
     kw = dict(kwargs or {})
-    # the Paddle run, with every call recorded
+    p_buffers = {path: _paddle_buffers(layer) for path, layer in paddle_model.named_sublayers(include_self=True)}
+    t_buffers = {path: _torch_buffers(m) for path, m in torch_model.named_modules()}
+    # both natural runs, every layer call recorded
     p_rec = _Recorder(paddle_model, "paddle")
     t_rec = _Recorder(torch_model, "torch")
     try:
-        p_buffers = {path: _paddle_buffers(layer) for path, layer in paddle_model.named_sublayers(include_self=True)}
-        t_buffers = {path: _torch_buffers(m) for path, m in torch_model.named_modules()}
 
         def p_in(x: Any) -> Any:
             return paddle.to_tensor(x, stop_gradient=not _is_float_array(x)) if isinstance(x, np.ndarray) else x
@@ -784,9 +785,7 @@ def diff_layers(
         if tuple(t_out.shape) != tuple(g.shape):
             raise ValueError(f"the models' outputs differ in shape: Paddle {list(g.shape)}, torch {list(t_out.shape)}")
         t_out.backward(torch.from_numpy(g).to(t_out.dtype))
-    finally:
         p_rec.active = t_rec.active = False
-    try:
         pairs, notes = align(
             p_rec.calls,
             t_rec.calls,
@@ -813,6 +812,13 @@ def diff_layers(
     finally:
         p_rec.remove()
         t_rec.remove()
+        # the step leaves no trace in either model: buffers (BatchNorm statistics) back, no gradients
+        _restore_torch_buffers(torch_model, t_buffers.get("", {}))
+        _restore_paddle_buffers(paddle_model, p_buffers.get("", {}))
+        for p in torch_model.parameters():
+            p.grad = None
+        for _, p in paddle_model.named_parameters():
+            p.clear_gradient(False)
     first_load = next(
         (
             Divergence("load", k.rpartition(".")[0] or "(model)", c, remark="the port's weights are not Paddle's")

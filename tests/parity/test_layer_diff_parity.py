@@ -246,3 +246,20 @@ def test_custom_layer_with_a_registered_rule():
         assert any(c.what == "grad w" for c in result.layers[0].backward)  # gradients compared in torch's layout
     finally:
         unregister_rule(MyDense)
+
+
+def test_models_are_left_as_they_were():
+    paddle.seed(0)
+    pm, tm = PaddleCNN(), TorchCNN()
+    before = {k: v.numpy().copy() for k, v in pm.state_dict().items()}
+    result = diff_layers(pm, tm, cnn_input())
+    assert result.ok
+    after = {k: v.numpy() for k, v in pm.state_dict().items()}
+    assert all(np.array_equal(before[k], after[k]) for k in before)  # Paddle's BatchNorm statistics too
+    assert torch.equal(tm.bn1.running_var, torch.from_numpy(before["bn1._variance"]))
+    assert all(p.grad is None for p in tm.parameters()) and all(p.grad is None for p in pm.parameters())
+    assert not tm._forward_hooks and not tm.bn1._forward_pre_hooks  # hooks removed
+    flat = nn.Sequential(TorchCNN(), nn.Flatten(0))
+    with pytest.raises(ValueError, match="the models' outputs differ in shape"):
+        diff_layers(pm, flat, cnn_input(), load=None)
+    assert not flat[0].conv1._forward_hooks and not pm.conv1._forward_post_hooks  # also after an error
