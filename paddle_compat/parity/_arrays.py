@@ -114,7 +114,8 @@ def digest(arr: np.ndarray, dtype: str) -> int:
     """A 64-bit fingerprint of the dtype, shape and exact bytes of ``arr`` (equal bits, equal digest)."""
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{dtype}|{tuple(arr.shape)}|".encode())
-    h.update(np.ascontiguousarray(arr).tobytes())
+    # the array's own buffer, not a bytes copy of it: the same bytes, half the time
+    h.update(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
     return int.from_bytes(h.digest(), "little")
 
 
