@@ -115,7 +115,7 @@ def digest(arr: np.ndarray, dtype: str) -> int:
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{dtype}|{tuple(arr.shape)}|".encode())
     # the array's own buffer, not a bytes copy of it: the same bytes, half the time
-    h.update(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+    h.update(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
     return int.from_bytes(h.digest(), "little")
 
 
