@@ -124,7 +124,7 @@ def test_damaged_trace_exits_2(traces, capsys):
 @pytest.mark.parametrize("rtol", ["nan", "-1", "inf"])
 def test_bad_tolerance_exits_2(traces, capsys, rtol):
     assert main(["compare", str(traces / "a"), str(traces / "a"), "--rtol", rtol, "--atol", "0"]) == 2
-    assert "rtol must be a finite number >= 0" in capsys.readouterr().err
+    assert "rtol should be" in capsys.readouterr().err
 
 
 def test_tolerance_and_baseline_flags(traces, capsys):

@@ -210,16 +210,17 @@ def test_argument_checks():
         compare(a, trace([(scal(), {})], layout="paddle"))
     loose = trace([(scal(loss=1.01), {})])
     assert not compare(a, loose).ok and compare(a, loose, rtol=0.1, atol=0.0).ok
-    for bad in (float("nan"), -1, float("inf")):  # NaN and -1 once passed and made equal traces diverge
-        with pytest.raises(ValueError, match=f"rtol must be a finite number >= 0, got {bad}"):
+    for bad, why in ((float("nan"), "a finite number"), (-1, ">= 0"), (float("inf"), "a finite number")):
+        # NaN and -1 once passed and made equal traces diverge
+        with pytest.raises(ValueError, match=f"rtol should be {why}, but received {bad}"):
             compare(a, a, rtol=bad, atol=0.0)
-        with pytest.raises(ValueError, match=f"atol must be a finite number >= 0, got {bad}"):
+        with pytest.raises(ValueError, match=f"atol should be {why}, but received {bad}"):
             compare(a, a, rtol=0.0, atol=bad)
-    with pytest.raises(TypeError, match="rtol must be a number, got str"):
+    with pytest.raises(TypeError, match="rtol should be a float or an int, but received str"):
         compare(a, a, rtol="0.1", atol=0.0)
-    with pytest.raises(TypeError, match="reference must be a Trace or the path of a saved one, got int"):
+    with pytest.raises(TypeError, match="reference should be a Trace or the path of a saved one, but received int"):
         compare(42, a)
-    with pytest.raises(TypeError, match="exact must be a bool"):
+    with pytest.raises(TypeError, match="exact should be a bool"):
         compare(a, a, exact="yes")
 
 
@@ -257,8 +258,16 @@ def test_steps_limit():
     assert compare(a, trace([(scal(), {"param/w": W})]), steps=1).ok
     with pytest.raises(ValueError, match="steps=4, but the reference has 3 steps"):
         compare(a, b, steps=4)
-    with pytest.raises(ValueError, match="steps must be a non-negative int"):
+    with pytest.raises(ValueError, match="steps should be >= 0, but received -1"):
         compare(a, b, steps=-1)
+
+
+def test_traces_of_the_wrong_type_are_named():
+    a = trace([(scal(), {"param/w": W})])
+    with pytest.raises(TypeError, match="^reference should be a Trace or the path of a saved one, but received int$"):
+        compare(42, a)
+    with pytest.raises(TypeError, match="^candidate should be a Trace or the path of a saved one, but received dict$"):
+        compare(a, {})
 
 
 def test_dtypes_differ():
@@ -299,7 +308,7 @@ def test_tolerance_keys_resolve_from_the_most_specific():
     d = compare(a, b, tolerance={**tol, "grad/x.w": 1e-3}).first_divergence
     assert d.name == "grad/x.w"  # an exact name beats a glob
     assert compare(a, b, tolerance={"loss": 0.1, "grad": 0.1}).first_divergence.name == "param/x.w"  # exact mode
-    with pytest.raises(ValueError, match=r"tolerance\['grad'\] must be a finite number >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"tolerance\['grad'\] should be >= 0, but received -1"):
         compare(a, b, tolerance={"grad": -1})
 
 
@@ -370,3 +379,23 @@ def test_png_marks_nan_and_shows_the_layers(tmp_path, monkeypatch):
     assert len(marks) == 1 and marks[0].get_offsets()[0][0] == 1  # ... but a mark at step 1
     assert layers.get_title() == "Step 1: per-layer divergence (outputs in forward order, then gradients)"
     assert [t.get_text() for t in layers.get_yticklabels()] == ["fc", "out"]
+
+
+def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from paddle_compat.parity import cli, report
+
+    assert report.FORMATS == ("json", "md", "png")
+    a = trace([(scal(), {"param/w": W})])
+    written = report.write_report(compare(a, a), tmp_path / "all")
+    assert list(written) == list(report.FORMATS) and [p.name for p in written.values()] == [
+        "report.json", "report.md", "report.png"]
+    with pytest.raises(ValueError, match=r"^formats: unknown \['pdf'\]; choose from 'json', 'md', 'png'$"):
+        report.write_report(compare(a, a), tmp_path, ["md", "pdf"])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert report.available_formats() == ("json", "md")
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    assert "comma-separated: json,md,png" in capsys.readouterr().out

@@ -199,6 +199,16 @@ def test_sampled_storage_keeps_digests():
     assert compare(full, small, exact=True).ok and compare(small, full, exact=True).ok
 
 
+def test_recorder_options_are_checked():
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(TypeError, match="^sample should be an int, but received str$"):
+        TraceRecorder(model, sample="16")
+    with pytest.raises(ValueError, match="^sample should be >= 1, but received 0$"):
+        TraceRecorder(model, sample=0)
+    with pytest.raises(TypeError, match="^full_max_elements should be an int, but received float$"):
+        TraceRecorder(model, full_max_elements=1e6)
+
+
 def test_save_path_from_the_environment(tmp_path, monkeypatch):
     torch.manual_seed(0)
     rec = TraceRecorder(torch.nn.Linear(2, 2))
@@ -351,7 +361,7 @@ def test_every_and_patterns():
     assert [s["loss"] for s in sparse.steps] == [s["loss"] for s in full.steps]  # scalars at every step
     result = compare(full, sparse, exact=True)
     assert result.ok and "left out by a trace's include/exclude patterns, not compared: grad/0.bias" in result.notes[-1]
-    with pytest.raises(ValueError, match="every must be a positive int"):
+    with pytest.raises(ValueError, match="every should be >= 1, but received 0"):
         run(every=0)
     with pytest.raises(TypeError, match="include must be a list of glob patterns"):
         run(include="param/*")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._numerics import round_to
 from .adam import Adam
 
@@ -49,6 +49,8 @@ class AdamW(Adam):
         multi_precision: bool = False,
         amsgrad: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         if lr_ratio is not None and not callable(lr_ratio):
             raise TypeError(f"lr_ratio should be a callable taking a parameter, but received {type(lr_ratio).__name__}")
@@ -61,7 +63,7 @@ class AdamW(Adam):
         self._apply_decay_param_fun = apply_decay_param_fun
         super().__init__(
             learning_rate, beta1, beta2, epsilon, parameters, weight_decay, grad_clip, lazy_mode, multi_precision,
-            amsgrad=amsgrad, name=name,
+            amsgrad=amsgrad, name=name, fused=fused,
         )
         self._use_lowprecision_moment = bool(use_lowprecision_moment)
         if apply_decay_param_fun is not None:
@@ -72,11 +74,10 @@ class AdamW(Adam):
     def _check_weight_decay(self, weight_decay: Any) -> float:
         if isinstance(weight_decay, Tensor) and weight_decay.numel() == 1:
             weight_decay = weight_decay.item()
-        if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+        if not _checks.is_real(weight_decay):
             raise TypeError("weight_decay should be int, float or Tensor.")
-        if not math.isfinite(weight_decay):  # Paddle takes it, and every decayed parameter becomes NaN
-            raise ValueError(f"weight_decay should be a finite number, but received {weight_decay}")
-        return float(weight_decay)
+        # Paddle takes NaN and inf, and every decayed parameter becomes NaN
+        return float(_checks.real("weight_decay", weight_decay))
 
     def _regularizer(self, group: dict[str, Any]) -> None:
         return None  # the decay is decoupled, inside the kernel

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .. import _native, _numerics
+from .. import _checks, _native, _numerics
 from .._numerics import fma, round_to
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
@@ -49,19 +48,23 @@ class Momentum(Optimizer):
         rescale_grad: float = 1.0,
         use_multi_tensor: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
-        defaults = {"momentum": momentum, "use_nesterov": bool(use_nesterov), "rescale_grad": rescale_grad}
+        defaults = {"momentum": momentum, "use_nesterov": use_nesterov, "rescale_grad": rescale_grad}
         self._check_group(defaults)
-        self._use_multi_tensor = use_multi_tensor
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name)
+        self._use_multi_tensor = _checks.flag("use_multi_tensor", use_multi_tensor)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         if "momentum" in group:
             if group["momentum"] is None:
                 raise ValueError("momentum is not set")
-            _check_number("momentum", group["momentum"])
+            _checks.real("momentum", group["momentum"])  # Paddle takes NaN and inf: the parameters become NaN
         if "rescale_grad" in group:
-            _check_number("rescale_grad", group["rescale_grad"])
+            _checks.real("rescale_grad", group["rescale_grad"])
+        if "use_nesterov" in group:
+            _checks.flag("use_nesterov", group["use_nesterov"])
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
         # A group's L2Decay is fused into the kernel. Paddle then (and for a group without decay)
@@ -137,10 +140,3 @@ class Momentum(Optimizer):
         else:
             torch.mul(velocity, lr, out=step)  # v*lr
         return w.sub_(step)
-
-
-def _check_number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} should be a float, but received {type(value).__name__}")
-    if not math.isfinite(value):  # Paddle takes it, and the parameters become NaN
-        raise ValueError(f"{name} should be a finite number, but received {value}")

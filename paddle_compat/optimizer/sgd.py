@@ -38,8 +38,10 @@ class SGD(Optimizer):
         grad_clip: Any = None,
         multi_precision: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name, fused)
 
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool

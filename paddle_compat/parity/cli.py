@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from .compare import Comparison, compare
 from .record import RecordingError, record_script
-from .report import available_formats, to_json, write_report
+from .report import FORMATS, available_formats, check_formats, to_json, write_report
 
 __all__ = ["main"]
 
@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
 
     commands = (
         ("compare", "compare two traces"),
-        ("report", "compare and write JSON/Markdown/PNG"),
+        ("report", f"compare and write a report ({', '.join(FORMATS)})"),
         ("run", "record a Paddle script and the port's script (child processes), then compare"),
     )
     for name, help_text in commands:
@@ -74,7 +74,9 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--json", metavar="FILE", help="also write the full comparison as JSON")
         else:
             p.add_argument("-o", "--out", default="parity-report", help="report folder (default: parity-report)")
-            p.add_argument("--format", default=None, help="comma-separated: json,md,png (default: all available)")
+            p.add_argument(
+                "--format", default=None, help=f"comma-separated: {','.join(FORMATS)} (default: all available)"
+            )
     return parser
 
 
@@ -115,12 +117,14 @@ def _tolerance(spec: str | None) -> float | dict[str, float] | None:
 def _formats(requested: str | None) -> list[str]:
     if requested is not None:
         formats = [f.strip() for f in requested.split(",") if f.strip()]
-        unknown = [f for f in formats if f not in ("json", "md", "png")]
-        if unknown or not formats:
-            raise _Usage(f"--format: choose among json, md, png (got {requested!r})")
-        return formats
+        try:
+            if not formats:
+                raise ValueError
+            return check_formats(formats)
+        except ValueError:
+            raise _Usage(f"--format: choose among {', '.join(FORMATS)} (got {requested!r})") from None
     formats = list(available_formats())
-    if "png" not in formats:
+    if set(formats) != set(FORMATS):
         print("note: matplotlib is not installed, so no PNG (pip install 'paddle_compat[plot]')", file=sys.stderr)
     return formats
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _checks
 from ._arrays import as_float, bits, closeness, is_float, tolerances, ulp_distance
 from .trace import SCALARS, Series, Trace, json_float, load_trace, selected
 
@@ -392,12 +393,8 @@ def _scalar_of(x: Any, dtype: str) -> float | int | bool:
 
 
 def _check_tolerance(arg: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{arg} must be a number, got {type(value).__name__}")
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{arg} must be a finite number >= 0, got {value!r}")
+    if value is not None:
+        _checks.at_least(arg, _checks.real(arg, value), 0)
 
 
 def _category(name: str) -> str:
@@ -570,8 +567,7 @@ def compare(
         result = compare("golden/paddle", "port", exact=True)
         assert result.ok, result.summary()
     """
-    if not isinstance(exact, bool):
-        raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
+    _checks.flag("exact", exact)
     if exact and (rtol is not None or atol is not None):
         raise ValueError("exact=True compares bits: rtol/atol do not apply")
     _check_tolerance("rtol", rtol)
@@ -580,14 +576,14 @@ def compare(
     if isinstance(tolerance, Mapping):
         for key, value in tolerance.items():
             if not isinstance(key, str):
-                raise TypeError(f"tolerance keys must be names, globs or categories, got {key!r}")
+                raise TypeError(f"tolerance keys should be names, globs or categories, but received {key!r}")
             _check_tolerance(f"tolerance[{key!r}]", value)
     elif tolerance is not None:
         _check_tolerance("tolerance", tolerance)
     _check_tolerance("baseline_factor", baseline_factor)
-    for arg, run in (("reference", reference), ("candidate", candidate), ("baseline", baseline)):
-        if not isinstance(run, (Trace, str, os.PathLike)) and not (arg == "baseline" and run is None):
-            raise TypeError(f"{arg} must be a Trace or the path of a saved one, got {type(run).__name__}")
+    for name, given in (("reference", reference), ("candidate", candidate), ("baseline", baseline)):
+        if not isinstance(given, (Trace, str, os.PathLike)) and not (name == "baseline" and given is None):
+            raise TypeError(f"{name} should be a Trace or the path of a saved one, but received {type(given).__name__}")
     ref, cand = load_trace(reference), load_trace(candidate)
     base = load_trace(baseline) if baseline is not None else None
     lr, lc = ref.meta.get("layout"), cand.meta.get("layout")
@@ -601,8 +597,7 @@ def compare(
     bounds = _Bounds(tolerance, base, ref, float(baseline_factor))
     notes: list[str] = []
     if steps is not None:
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"steps must be a non-negative int, got {steps!r}")
+        _checks.at_least("steps", _checks.integer("steps", steps), 0)
         if steps > min(len(ref), len(cand)):
             raise ValueError(f"steps={steps}, but the reference has {len(ref)} steps and the candidate {len(cand)}")
         n = steps

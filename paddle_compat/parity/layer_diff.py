@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import _checks
 from ._arrays import closeness, copy_of
 from .align import Call, Pair, align, kind_of, layer_types
 from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
@@ -731,15 +732,12 @@ def diff_layers(
         raise TypeError("layer_map must be a dict of Paddle layer paths to torch module paths (strings)")
     ignore = string_list(ignore, "ignore", "glob patterns")
     ignore_types = layer_types(ignore_types, "ignore_types")
-    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
-        raise ValueError(f"depth must be None or a non-negative int, got {depth!r}")
-    if not isinstance(single_step, bool):
-        raise TypeError(f"single_step must be a bool, got {type(single_step).__name__}")
-    for value in rtol.values() if isinstance(rtol, Mapping) else [rtol]:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"rtol must be a finite number >= 0 (or a dict of them), got {value!r}")
-    if isinstance(noise_factor, bool) or not isinstance(noise_factor, (int, float)) or not noise_factor >= 0:
-        raise ValueError(f"noise_factor must be a number >= 0, got {noise_factor!r}")
+    if depth is not None:
+        _checks.at_least("depth", _checks.integer("depth", depth), 0)
+    _checks.flag("single_step", single_step)
+    bounds = {f"rtol[{k!r}]": v for k, v in rtol.items()} if isinstance(rtol, Mapping) else {"rtol": rtol}
+    for name, value in {**bounds, "noise_factor": noise_factor}.items():
+        _checks.at_least(name, _checks.real(name, value), 0)
     if grad_output is not None and not isinstance(grad_output, np.ndarray):
         raise TypeError(f"grad_output must be a numpy array, got {type(grad_output).__name__}")
 

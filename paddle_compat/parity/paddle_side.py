@@ -20,6 +20,7 @@ from unittest import mock
 import numpy as np
 import torch
 
+from .. import _checks
 from ..amp.master_grad import grad_of
 from ._arrays import copy_of
 from .convert import NameMap, Plan, paddle_to_torch, torch_to_paddle
@@ -220,8 +221,7 @@ def nudge_params(layer: Any, *, ulps: int = 1, seed: int = 0) -> None:
 
         paddle_side.nudge_params(model)      # then run and record the same training again
     """
-    if isinstance(ulps, bool) or not isinstance(ulps, int) or ulps < 1:
-        raise ValueError(f"ulps must be a positive int, got {ulps!r}")
+    _checks.at_least("ulps", _checks.integer("ulps", ulps), 1)
     rng = np.random.default_rng(seed)
     for _, p in layer.named_parameters():
         a = copy_of(p)

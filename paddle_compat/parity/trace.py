@@ -35,9 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..amp.master_grad import (
-    grad_of,  # works on Paddle's parameters too: they have .grad
-)
+from .. import _checks
+from ..amp.master_grad import grad_of  # works on Paddle's parameters too: they have .grad
 from ._arrays import array_of, as_float, copy_of, digest, sample_indices
 from .convert import NameMap, Plan, string_list
 from .hooks import LayerWatcher
@@ -725,19 +724,15 @@ class TraceRecorder:
         include: Sequence[str] | None = None,
         exclude: Sequence[str] = (),
     ) -> None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be a positive int, got {every!r}")
+        _checks.at_least("every", _checks.integer("every", every), 1)
         if include is not None:
             include = string_list(include, "include", "glob patterns")
         exclude = string_list(exclude, "exclude", "glob patterns")
         if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a path, got {type(path).__name__}")
-        if full_max_elements is not None and (
-            isinstance(full_max_elements, bool) or not isinstance(full_max_elements, int) or full_max_elements < 0
-        ):
-            raise ValueError(f"full_max_elements must be None or a non-negative int, got {full_max_elements!r}")
-        if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
-            raise ValueError(f"sample must be a positive int, got {sample!r}")
+            raise TypeError(f"path should be a path, but received {type(path).__name__}")
+        if full_max_elements is not None:
+            _checks.at_least("full_max_elements", _checks.integer("full_max_elements", full_max_elements), 0)
+        _checks.at_least("sample", _checks.integer("sample", sample), 1)
         if _is_torch(model):
             if port is not None:
                 raise ValueError("port= is for recording a Paddle model; this model is already a torch module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import random
 import warnings
 
@@ -714,3 +715,108 @@ def test_scale_values_are_float32_bitwise():
     ours = GradScaler(init_loss_scaling=0.1)
     assert ours.get_scale() == float(np.float32(0.1))
     assert bits(ours.state_dict()["scale"]).tolist() == [np.float32(0.1).view(np.uint32)]
+
+
+# ---------------------------------------------------------- the gradients a skipped step leaves
+
+_SKIP_CLIPS = {
+    "no_clip": None,
+    "value": ("ClipGradByValue", 2.0),
+    "norm": ("ClipGradByNorm", 1.0),
+    "global_norm": ("ClipGradByGlobalNorm", 1.0),
+    "global_norm_auto_skip": ("ClipGradByGlobalNorm", 1.0, "default_group", True),
+}
+_SKIP_OPTIMIZERS = {  # each regularizer, and the optimizers that apply it differently
+    "sgd": ("SGD", None),
+    "sgd_l1": ("SGD", ("L1Decay", 0.1)),
+    "sgd_l2": ("SGD", ("L2Decay", 0.1)),
+    "momentum_l2": ("Momentum", ("L2Decay", 0.1)),  # fused into Paddle's momentum kernel
+    "adamw": ("AdamW", 0.01),
+}
+
+
+def _skip_make(module, spec):
+    return spec if spec is None or isinstance(spec, float) else getattr(module, spec[0])(*spec[1:])
+
+
+@pytest.mark.parametrize("bad", [INF, NAN], ids=["inf", "nan"])
+@pytest.mark.parametrize("path", ["fused", "device_flag", "not_fused"])
+@pytest.mark.parametrize("opt_name", list(_SKIP_OPTIMIZERS))
+@pytest.mark.parametrize("clip_name", list(_SKIP_CLIPS))
+def test_gradients_after_a_skipped_step(clip_name, opt_name, path, bad, monkeypatch):
+    """Paddle's scaler calls its optimizer's step on a skipped step too: the clip runs and
+    ClipGradByGlobalNorm scales the gradients in place (0 and NaN after an overflow, all NaN after
+    a NaN); everything else leaves them as the unscale made them. ``fused``: our optimizer takes the
+    scaler's flag on the host; ``device_flag``: as a flag on a GPU (Paddle's GPU formulas, the flag
+    never read); ``not_fused``: the scaler skips the call itself. Paddle unscales with its GPU
+    kernel's semantics (its CPU kernel zeroes the tensors from the first bad one on, see
+    docs/grad_scaler.md)."""
+    from paddle_compat import nn as pnn, optimizer as popt, regularizer as preg
+    from paddle_compat import _numerics
+
+    scale = 1024.0
+    grads = [np.array(g, np.float32) for g in ([[4, 5], [6, 7]], [[1, bad], [2, 3]], [[1, 2], [3, 4]])]
+    ours_params = [torch.nn.Parameter(torch.ones(2, 2)) for _ in grads]
+    paddle_params = paddle_params_like(ours_params)
+    for tp, pp, g in zip(ours_params, paddle_params, grads):
+        tp.grad = torch.from_numpy(g * np.float32(scale))
+        pp.grad = paddle.to_tensor(g * np.float32(scale))
+    cls_name, reg = _SKIP_OPTIMIZERS[opt_name]
+    clip = _SKIP_CLIPS[clip_name]
+    cls = getattr(popt, cls_name)
+    if path == "device_flag":
+        monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
+    extra = {"momentum": 0.9} if cls_name == "Momentum" else {}
+    opt = cls(
+        learning_rate=0.1,
+        parameters=ours_params,
+        grad_clip=_skip_make(pnn, clip),
+        weight_decay=_skip_make(preg, reg),
+        fused=path != "not_fused",
+        **extra,
+    )
+    popt_ = getattr(paddle.optimizer, cls_name)(
+        learning_rate=0.1,
+        parameters=paddle_params,
+        grad_clip=_skip_make(paddle.nn, clip),
+        weight_decay=_skip_make(paddle.regularizer, reg),
+        **extra,
+    )
+    ours, pscaler = GradScaler(init_loss_scaling=scale), paddle_scaler(init_loss_scaling=scale)
+    ours.step(opt)
+    ours.update()
+    with paddle_gpu_kernel_semantics():
+        pscaler.step(popt_)
+        pscaler.update()
+    assert ours.last_step_skipped() is True and ours.get_scale() == scale / 2
+    for i, (tp, pp) in enumerate(zip(ours_params, paddle_params)):
+        assert_bitwise_equal(tp.grad, pp.grad, f"grad {i}")
+        assert_bitwise_equal(tp, pp, f"param {i}")
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["default", "fused"])
+def test_minimize_returns_paddles_params_grads_on_finite_and_skipped_steps(fused):
+    """Paddle's scaler calls its optimizer's minimize on a skipped step too and returns its
+    (ops, params_grads); ours, whose default optimizer is not called there, returns the same."""
+    import paddle_compat.optimizer as our_optimizers
+
+    tparams = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))]
+    pparams = paddle_params_like(tparams)
+    ours = GradScaler(init_loss_scaling=4.0)
+    pscaler = paddle_scaler(init_loss_scaling=4.0)
+    opt = our_optimizers.SGD(learning_rate=LR, parameters=tparams, fused=fused)
+    popt = paddle.optimizer.SGD(learning_rate=LR, parameters=pparams)
+    for grad in (2.0, math.inf):
+        tparams[0].grad, tparams[1].grad = torch.full((3,), grad), torch.full((2,), 3.0)
+        copy_grads_to_paddle(tparams, pparams)
+        loss = torch.ones(1)
+        _, ours_pairs = ours.minimize(opt, ours.scale(loss))
+        _, paddle_pairs = pscaler.minimize(popt, pscaler.scale(paddle.to_tensor(to_numpy(loss))))
+        assert [p for p, _ in ours_pairs] == tparams and len(paddle_pairs) == 2
+        assert all(g is p.grad for p, g in ours_pairs)  # Paddle's too are the parameters' gradients
+        if math.isfinite(grad):  # their values after a skip are another matter (Paddle multiplies them by 0)
+            for (_, g), (_, pg) in zip(ours_pairs, paddle_pairs, strict=True):
+                assert_bitwise_equal(g, pg, f"grad={grad}: a returned gradient")
+        assert_bitwise_equal(tparams[0], pparams[0], f"grad={grad}: the parameter")
+        opt.clear_grad()
+        popt.clear_grad()

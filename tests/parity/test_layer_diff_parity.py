@@ -201,13 +201,14 @@ def test_the_sublayers_agree_remark():
 def test_arguments_are_checked():
     pm, tm, x = PaddleCNN(), TorchCNN(), cnn_input()
     for kw, err, msg in [
-        ({"rtol": float("nan")}, ValueError, "rtol must be a finite number >= 0"),
-        ({"depth": -1}, ValueError, "depth must be None or a non-negative int"),
+        ({"rtol": float("nan")}, ValueError, "rtol should be a finite number, but received nan"),
+        ({"rtol": {"blocks.*": -1}}, ValueError, r"rtol\['blocks.\*'\] should be >= 0, but received -1"),
+        ({"depth": -1}, ValueError, "depth should be >= 0, but received -1"),
         ({"ignore": "bn1"}, TypeError, "ignore must be a list of glob patterns"),
         ({"ignore_types": [3]}, TypeError, "ignore_types must hold classes or class names"),
         ({"load": "torch"}, ValueError, "load must be 'paddle', a callable or None"),
         ({"layer_map": {"a": 1}}, TypeError, "layer_map must be a dict"),
-        ({"single_step": "yes"}, TypeError, "single_step must be a bool"),
+        ({"single_step": "yes"}, TypeError, "single_step should be a bool"),
     ]:
         with pytest.raises(err, match=msg):
             diff_layers(pm, tm, x, **kw)
