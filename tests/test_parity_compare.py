@@ -372,7 +372,7 @@ def test_png_marks_nan_and_shows_the_layers(tmp_path, monkeypatch):
     monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: drawn.append(self))
     plot(result, tmp_path / "r.png")
     (fig,) = drawn
-    top, middle, layers = fig.axes
+    _, middle, layers = fig.axes
     ys = [y for line in middle.get_lines() for y in line.get_ydata() if line.get_label() == "gradients"]
     assert ys == [0.0]  # step 1's NaN is not a point at 2**64 ...
     marks = [c for c in middle.collections if c.get_label() == "gradients: inf/NaN against a number"]

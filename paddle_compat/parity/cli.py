@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 from .compare import Comparison, compare
 from .record import RecordingError, record_script

@@ -7,10 +7,10 @@ Plotting needs the ``plot`` extra (``pip install paddle_compat[plot]``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
-import importlib.util
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
