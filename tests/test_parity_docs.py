@@ -37,7 +37,7 @@ def test_doc_has_examples():
 
 def test_doc_story_runs_in_a_fresh_process(tmp_path):
     if importlib.util.find_spec("paddle") is None:
-        pytest.skip("the story starts from a checkpoint saved by Paddle")
+        pytest.skip("the examples start from a checkpoint saved by Paddle")
     script = tmp_path / "story.py"
     script.write_text("\n\n".join(blocks()) + EPILOGUE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_COMPAT_")}
