@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks
+from .._dtensor import is_dtensor
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
 from .optimizer import Optimizer, compute_dtype
@@ -54,6 +55,8 @@ class ASGD(Optimizer):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name, fused)
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        if is_dtensor(p):  # before any update: its history of gradients is not laid out as shards
+            raise TypeError("ASGD cannot update sharded parameters (DTensor: FSDP2, tensor parallel)")
         state["d"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         state["y"] = torch.zeros((self._n, *p.shape), dtype=p.dtype, device=p.device)
         state["m"] = torch.zeros([1], dtype=torch.int64)

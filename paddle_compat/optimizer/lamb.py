@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks
+from .._dtensor import is_dtensor
 from .._numerics import round_to, sqrt_rn_into
 from ..nn.clip import squared_l2_norm
 from ._eigen import adam_moments_, float_attrs
@@ -82,6 +83,11 @@ class Lamb(Optimizer):
             )
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        if is_dtensor(p):  # before any update: each rank would take its shard's norms for the whole's
+            raise TypeError(
+                "Lamb cannot update sharded parameters (DTensor: FSDP2, tensor parallel): its trust ratio "
+                "needs each parameter's whole norm"
+            )
         dtype = compute_dtype(p)
         state["moment1"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         state["moment2"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)

@@ -11,6 +11,7 @@ import torch
 
 from paddle_compat.distributed.fleet import ParallelMode
 
+from ..optim_db import CLASSES
 from .worker import BAD
 
 UNION = sorted(BAD)  # the steps every rank must skip when the ranks agree
@@ -84,6 +85,7 @@ def test_group_sharded_levels_map_to_fsdp_units(gloo_2):
 PADDLE_ON_SHARDS = [
     "sgd", "momentum", "adam", "adamw", "adamw_bf16_master", "adamw_torch_forms", "adamw_os", "adamw_os_g",
     "adamw_p_g_os", "momentum_uneven", "adamw_uneven",
+    "rmsprop", "adagrad", "adamax", "adadelta", "nadam", "radam", "rprop",
 ]
 
 
@@ -108,7 +110,18 @@ def test_paddle_optimizers_step_fsdp2_shards_bitwise_as_one_process(gloo_2, case
         for p, q in zip(run["params"], run["reference"]["params"], strict=True):
             assert p.dtype == q.dtype and torch.equal(p, q)
         for key, kind, placed in run["layout"]:
-            assert (kind, placed) == (("Tensor", None) if key.endswith("_pow_acc") else ("DTensor", True)), key
+            assert (kind, placed) == (("Tensor", None) if key in HOST_STATE else ("DTensor", True)), key
+
+
+# what the optimizers keep on the host as plain [1] tensors (Adam's, Lamb's beta powers; NAdam's ...)
+HOST_STATE = {key for cls in CLASSES for key in cls._host_state}
+
+
+def test_lamb_and_asgd_refuse_sharded_parameters(gloo_2):
+    for result in gloo_2.results("paddle_optimizers_fsdp2"):
+        (lamb, lamb_unchanged), (asgd, asgd_unchanged) = result["refused"]["lamb"], result["refused"]["asgd"]
+        assert "Lamb cannot update sharded parameters" in lamb and lamb_unchanged
+        assert "ASGD cannot update sharded parameters" in asgd and asgd_unchanged
 
 
 def test_global_norm_clip_sums_every_shard_on_every_rank(gloo_2):

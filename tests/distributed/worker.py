@@ -263,6 +263,13 @@ def _paddle_optimizers() -> dict[str, Callable[[Any], Any]]:
         ),
         "adamw_bf16_master": lambda ps: popt.AdamW(0.01, parameters=ps, multi_precision=True),
         "adamw_clip": lambda ps: popt.AdamW(0.01, parameters=ps, grad_clip=ClipGradByGlobalNorm(0.05)),
+        "rmsprop": lambda ps: popt.RMSProp(0.01, parameters=ps, momentum=0.5, centered=True),
+        "adagrad": lambda ps: popt.Adagrad(0.1, parameters=ps),
+        "adamax": lambda ps: popt.Adamax(0.01, parameters=ps),
+        "adadelta": lambda ps: popt.Adadelta(1.0, parameters=ps),
+        "nadam": lambda ps: popt.NAdam(0.01, parameters=ps),
+        "radam": lambda ps: popt.RAdam(0.01, parameters=ps),
+        "rprop": lambda ps: popt.Rprop(0.01, parameters=ps),
     }
 
 
@@ -310,6 +317,21 @@ def paddle_optimizers_fsdp2(ctx: Context) -> dict[str, Any]:
             result[case] = run
         finally:
             _native._enabled = saved_native
+    # Lamb's trust ratio needs whole norms and ASGD's history is not sharded: refused, nothing moved
+    from paddle_compat import optimizer as popt
+
+    refused = {}
+    for name, make in (("lamb", popt.Lamb), ("asgd", popt.ASGD)):
+        model = make_model(0, ctx.device)
+        fully_shard(model)
+        opt = make(0.01, parameters=model.parameters())
+        before = full_params(model)
+        (model(batch(0, ctx.rank, ctx.device, {})[0]).sum()).backward()
+        try:
+            opt.step()
+        except TypeError as error:
+            refused[name] = (str(error), all(torch.equal(a, b) for a, b in zip(before, full_params(model))))
+    result["refused"] = refused
     return result
 
 
