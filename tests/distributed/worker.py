@@ -270,7 +270,14 @@ def _paddle_optimizers() -> dict[str, Callable[[Any], Any]]:
         "nadam": lambda ps: popt.NAdam(0.01, parameters=ps),
         "radam": lambda ps: popt.RAdam(0.01, parameters=ps),
         "rprop": lambda ps: popt.Rprop(0.01, parameters=ps),
+        "adagrad_param_attr": lambda ps: popt.Adagrad(0.1, parameters=_first_at_ratio(list(ps), 0.3)),
     }
+
+
+def _first_at_ratio(params: list, ratio: float) -> list:
+    """The parameters, the first with Paddle's per-parameter rate (``ParamAttr(learning_rate=ratio)``)."""
+    params[0].optimize_attr = {"learning_rate": ratio}
+    return params
 
 
 @scenario
