@@ -87,7 +87,7 @@ def local_shards(opt: Any, group: dict[str, Any], pairs: ParamsGrads) -> Iterato
     for (p, _), (lp, _) in zip(pairs, local_pairs):  # Paddle's per-parameter rate, seen on the shard too
         attr = getattr(p, "optimize_attr", None)
         if attr is not None and lp is not p:
-            lp.optimize_attr = attr
+            lp.optimize_attr = attr  # type: ignore[attr-defined]  # Paddle's attribute, on a torch tensor
     sharded = [(p, lp) for (p, _), (lp, _) in zip(pairs, local_pairs) if is_dtensor(p)]
     # One view per optimizer (its engine keeps it), the same while the state is: the engine's plans
     # are kept as long as the view they were made with is the one shown.
