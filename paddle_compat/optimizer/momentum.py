@@ -104,13 +104,12 @@ class Momentum(Optimizer):
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
         velocity = state["velocity"]
-        w = value.to(velocity.dtype)
-        g = grad.to(w.dtype)
         # Paddle passes mu, the L2 coefficient and rescale_grad as float32 attributes.
         mu = _f32(group["momentum"])
         coeff = self._fused_decay(group)
         nesterov = group["use_nesterov"]
-        if _numerics.gpu_kernels(w):
+        if _numerics.gpu_kernels(value):
+            w, g = value.to(velocity.dtype), grad.to(velocity.dtype)
             g = g * _f32(group["rescale_grad"])
             if coeff:
                 g = fma(coeff, w, g)
@@ -118,24 +117,29 @@ class Momentum(Optimizer):
             new = fma(-fma(v, mu, g), lr, w) if nesterov else fma(-lr, v, w)
             velocity.copy_(v)
             return new
-        if not self._same_layout(w, g, velocity):
+        if not (value.dtype == velocity.dtype and self._same_layout(value, grad, velocity)):
+            w, g = value.to(velocity.dtype), grad.to(velocity.dtype)
             if coeff:
                 g = g + w * coeff
             v = velocity * mu + g
             velocity.copy_(v)
             return w - (g + v * mu) * lr if nesterov else w - v * lr
-        # The same operations, operand order and roundings as the expressions in the docstring,
-        # done in place or into reused buffers (``w`` is ``value`` itself: velocity has its dtype).
-        tmp = self._buffer(w, w.dtype, "tmp")
-        if coeff:
-            g = torch.add(g, torch.mul(w, coeff, out=tmp), out=tmp)  # g + w*coeff
-        velocity.mul_(mu).add_(g)  # velocity*mu + g
-        step = self._buffer(w, w.dtype, "step")
-        if nesterov:
-            torch.add(g, torch.mul(velocity, mu, out=step), out=step).mul_(lr)  # (g + v*mu)*lr
-        else:
-            torch.mul(velocity, lr, out=step)  # v*lr
-        return w.sub_(step)
+        # The same operations, operand order and roundings as the expressions above, done in place
+        # a piece at a time, into reused buffers (``value`` has the velocity's dtype here).
+        for w, g, v in _numerics.chunks(value, grad, velocity):
+            if g.dtype != w.dtype:
+                g = self._buffer(g, w.dtype, "g").copy_(g)
+            tmp = self._buffer(w, w.dtype, "tmp")
+            if coeff:
+                g = torch.add(g, torch.mul(w, coeff, out=tmp), out=tmp)  # g + w*coeff
+            v.mul_(mu).add_(g)  # velocity*mu + g
+            step = self._buffer(w, w.dtype, "step")
+            if nesterov:
+                torch.add(g, torch.mul(v, mu, out=step), out=step).mul_(lr)  # (g + v*mu)*lr
+            else:
+                torch.mul(v, lr, out=step)  # v*lr
+            w.sub_(step)
+        return value
 
 
 def _check_number(name: str, value: Any) -> None:

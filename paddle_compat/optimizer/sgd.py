@@ -66,9 +66,12 @@ class SGD(Optimizer):
             w = value.to(compute_dtype(value))
             return fma(-lr, grad.to(w.dtype), w)
         rate = torch.tensor(lr, dtype=value.dtype)  # Paddle's CPU kernel casts the rate to the dtype
-        g = grad.to(value.dtype)
-        if not self._same_layout(value, g):
-            return value - g * rate
-        # value - grad*rate, two separately rounded operations, in place: same kernels, same bits
-        step = torch.mul(g, rate, out=self._buffer(value, value.dtype, "step"))
-        return value.sub_(step)
+        if not self._same_layout(value, grad):
+            return value - grad.to(value.dtype) * rate
+        # value - grad*rate, two separately rounded operations, in place a piece at a time: same
+        # kernels, same bits
+        for w, g in _numerics.chunks(value, grad):
+            if g.dtype != w.dtype:
+                g = self._buffer(g, w.dtype, "g").copy_(g)
+            w.sub_(torch.mul(g, rate, out=self._buffer(w, w.dtype, "step")))
+        return value
