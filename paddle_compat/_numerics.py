@@ -140,23 +140,23 @@ def fma_into(out: Tensor, a: float, b: Tensor, c: Tensor, wide: Tensor, bits: Te
     return out.copy_(s)
 
 
-CHUNK = 1 << 15
+CHUNK = 1 << 17  # elements per thread: a piece and its buffers stay in the caches (L2, L3)
 
 
 def chunks(*tensors: Tensor) -> Iterator[tuple[Tensor, ...]]:
-    """The tensors, in the same pieces of ``CHUNK`` elements (flat views in memory order).
+    """The tensors, in the same pieces of ``CHUNK`` elements per torch thread (flat views, in
+    memory order: the tensors must be dense and share one layout, see ``Optimizer._same_layout``).
 
     The CPU fallback's forms run a whole formula on one piece at a time, its temporaries in a few
-    cache-sized buffers: one trip through memory for the tensors, instead of one per operation.
-    The tensors must be dense and share one layout (``Optimizer._same_layout``).
+    buffers of a piece's size: the tensors travel through memory once, instead of once per operation.
     """
     flat = [t.as_strided((t.numel(),), (1,)) for t in tensors]
-    n = flat[0].numel()
-    if n <= CHUNK:
+    n, size = flat[0].numel(), CHUNK * torch.get_num_threads()
+    if n <= size:
         yield tuple(flat)
         return
-    for start in range(0, n, CHUNK):
-        yield tuple(f[start : start + CHUNK] for f in flat)
+    for start in range(0, n, size):
+        yield tuple(f[start : start + size] for f in flat)
 
 
 def sqrt_rn_into(out: Tensor, x: Tensor, wide: Tensor | None) -> Tensor:
