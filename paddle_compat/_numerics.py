@@ -10,8 +10,10 @@ These are the torch forms; the compiled CPU kernels (``_native``) use the instru
 from __future__ import annotations
 
 import functools
+import math
 import os
-from collections.abc import Iterator
+import struct
+from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import torch
@@ -25,7 +27,28 @@ try:  # only for correctly rounded square roots of CPU tensors; torch itself war
 except ImportError:  # pragma: no cover - numpy comes with nearly every torch install
     _np = None
 
-__all__ = ["CHUNK", "chunks", "cpu_kernels_use_fma", "fma", "fma_into", "gpu_kernels", "sqrt_rn", "sqrt_rn_into"]
+__all__ = [
+    "CHUNK", "chunks", "cpu_kernels_use_fma", "fma", "fma_into", "gpu_kernels", "round_f32", "round_to", "sqrt_rn",
+    "sqrt_rn_into",
+]
+
+
+def round_f32(x: float) -> float:
+    """Round a Python float to the nearest float32 (ties to even), as a Python float (an infinity
+    beyond float32's range, as the float32 operation gives)."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:  # raised only when the rounded value is infinite
+        return math.copysign(math.inf, x)
+
+
+def round_to(dtype: torch.dtype) -> Callable[[float], float]:
+    """A function rounding a Python float to the nearest value of ``dtype`` (float32 or float64).
+
+    Scalar prologues use it: an IEEE float32 operation equals the float64 operation rounded to
+    float32 (for +, -, *, / and sqrt, float64 is wide enough to make that double rounding harmless).
+    """
+    return float if dtype == torch.float64 else round_f32
 
 
 def gpu_kernels(t: Tensor) -> bool:

@@ -12,7 +12,7 @@ import torch
 
 from paddle_compat import _numerics
 
-from .test_optimizer_kernels import DTYPES, OPTIMIZERS, assert_same_run, forms, needs_compiler, same_bits
+from .test_optimizer_kernels import DTYPES, assert_same_run, forms, maker, needs_compiler, same_bits
 
 pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16:UserWarning")
 
@@ -91,7 +91,7 @@ def test_forms_agree_across_pieces(name, dtypes, fma, monkeypatch: pytest.Monkey
     if fma == "0" and not name.startswith("adam"):
         pytest.skip("one CPU form")
     monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", fma)
-    compiled, in_place, plain = forms(monkeypatch, OPTIMIZERS[name], DTYPES[dtypes], sizes=LARGE, steps=2,
+    compiled, in_place, plain = forms(monkeypatch, maker(name), DTYPES[dtypes], sizes=LARGE, steps=2,
                                       nonfinite=True)
     assert_same_run(compiled, in_place)
     assert_same_run(compiled, plain)

@@ -14,8 +14,10 @@ import paddle_compat.optimizer as popt
 from paddle_compat.optimizer import lr
 from paddle_compat.regularizer import L1Decay, L2Decay
 
+from .optim_db import CLASSES as OPTIMIZERS
+from .optim_db import info_of
+
 NAN, INF = float("nan"), float("inf")
-OPTIMIZERS = [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW]
 
 
 def _params(dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:
@@ -71,7 +73,7 @@ def test_regularizer_coeff_must_be_finite(cls: type, coeff: float) -> None:
 @pytest.mark.parametrize("cls", OPTIMIZERS)
 @pytest.mark.parametrize("decay", [NAN, INF])
 def test_float_weight_decay_must_be_finite(cls: type, decay: float) -> None:
-    message = "weight_decay" if cls is popt.AdamW else "coeff"
+    message = "weight_decay" if info_of(cls).decoupled_decay else "coeff"
     with pytest.raises(ValueError, match=f"^{message} should be a finite number, but received {decay}$"):
         cls(0.1, parameters=_params(), weight_decay=decay)
     with pytest.raises(ValueError, match=f"^{message} should be a finite number"):

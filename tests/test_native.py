@@ -19,7 +19,7 @@ import torch
 import paddle_compat
 from paddle_compat import _native, _native_build
 
-from .test_optimizer_kernels import DTYPES, FORMS, OPTIMIZERS, assert_same_run, train, use_native
+from .test_optimizer_kernels import DTYPES, FORMS, assert_same_run, maker, train, use_native
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = _native_build.find_libraries(_native._DIRECTORY)
@@ -307,7 +307,7 @@ def test_every_level_gives_the_torch_forms_bits(name, fma, fresh_native, monkeyp
     libraries = {level: _native.Kernels(_native._open(BUILT[level])) for level in levels}
     for dtypes in DTYPES.values():
         dtype, grad_dtype, mp, main_grad = dtypes
-        make = lambda ps: OPTIMIZERS[name](ps, mp)  # noqa: E731
+        make = lambda ps: maker(name)(ps, mp)  # noqa: E731
         use_native(monkeypatch, False)
         reference = train(make, dtype, grad_dtype, main_grad, (300, 7, 1001))
         use_native(monkeypatch, True)

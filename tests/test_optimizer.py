@@ -16,7 +16,7 @@ from paddle_compat.amp import GradScaler
 from paddle_compat import _numerics
 from paddle_compat.regularizer import L1Decay, L2Decay
 
-OPTIMIZERS = [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW]
+from .optim_db import CLASSES as OPTIMIZERS
 
 
 def _params(dtype: torch.dtype = torch.float32, seed: int = 0) -> list[torch.nn.Parameter]:

@@ -7,16 +7,11 @@ import pickle
 import pytest
 import torch
 
-import paddle_compat.nn as nn
-from paddle_compat import optimizer as O
 from paddle_compat.optimizer import lr
 
-MAKERS = {
-    "SGD": lambda ps: O.SGD(0.1, parameters=ps, weight_decay=0.01),
-    "Momentum": lambda ps: O.Momentum(0.1, parameters=ps, use_nesterov=True),
-    "Adam+scheduler": lambda ps: O.Adam(lr.StepDecay(0.01, step_size=2), parameters=ps),
-    "AdamW+clip": lambda ps: O.AdamW(0.01, parameters=ps, grad_clip=nn.ClipGradByGlobalNorm(1.0)),
-}
+from .optim_db import cases
+
+MAKERS = {inp.desc: inp.make for _, inp in cases("copies")}
 
 
 def step(model, opt, i):

@@ -26,7 +26,8 @@ from paddle_compat import _native, _numerics
 from paddle_compat.nn.clip import _eigen_sum, squared_l2_norms
 from paddle_compat.optimizer import _multi_tensor
 from paddle_compat.optimizer.optimizer import Optimizer
-from paddle_compat.regularizer import L1Decay
+
+from .optim_db import CLASSES, case, cases, ids
 
 # bf16/fp16 parameters without master weights are part of the matrix (Paddle's warning is expected)
 pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16:UserWarning")
@@ -76,35 +77,11 @@ def assert_same_run(a, b) -> None:
                 assert same_bits(value, ob.state[y][key]), key
 
 
-OPTIMIZERS = {
-    "sgd": lambda ps, mp: popt.SGD(0.1, parameters=ps, multi_precision=mp),
-    "sgd_l2": lambda ps, mp: popt.SGD(0.1, parameters=ps, multi_precision=mp, weight_decay=0.01),
-    "sgd_l1_groups": lambda ps, mp: popt.SGD(
-        0.1, parameters=[{"params": ps[:1]}, {"params": ps[1:], "learning_rate": 0.3}], multi_precision=mp,
-        weight_decay=L1Decay(0.01),
-    ),
-    "momentum": lambda ps, mp: popt.Momentum(0.1, parameters=ps, multi_precision=mp),
-    "momentum_nesterov_l2": lambda ps, mp: popt.Momentum(
-        0.1, 0.8, parameters=ps, use_nesterov=True, multi_precision=mp, weight_decay=0.01, rescale_grad=0.5
-    ),
-    "momentum_l1_groups": lambda ps, mp: popt.Momentum(
-        0.1, parameters=[{"params": ps[:1], "weight_decay": 0.02}, {"params": ps[1:], "learning_rate": 0.3}],
-        multi_precision=mp, weight_decay=L1Decay(0.01),
-    ),
-    "adam": lambda ps, mp: popt.Adam(0.01, parameters=ps, multi_precision=mp),
-    "adam_l2_amsgrad": lambda ps, mp: popt.Adam(
-        0.01, 0.8, 0.99, 1e-6, parameters=ps, multi_precision=mp, weight_decay=0.01, amsgrad=True
-    ),
-    "adam_l1_groups_globalnorm": lambda ps, mp: popt.Adam(
-        0.01, parameters=[{"params": ps[:1], "weight_decay": 0.02}, {"params": ps[1:], "beta1": 0.7}],
-        multi_precision=mp, weight_decay=L1Decay(0.01), grad_clip=pnn.ClipGradByGlobalNorm(1.0),
-    ),
-    "adamw": lambda ps, mp: popt.AdamW(0.01, parameters=ps, multi_precision=mp),
-    "adamw_ratio_lowmoment_amsgrad": lambda ps, mp: popt.AdamW(
-        0.01, parameters=ps, multi_precision=mp, lr_ratio=lambda p: 0.5 if p.numel() > 100 else 1.0,
-        use_lowprecision_moment=True, amsgrad=True, grad_clip=pnn.ClipGradByNorm(1.0),
-    ),
-}
+def maker(desc: str):
+    """The table's configuration ``desc`` as ``make(params, multi_precision)``."""
+    inp = case(desc)
+    return lambda ps, mp: inp.make(ps, multi_precision=mp)
+
 
 # (parameter dtype, gradient dtype, multi_precision, gradient in main_grad)
 DTYPES = {
@@ -138,7 +115,8 @@ def forms(monkeypatch: pytest.MonkeyPatch, make, dtypes, sizes=SIZES, **kwargs):
 
 
 # Adam/AdamW have two CPU forms: Paddle's AVX-512 kernel (FMAs) and its reference kernel
-FORMS = [(name, "1") for name in OPTIMIZERS] + [(name, "0") for name in OPTIMIZERS if name.startswith("adam")]
+FORMS = [(inp.desc, "1") for _, inp in cases("forms")]
+FORMS += [(inp.desc, "0") for info, inp in cases("forms") if info.cpu_fma_forms]
 
 
 @needs_compiler
@@ -146,15 +124,15 @@ FORMS = [(name, "1") for name in OPTIMIZERS] + [(name, "0") for name in OPTIMIZE
 @pytest.mark.parametrize(("name", "fma"), FORMS, ids=[f"{n}-{'avx512' if f == '1' else 'reference'}" for n, f in FORMS])
 def test_compiled_in_place_and_plain_forms_agree(name, dtypes, fma, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", fma)
-    compiled, in_place, plain = forms(monkeypatch, OPTIMIZERS[name], dtypes)
+    compiled, in_place, plain = forms(monkeypatch, maker(name), dtypes)
     assert_same_run(compiled, in_place)
     assert_same_run(compiled, plain)
 
 
 @needs_compiler
-@pytest.mark.parametrize("name", ["sgd_l2", "momentum_nesterov_l2", "adam_l2_amsgrad", "adamw"])
+@pytest.mark.parametrize("name", ids(cases("nonfinite")))
 def test_forms_agree_on_inf_and_nan_gradients(name, monkeypatch: pytest.MonkeyPatch) -> None:
-    compiled, in_place, plain = forms(monkeypatch, OPTIMIZERS[name], DTYPES["fp32"], nonfinite=True)
+    compiled, in_place, plain = forms(monkeypatch, maker(name), DTYPES["fp32"], nonfinite=True)
     assert_same_run(compiled, in_place)
     assert_same_run(compiled, plain)
 
@@ -168,9 +146,9 @@ def test_threaded_kernels_give_the_same_bits(name, sizes) -> None:
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(3)
-        threaded = train(lambda ps: OPTIMIZERS[name](ps, False), torch.float32, torch.float32, False, sizes, steps=2)
+        threaded = train(lambda ps: maker(name)(ps, False), torch.float32, torch.float32, False, sizes, steps=2)
         torch.set_num_threads(1)
-        single = train(lambda ps: OPTIMIZERS[name](ps, False), torch.float32, torch.float32, False, sizes, steps=2)
+        single = train(lambda ps: maker(name)(ps, False), torch.float32, torch.float32, False, sizes, steps=2)
     finally:
         torch.set_num_threads(saved)
     assert_same_run(threaded, single)
@@ -230,6 +208,41 @@ def test_rows_are_kept_while_nothing_changes_and_rebuilt_when_something_does(mon
     assert len(built) == 6
 
 
+# --- the optional forms: an optimizer needs only its torch form -------------------------------------
+class Halving(Optimizer):
+    """An optimizer with only the required hooks (``_kernel``; no state)."""
+
+    def __init__(self, learning_rate: float = 0.5, parameters=None) -> None:
+        super().__init__(learning_rate, parameters, None, None, False, {})
+
+    def _kernel(self, param, value, grad, state, group, lr):
+        return value - grad * lr
+
+
+def test_an_optimizer_with_only_the_torch_form_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = spy(monkeypatch, _native.Kernels, ["sgd", "momentum", "adam"])
+    rows = spy(monkeypatch, Halving, ["_compiled_row"])  # not even asked for rows
+    p = torch.nn.Parameter(torch.ones(4))
+    p.grad = torch.full((4,), 2.0)
+    Halving(parameters=[p]).step()
+    assert torch.equal(p.detach(), torch.zeros(4)) and calls == [] and rows == []
+
+
+class CpuOnlySGD(popt.SGD):
+    """SGD without its GPU form: the GPU formula then runs per tensor."""
+
+    _multi_tensor_call = Optimizer._multi_tensor_call
+
+
+def test_a_missing_gpu_form_takes_the_per_tensor_gpu_formula(interpreted_gpu_path, monkeypatch) -> None:
+    rows = spy(monkeypatch, CpuOnlySGD, ["_compiled_row"])
+    make = lambda ps: CpuOnlySGD(0.1, parameters=ps, weight_decay=0.01)  # noqa: E731
+    without = train(make, torch.float32, torch.float32, False, GPU_SIZES)
+    assert interpreted_gpu_path == [] and rows == []
+    use_native(monkeypatch, False)
+    assert_same_run(without, train(make, torch.float32, torch.float32, False, GPU_SIZES))
+
+
 # --- the torch forms' exact building blocks ---------------------------------------------------------
 def test_the_fma_emulation_rounds_once() -> None:
     """Cases where rounding the float64 sum, then to the target, would round twice wrongly."""
@@ -285,15 +298,12 @@ GPU_SIZES = (300, 7, 2500)
 
 
 @pytest.mark.parametrize("dtypes", GPU_DTYPES.values(), ids=GPU_DTYPES.keys())
-@pytest.mark.parametrize(
-    "name", ["sgd_l2", "momentum_nesterov_l2", "momentum_l1_groups", "adam_l2_amsgrad", "adam_l1_groups_globalnorm",
-             "adamw_ratio_lowmoment_amsgrad"],
-)
+@pytest.mark.parametrize("name", ids(cases("gpu")))
 def test_multi_tensor_kernels_match_the_per_tensor_gpu_formulas(
     name, dtypes, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dtype, grad_dtype, mp, main_grad = dtypes
-    make = lambda ps: OPTIMIZERS[name](ps, mp)  # noqa: E731
+    make = lambda ps: maker(name)(ps, mp)  # noqa: E731
     multi = train(make, dtype, grad_dtype, main_grad, GPU_SIZES)
     assert interpreted_gpu_path, "the multi-tensor kernels did not run"
     use_native(monkeypatch, False)
@@ -309,7 +319,7 @@ def test_a_failing_gpu_kernel_falls_back_to_the_per_tensor_path(
 
     monkeypatch.setattr(_multi_tensor, "adam", broken)
     monkeypatch.setattr(_multi_tensor, "_modules", dict(_multi_tensor._modules))  # restored afterwards
-    make = lambda ps: OPTIMIZERS["adamw"](ps, False)  # noqa: E731
+    make = lambda ps: maker("adamw")(ps, False)  # noqa: E731
     with caplog.at_level(logging.WARNING, logger="paddle_compat"):
         fell_back = train(make, torch.float32, torch.float32, False, GPU_SIZES)
     assert "failed" in caplog.text and _multi_tensor.kernels(torch.device("cpu")) is None
@@ -411,18 +421,16 @@ def handover_runs(make, found: float, dtype=torch.float32):
             assert same_bits(p.grad, r.grad)
 
 
-HANDOVER = {
-    "sgd": lambda ps: popt.SGD(0.1, parameters=ps, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(1.0)),
-    "momentum": lambda ps: popt.Momentum(0.1, parameters=ps, weight_decay=0.01,
-                                         grad_clip=pnn.ClipGradByGlobalNorm(1.0)),
-    "adam": lambda ps: popt.Adam(0.01, parameters=ps, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(1.0)),
-    "adamw_master": lambda ps: popt.AdamW(0.01, parameters=ps, multi_precision=True,
-                                          grad_clip=pnn.ClipGradByGlobalNorm(1.0)),
-}
+HANDOVER = {inp.desc: inp for _, inp in cases("handover")}
+
+
+def handover(name: str, found: float) -> None:
+    inp = HANDOVER[name]
+    handover_runs(inp.make, found, inp.options.get("dtype", torch.float32))
 
 
 def test_the_optimizers_declare_the_fused_scaler_contract() -> None:
-    for cls in (popt.SGD, popt.Momentum, popt.Adam, popt.AdamW):
+    for cls in CLASSES:
         assert cls._step_supports_amp_scaling is True and cls._unscales_like_paddle is True
 
 
@@ -431,14 +439,14 @@ def test_the_optimizers_declare_the_fused_scaler_contract() -> None:
 @pytest.mark.parametrize("name", HANDOVER)
 def test_handover_on_cpu(name, found, native, monkeypatch: pytest.MonkeyPatch) -> None:
     use_native(monkeypatch, native == "1")
-    handover_runs(HANDOVER[name], found, torch.bfloat16 if name.endswith("master") else torch.float32)
+    handover(name, found)
 
 
 @pytest.mark.parametrize("found", [0.0, 1.0], ids=["finite", "skipped"])
 @pytest.mark.parametrize("name", HANDOVER)
 def test_handover_with_a_device_flag(name, found, interpreted_gpu_path) -> None:
     """The flag is never read on the host: the kernels (and the clip's factor) test it."""
-    handover_runs(HANDOVER[name], found, torch.bfloat16 if name.endswith("master") else torch.float32)
+    handover(name, found)
     assert interpreted_gpu_path
 
 
@@ -448,7 +456,7 @@ def test_handover_with_a_device_flag_on_the_per_tensor_path(monkeypatch: pytest.
     use_native(monkeypatch, False)
     for name in HANDOVER:
         for found in (0.0, 1.0):
-            handover_runs(HANDOVER[name], found)
+            handover_runs(HANDOVER[name].make, found)
 
 
 def test_torch_grad_scaler_drives_the_handover() -> None:
@@ -469,13 +477,13 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 @pytest.mark.cuda
 @cuda
-@pytest.mark.parametrize("name", ["sgd_l2", "momentum_nesterov_l2", "adam_l2_amsgrad", "adamw_ratio_lowmoment_amsgrad"])
+@pytest.mark.parametrize("name", ids(cases("cuda")))
 @pytest.mark.parametrize("dtypes", GPU_DTYPES.values(), ids=GPU_DTYPES.keys())
 def test_cuda_multi_tensor_matches_per_tensor(name, dtypes, monkeypatch: pytest.MonkeyPatch) -> None:
     if _multi_tensor.kernels(torch.device("cuda")) is None:
         pytest.skip("no Triton")
     dtype, grad_dtype, mp, main_grad = dtypes
-    make = lambda ps: OPTIMIZERS[name](ps, mp)  # noqa: E731
+    make = lambda ps: maker(name)(ps, mp)  # noqa: E731
     multi = train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), device="cuda")
     use_native(monkeypatch, False)
     assert_same_run(multi, train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), device="cuda"))
@@ -483,7 +491,7 @@ def test_cuda_multi_tensor_matches_per_tensor(name, dtypes, monkeypatch: pytest.
 
 @pytest.mark.cuda
 @cuda
-@pytest.mark.parametrize("cls", [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW])
+@pytest.mark.parametrize("cls", CLASSES)
 def test_cuda_step_with_grad_scaler_makes_no_host_sync(cls) -> None:
     from paddle_compat.amp import GradScaler
 

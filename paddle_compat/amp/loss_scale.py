@@ -20,23 +20,16 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from .._numerics import round_f32
+
 FLOAT32_TINY = 2.0**-126  # smallest normal float32: the floor under every decrease
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 _INT32_MAX = 2**31 - 1
-
-
-def round_f32(x: float) -> float:
-    """Round a Python float to the nearest float32 (ties to even), as a Python float."""
-    try:
-        return struct.unpack("f", struct.pack("f", x))[0]
-    except OverflowError:  # raised only when the rounded value is infinite
-        return math.copysign(math.inf, x)
 
 
 def check_ratio(name: str, value: Any, low: float, high: float | None) -> float:

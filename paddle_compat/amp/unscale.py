@@ -46,8 +46,10 @@ def _buckets(grads: Iterable[Tensor]) -> dict[tuple[torch.device, torch.dtype], 
 
 
 def _on(t: Tensor, device: torch.device, cache: dict[torch.device, Tensor]) -> Tensor:
+    """``t`` on ``device``; without a host sync onto a GPU (stream-ordered), with one onto the host,
+    where the value is read as soon as the call returns."""
     if device not in cache:
-        cache[device] = t.to(device, non_blocking=True)
+        cache[device] = t.to(device, non_blocking=device.type != "cpu")
     return cache[device]
 
 
@@ -59,18 +61,22 @@ def _flag_on(found_inf: Tensor, device: torch.device, flags: dict[torch.device, 
     return flags[device]
 
 
-def unscale_(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor, check_output: bool) -> None:
+def unscale_(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor | None, check_output: bool) -> None:
     """In place ``g = T(f32(g) * inv_scale)``; set ``found_inf`` to 1 if any result is inf/NaN.
 
     ``check_output`` adds a read-only pass over the results, needed only when scale < 1.
+    ``found_inf=None``: no flag is wanted (an optimizer unscaling what a scaler has checked already).
     """
+    flag = found_inf if found_inf is not None else torch.zeros((), device=inv_scale.device)
     inv_by_device = {inv_scale.device: inv_scale}
-    found_by_device = {found_inf.device: found_inf}
+    found_by_device = {flag.device: flag}
     for (device, _), bucket in _buckets(grads).items():
-        found = _flag_on(found_inf, device, found_by_device)
+        found = _flag_on(flag, device, found_by_device)
         # 0-d views: with FSDP2's DTensor grads, a shape-[1] operand makes DTensor warn.
         inv = _on(inv_scale, device, inv_by_device).view(())
         torch._amp_foreach_non_finite_check_and_unscale_(bucket, found.view(()), inv)
+    if found_inf is None:
+        return
     if check_output:
         one = torch.ones_like(inv_scale)
         any_nonfinite(grads, one, found_inf)

@@ -10,10 +10,11 @@ import torch
 from torch import Tensor
 
 from .. import _native, _numerics
-from .._numerics import fma, fma_into, sqrt_rn, sqrt_rn_into
+from .._numerics import fma, fma_into, round_to, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
 from . import _multi_tensor
-from .optimizer import Optimizer, _Item, compute_dtype, kernels_take, round_to
+from ._engine import kernels_take
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adam"]
 

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._numerics import round_to
 from .adam import Adam
-from .optimizer import round_to
 
 __all__ = ["AdamW"]
 

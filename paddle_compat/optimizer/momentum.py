@@ -10,10 +10,11 @@ import torch
 from torch import Tensor
 
 from .. import _native, _numerics
-from .._numerics import fma
+from .._numerics import fma, round_to
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
-from .optimizer import Optimizer, _Item, kernels_take, round_to
+from ._engine import kernels_take
+from .optimizer import Optimizer, _Item
 
 __all__ = ["Momentum"]
 

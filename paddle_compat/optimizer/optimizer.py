@@ -3,12 +3,11 @@
 What every optimizer shares lives here: parameter groups, the learning rate Paddle's kernels see,
 the order inside a step (clip -> regularization -> update), fp32 master weights, and the methods
 Paddle code calls (``step``, ``minimize``, ``clear_grad``, ``get_lr``, ``set_lr``,
-``set_lr_scheduler``, ``state_dict``, ``set_state_dict``), and the update machinery: a step hands
-the tensors of a group to a compiled CPU kernel (``paddle_compat._native``) or to the GPU
-multi-tensor kernels (``_multi_tensor``) at once, and what those do not take to the per-tensor
-torch forms. Subclasses hold their update formula in each form: ``_init_state`` and ``_kernel``
-(torch, per tensor), ``_compiled_row`` and ``_compiled_call`` / ``_multi_tensor_call`` (the
-kernels' rows and calls).
+``set_lr_scheduler``, ``state_dict``, ``set_state_dict``), and the hooks through which the update
+engine (``_engine``) runs a subclass's formula. A subclass must define ``_init_state`` and
+``_kernel`` (its formula in torch form, per tensor); ``_compiled_row`` with ``_compiled_call``
+(the compiled CPU kernels) and ``_multi_tensor_call`` (the GPU kernels) are optional speed-ups
+giving the same bits.
 
 Parameter groups keep torch's keys (``lr``, read by torch's LR schedulers) and Paddle's keys
 (``learning_rate``: a ratio applied to the base rate; ``weight_decay``; ``grad_clip``; the
@@ -26,50 +25,32 @@ import contextlib
 import functools
 import inspect
 import math
-import struct
 import warnings
 from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
 import torch
-import torch.optim.optimizer as _torch_optimizer
 from torch import Tensor
 
 from .. import _native, _numerics
+from .._numerics import round_to
+from ..amp import unscale
 from ..amp._args import user_stacklevel
 from ..amp.compile_boundary import never_traced
 from ..amp.master_grad import clear_grads, grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
-from . import _multi_tensor
+from . import _multi_tensor, _torch_step
+from ._engine import Engine, Item, optional_form, same_layout
 from .lr import LambdaDecay
 
 __all__ = ["Optimizer"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
-# (param, grad, state, master weight or None): one parameter's share of a step
-_Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
-
-
-def round_to(dtype: torch.dtype) -> Callable[[float], float]:
-    """A function rounding a Python float to the nearest value of ``dtype`` (float32 or float64).
-
-    Scalar prologues use it: an IEEE float32 operation equals the float64 operation rounded to
-    float32 (for +, -, *, / and sqrt, float64 is wide enough to make that double rounding harmless).
-    """
-    if dtype == torch.float64:
-        return float
-    return _round_f32
-
-
-def _round_f32(x: float) -> float:
-    try:
-        return struct.unpack("f", struct.pack("f", x))[0]
-    except OverflowError:  # beyond float32's range: what the float32 operation gives
-        return math.copysign(math.inf, x)
-
+# (param, grad, state, master weight or None): what ``_compiled_row`` receives
+_Item = Item
 
 def compute_dtype(value: Tensor) -> torch.dtype:
     """The dtype Paddle's kernels compute in (``MPType``): float32 for fp16/bf16, else the dtype itself."""
@@ -179,6 +160,7 @@ class Optimizer(torch.optim.Optimizer):
         self._dtype = _first_dtype(params)  # Paddle's: the first parameter's dtype; its LR tensor's follows
         self._name = name
         self._multi_precision = bool(multi_precision)
+        self._compat_engine = Engine()  # plans and scratch buffers of the updates
         defaults = {
             "lr": base_lr,
             "learning_rate": 1.0,
@@ -355,23 +337,15 @@ class Optimizer(torch.optim.Optimizer):
         return lr if ratio == 1.0 else rnd(lr * rnd(ratio))
 
     # --- the step ------------------------------------------------------------------------------
+    @_torch_step.bypassing
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Apply clip -> regularization -> update to every parameter that has a gradient.
 
         torch.optim's step hooks run, and the step shows as a profiler range, as for torch's
-        optimizers; see ``_watched``. ``torch.compile`` does not trace the update: a compiled
+        optimizers; see ``_torch_step``. ``torch.compile`` does not trace the update: a compiled
         function that calls ``step`` breaks its graph there and updates eagerly (``_apply_optimize``).
         """
-        if _watched(self):
-            # the hooks see the arguments given: none for step()
-            return _step_with_hooks(self) if closure is None else _step_with_hooks(self, closure)
-        return _step(self, closure)
-
-    # torch.optim wraps the step of every optimizer class in a profiler range and its step hooks,
-    # at each call, even with no profiler and no hook: that costs tens of µs a step (over a hundred
-    # on the caches a forward and backward pass leave), as much as a small step's whole update. The
-    # mark makes it leave this step alone: the step takes torch's wrapper itself when needed.
-    step.hooked = True  # type: ignore[attr-defined]
+        return _torch_step.run(self, closure)
 
     def minimize(
         self,
@@ -443,7 +417,8 @@ class Optimizer(torch.optim.Optimizer):
         """
         scale = getattr(self, "grad_scale", None)
         if scale is not None and work:
-            _unscale_([g for _, pairs in work for _, g in pairs], scale)
+            inverse = torch.reciprocal(scale.detach().to(torch.float32).reshape(()))
+            unscale.unscale_([g for _, pairs in work for _, g in pairs], inverse, None, check_output=False)
         found_inf = getattr(self, "found_inf", None)
         if found_inf is None:
             return False, None
@@ -452,132 +427,51 @@ class Optimizer(torch.optim.Optimizer):
         return False, found_inf
 
     def _step_group(self, group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None) -> None:
-        """clip -> regularization -> update for one parameter group (``found_inf``: a device flag)."""
+        """clip -> regularization -> update for one parameter group (``found_inf``: a device flag);
+        the engine runs the regularization and the update."""
         clip = group["grad_clip"]
         if clip is not None:
             if isinstance(clip, ClipGradByGlobalNorm):
                 pairs = clip._clip(pairs, skip=found_inf)  # scales in place: not on a skipped step
             else:
                 pairs = clip(pairs)
-        # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
-        # the group's options (the rate among them), the parameters' addresses, the gradients'
-        # dtypes and layouts, master weights, the kernels' availability, and the state (replaced as
-        # a whole by load_state_dict). A steady step then only checks that, points the rows at the
-        # gradients (new tensors after zero_grad(set_to_none=True)) and calls the kernels: every
-        # line here runs at each step, on caches a forward and backward pass have just emptied.
-        key = (
-            [v for k, v in group.items() if k != "params"],
-            [(p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs],
-            self._dtype,
-            self._multi_precision,
-            found_inf is not None,
-            _native.enabled(),
-        )
-        plans = self.__dict__.setdefault("_plans", {})
-        plan = plans.get(id(group))
-        if plan is None or plan.key != key or plan.state is not self.state:
-            plan = self._plan(key, group, pairs, found_inf)
-            plans[id(group)] = plan if plan.reusable else None
-        else:
-            plan.point_at(pairs)
-        rest = plan.rest
-        if plan.compiled is not None:
-            self._compiled_call(plan.kernels[None], plan.compiled, group)
-        if plan.multi_tensor and not self._run_multi_tensor(plan, group, found_inf):
-            plans.pop(id(group), None)  # the GPU kernels failed to build: per tensor from now on
-            rest = rest + [i for _, indices in plan.multi_tensor.values() for i in indices]
-        plan.release_grads()
-        if rest and found_inf is not None and bool(found_inf.item()):  # a host sync, only on this path
-            return
-        for i in sorted(rest):
-            p, g = pairs[i]
-            state, master = self._prepare_state(p, group)
-            g = self._regularize(p, g, group)
-            new = self._kernel(p, master if master is not None else p.detach(), g, state, group, plan.lr)
-            # When the kernel updated its input in place, new *is* the master weight, or a view of
-            # p's own data: copy_ then returns at once.
-            if master is not None:
-                master.copy_(new)
-            p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
+        self._compat_engine.update(self, group, pairs, found_inf)
 
-    def _plan(
-        self, key: tuple[Any, ...], group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None
-    ) -> _Plan:
-        """The plan of this step (made for ``key``): create the missing state, and sort the
-        parameters into the rows of the compiled CPU kernel (``_native``), the rows of the GPU
-        multi-tensor kernels per device (``_multi_tensor``), and the rest, for the per-tensor
-        ``_kernel``. Which formulas apply (Paddle's GPU or CPU kernels) follows
-        ``_numerics.gpu_kernels`` of the parameter.
+    # --- the update: the torch form (required), the kernels' forms (optional speed-ups) ---------
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Create the accumulators of ``p`` (called once, at its first update)."""
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        """The updated value of ``value`` (the master weight, or the parameter itself): the formula in
+        torch form, which every optimizer defines, and the reference of its other forms.
+
+        ``grad`` is regularized already and read only; ``lr`` is the group's rate as Paddle's LR
+        tensor holds it. Paddle's GPU formulas apply where ``_numerics.gpu_kernels(value)``, its CPU
+        ones elsewhere. A kernel may update ``value`` in place and return it.
         """
-        lr = self._group_lr(group)
-        kernels: dict[torch.device | None, Any] = {None: _native.kernels()}
-        compiled, reusable = _native.Batch(), True
-        multi_tensor: dict[torch.device, tuple[_native.Batch, list[int]]] = {}
-        rest: list[int] = []
-        slots: list[tuple[Any, int | None] | None] = []
-        for i, (p, g) in enumerate(pairs):
-            state, master = self._prepare_state(p, group)
-            item = (p, g, state, master)
-            batch: _native.Batch | None
-            indices: list[int] | None
-            if _numerics.gpu_kernels(p):
-                device = p.device
-                if device not in kernels:
-                    kernels[device] = _multi_tensor.kernels(device)
-                batch, indices = multi_tensor.setdefault(device, (_native.Batch(), []))
-                if kernels[device] is None:
-                    batch = None
-            else:
-                # a GradScaler's flag on a GPU is for GPU tensors: CPU ones with it go per tensor
-                batch, indices = (compiled, None) if kernels[None] is not None and found_inf is None else (None, None)
-            row = len(batch) if batch is not None else None
-            added = self._compiled_row(item, group, lr, batch, batch is not compiled) if batch is not None else None
-            if added is None:
-                rest.append(i)
-                slots.append(None)
-            else:
-                reusable = reusable and added
-                slots.append((batch, row))
-                if indices is not None:
-                    indices.append(i)
-        multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
-        grads = [g.data_ptr() for _, g in pairs]
-        return _Plan(
-            key, self.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
-        )
+        raise NotImplementedError
 
-    def _run_multi_tensor(self, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
-        """Launch the GPU kernels of ``plan``; ``False`` if they failed before updating anything."""
-        launched = False
-        try:
-            for device, (batch, _) in plan.multi_tensor.items():
-                with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-                    for launch in _multi_tensor.launches(batch, device):
-                        if launch.grid[0]:
-                            self._multi_tensor_call(plan.kernels[device], launch, group, found_inf)
-                            launched = True
-        except Exception:
-            if launched:  # some tensors are updated already: nothing to fall back to
-                raise
-            _multi_tensor.disable()  # logs the error
-            return False
-        return True
-
+    @optional_form
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        """Add ``item``'s row to ``batch`` (for the GPU kernels with ``gpu``): ``None`` if the
-        kernels cannot take it, else whether the row may be kept for the next step."""
+        """Optional: add ``item``'s row to ``batch`` (for the GPU kernels with ``gpu``): ``None`` if
+        the kernels cannot take it, else whether the row may be kept for the next step. Needed by
+        both kernel forms below."""
         return None
 
+    @optional_form
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
-        """Run the optimizer's compiled CPU kernel on ``batch``."""
+        """Optional: run the optimizer's compiled CPU kernel on ``batch``."""
         raise NotImplementedError
 
+    @optional_form
     def _multi_tensor_call(
         self, kern: ModuleType, launch: _multi_tensor.Launch, group: dict[str, Any], found_inf: Tensor | None
     ) -> None:
-        """Run the optimizer's Triton kernel on ``launch``."""
+        """Optional: run the optimizer's Triton kernel on ``launch``."""
         raise NotImplementedError
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
@@ -634,61 +528,13 @@ class Optimizer(torch.optim.Optimizer):
             master = state["master_weight"] = p.detach().to(torch.float32, copy=True)
         return state, master
 
-    @staticmethod
-    def _same_layout(*tensors: Tensor) -> bool:
-        """Whether the tensors share one memory layout (the usual case: autograd gives a gradient
-        its parameter's strides, and the state is created like the parameter).
-
-        Only then do in-place and ``out=`` forms walk the elements exactly as the out-of-place
-        expressions do. The values never depend on it, but where fp16/bf16 arithmetic meets a NaN,
-        its bit pattern does (see ``_buffer``), so the kernels keep the plain expressions otherwise.
-        """
-        first = tensors[0]
-        dense = first.is_contiguous() or torch.empty_like(first, device="meta").stride() == first.stride()
-        return dense and all(t.stride() == first.stride() for t in tensors[1:])
+    # Helpers of the torch forms: whether in-place forms walk the elements as plain expressions do,
+    # and the engine's reused scratch buffers.
+    _same_layout = staticmethod(same_layout)
 
     def _buffer(self, like: Tensor, dtype: torch.dtype, slot: str) -> Tensor:
-        """A scratch tensor shaped like ``like``, reused by every parameter and step.
-
-        The CPU kernels write their intermediates into these (``out=`` and in-place ops) because
-        on CPU a fresh multi-megabyte temporary costs more than the arithmetic done in it (its pages
-        are faulted in one by one). Each slot is one flat buffer sized to the largest parameter.
-        The values computed are the same either way: only where they are stored changes. The view
-        has the memory layout a temporary would get (``like``'s own, when dense): torch's kernels
-        take their vectorized or element-wise path by layout, and in fp16/bf16 the two write
-        different NaN bit patterns.
-        """
-        # The views are kept too (for small parameters, making them costs more than using them).
-        views = self.__dict__.setdefault("_scratch_views", {})
-        key = (slot, dtype, like.device, like.shape, like.stride())
-        view = views.get(key)
-        if view is not None:
-            return view
-        buffers = self.__dict__.setdefault("_scratch", {})
-        buf = buffers.get(key[:3])
-        if buf is None or buf.numel() < like.numel():
-            buf = buffers[key[:3]] = torch.empty(like.numel(), dtype=dtype, device=like.device)
-            views.clear()  # views of the replaced buffer would keep it alive
-        flat = buf[: like.numel()]
-        if like.is_contiguous():
-            view = flat.view(like.shape)
-        else:
-            view = flat.as_strided(like.shape, torch.empty_like(like, device="meta").stride())
-        views[key] = view
-        return view
-
-    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        """Create the accumulators of ``p`` (called once, at its first update)."""
-
-    def _kernel(
-        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
-    ) -> Tensor:
-        """The updated value of ``value`` (the master weight, or the parameter itself).
-
-        A kernel may update ``value`` in place and return it (the CPU kernels do); ``grad`` is
-        read only.
-        """
-        raise NotImplementedError
+        """A scratch tensor shaped like ``like``, shared by every parameter and step (``Engine.scratch``)."""
+        return self._compat_engine.scratch(like, dtype, slot)
 
     # --- gradients -----------------------------------------------------------------------------
     def clear_grad(self, set_to_zero: bool = True) -> None:
@@ -825,9 +671,9 @@ class Optimizer(torch.optim.Optimizer):
         self.load_state_dict(state_dict)
 
 
-# What a copy does not take: the step's caches (kernel plans, scratch buffers: rebuilt at the next
-# step), and what torch's LR schedulers install on the instance (they install it again).
-_TRANSIENT = frozenset({"_plans", "_scratch", "_scratch_views", "step", "_opt_called"})
+# What a copy does not take: what torch's LR schedulers install on the instance (they install it
+# again). The engine's caches are left behind by the engine itself (``Engine.__reduce__``).
+_TRANSIENT = frozenset({"step", "_opt_called"})
 
 _TAG = "paddle_compat_object"
 
@@ -857,133 +703,6 @@ def _decode(value: Any) -> Any:
 def _is_valid_lr(value: Any) -> bool:
     """A learning rate (or group ratio) is a finite number >= 0."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0.0 and not math.isinf(value)
-
-
-def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Tensor) -> bool:
-    """Whether the compiled CPU kernels (the GPU kernels with ``gpu``) take ``value`` updated from
-    ``grad`` at rate ``lr``, with ``tensors`` beside it: all dense, of ``value``'s size, on its
-    device (the CPU for the compiled kernels), in dtypes the kernels compute with."""
-    if gpu:
-        return _dense_like(value, grad, *tensors) and _gpu_dtypes(value, grad, lr)
-    return _dense_cpu(value.numel(), value, grad, *tensors) and _native_dtypes(value, grad)
-
-
-def _native_dtypes(value: Tensor, grad: Tensor) -> bool:
-    """Whether the compiled kernels take this pair of dtypes: float64 with float64, else a
-    float32/bfloat16/float16 value with a float32/bfloat16/float16 gradient."""
-    if value.dtype == torch.float64:
-        return grad.dtype == torch.float64
-    return value.dtype in _native.DTYPE and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
-
-
-def _gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
-    """Whether the GPU kernels take this pair and rate: they compute in float32 (a float32 value,
-    the parameter or its master weight), on a float32/bfloat16/float16 gradient, with a float32 rate."""
-    return (
-        value.dtype == torch.float32
-        and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
-        and _round_f32(lr) == lr
-    )
-
-
-class _Plan:
-    """The kernels' share of a group's step (see ``_step_group``), and what it was made for."""
-
-    __slots__ = ("compiled", "grads", "key", "kernels", "lr", "multi_tensor", "rest", "reusable", "slots", "state")
-
-    def __init__(
-        self, key: tuple[Any, ...], state: Any, lr: float, kernels: dict[Any, Any], compiled: Any,
-        multi_tensor: dict[Any, Any], rest: list[int], slots: list[Any], grads: list[int], reusable: bool,
-    ) -> None:
-        self.key, self.state, self.lr, self.kernels, self.reusable = key, state, lr, kernels, reusable
-        self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest
-        self.slots, self.grads = slots, grads  # each pair's (batch, row) or None; the gradients' addresses
-
-    def point_at(self, pairs: ParamsGrads) -> None:
-        """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
-        addresses = [g.data_ptr() for _, g in pairs]
-        if addresses == self.grads:
-            return
-        for address, slot in zip(addresses, self.slots):
-            if slot is not None:
-                batch, row = slot
-                batch.rows[row * _native.ROW + 2] = address
-                batch.launches = None  # the GPU tables are made again from the rows
-        self.grads = addresses
-
-    def release_grads(self) -> None:
-        """Drop the batches' references to the gradients (a kept plan must not keep them alive)."""
-        if self.compiled is not None:
-            self.compiled.release_grads()
-        for batch, _ in self.multi_tensor.values():
-            batch.release_grads()
-
-
-def _step(opt: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
-    """``Optimizer.step`` without torch.optim's hooks."""
-    loss = None
-    if closure is not None:
-        with torch.enable_grad():
-            loss = closure()
-    opt._apply_optimize(None)
-    return loss
-
-
-# torch.optim's own wrapper, for the steps that need it: the hooks run and the profiler range opens
-# exactly as for torch's optimizers.
-_step_with_hooks = torch.optim.Optimizer.profile_hook_step(_step)
-
-
-def _watched(opt: Optimizer) -> bool:
-    """Whether ``opt.step()`` must go through torch.optim's wrapper: a profiler records, or a step
-    hook is registered, and no wrapper of torch's has run them already (around a subclass's own
-    ``step`` that ends in ours; a subclass mixed in later, as ``decorate`` does, is not wrapped)."""
-    resolved = type(opt).step
-    if resolved is not Optimizer.step and getattr(resolved, "hooked", False):
-        return False
-    return bool(
-        torch.autograd._profiler_enabled()
-        or opt._optimizer_step_pre_hooks
-        or opt._optimizer_step_post_hooks
-        or _torch_optimizer._global_optimizer_pre_hooks
-        or _torch_optimizer._global_optimizer_post_hooks
-    )
-
-
-def _dense_like(value: Tensor, *tensors: Tensor) -> bool:
-    """Whether the tensors suit the GPU kernels: contiguous, on ``value``'s device, of its size."""
-    device, n = value.device, value.numel()
-    if not value.is_contiguous():
-        return False
-    for t in tensors:
-        if not (t.is_contiguous() and t.numel() == n and t.device == device):
-            return False
-    return True
-
-
-def _dense_cpu(n: int, *tensors: Tensor) -> bool:
-    """Whether the tensors suit the compiled CPU kernels: on the CPU, contiguous, ``n`` elements."""
-    for t in tensors:
-        if not (t.is_cpu and t.is_contiguous() and t.numel() == n):
-            return False
-    return True
-
-
-def _unscale_(grads: list[Tensor], scale: Tensor) -> None:
-    """``g = T(f32(g) * reciprocal(f32(scale)))`` in place, one pass per (device, dtype) bucket.
-
-    torch's AMP unscale kernel computes exactly that product (its inf/NaN flag is not wanted here:
-    the scaler has set ``found_inf`` already).
-    """
-    buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
-    for g in grads:
-        buckets.setdefault((g.device, g.dtype), []).append(g)
-    inverses: dict[torch.device, Tensor] = {}
-    for (device, _), bucket in buckets.items():
-        if device not in inverses:
-            inverses[device] = torch.reciprocal(scale.detach().to(device=device, dtype=torch.float32).reshape(1))
-        unused_flag = torch.zeros(1, device=device)
-        torch._amp_foreach_non_finite_check_and_unscale_(bucket, unused_flag, inverses[device])
 
 
 def _check_lr_value(value: float) -> None:

@@ -11,7 +11,8 @@ from torch import Tensor
 from .. import _native, _numerics
 from .._numerics import fma
 from . import _multi_tensor
-from .optimizer import Optimizer, _Item, compute_dtype, kernels_take
+from ._engine import kernels_take
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["SGD"]
 

@@ -10,6 +10,7 @@ overflow is injected into the gradients at fixed steps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -19,12 +20,10 @@ import paddle
 import pytest
 import torch
 
-import paddle_compat.nn as pnn
-import paddle_compat.optimizer as popt
 from paddle_compat.amp import GradScaler
 from paddle_compat.parity._arrays import ulp_distance
-from paddle_compat.regularizer import L1Decay, L2Decay
 
+from ..optim_db import PARITY_SCALER, cases
 from .paddle_oracle import bits, paddle_scaler
 
 SHAPES = {"w1": (8, 16), "b1": (16,), "w2": (16, 4), "b2": (4,)}
@@ -169,170 +168,14 @@ def run_parity(cfg: Config) -> None:
         assert ours.scaler.get_scale() == float(ref.scaler._scale.numpy().reshape(-1)[0])
 
 
-SCALER = {"init_loss_scaling": 2.0**10, "incr_every_n_steps": 7}
-
-
-def _decay_weights_only(name: str) -> bool:
-    return name.startswith("w")
-
-
-def _groups(params: list, weight_decay_key: Any) -> list[dict]:
-    """Weights and biases in two groups: the biases with a 0.5 rate ratio and their own decay."""
-    weights = [p for p in params if _name(p).startswith("w")]
-    biases = [p for p in params if _name(p).startswith("b")]
-    return [{"params": weights}, {"params": biases, "learning_rate": 0.5, "weight_decay": weight_decay_key}]
-
-
-def _name(p: Any) -> str:
-    return p[0] if isinstance(p, tuple) else p.name
-
-
+# Every configuration of the table marked for this suite, built with each API.
 CONFIGS = [
-    # SGD
-    Config("sgd", lambda ps: popt.SGD(0.1, parameters=ps), lambda ps: paddle.optimizer.SGD(0.1, parameters=ps)),
     Config(
-        "sgd_l2_globalnorm_scaler",
-        lambda ps: popt.SGD(0.1, parameters=ps, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(0.5)),
-        lambda ps: paddle.optimizer.SGD(
-            0.1, parameters=ps, weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(0.5)
-        ),
-        scaler=SCALER,
-    ),
-    Config(
-        "sgd_l1_groups",
-        lambda ps: popt.SGD(0.1, parameters=_groups(ps, L2Decay(0.05)), weight_decay=L1Decay(0.001)),
-        lambda ps: paddle.optimizer.SGD(
-            0.1,
-            parameters=_groups(ps, paddle.regularizer.L2Decay(0.05)),
-            weight_decay=paddle.regularizer.L1Decay(0.001),
-        ),
-    ),
-    # Momentum
-    Config(
-        "momentum",
-        lambda ps: popt.Momentum(0.05, 0.9, parameters=ps),
-        lambda ps: paddle.optimizer.Momentum(0.05, 0.9, parameters=ps),
-    ),
-    Config(
-        "momentum_nesterov_l2_bynorm_scaler",
-        lambda ps: popt.Momentum(
-            0.05, 0.9, parameters=ps, use_nesterov=True, weight_decay=0.01, grad_clip=pnn.ClipGradByNorm(0.3),
-            rescale_grad=0.5,
-        ),
-        lambda ps: paddle.optimizer.Momentum(
-            0.05, 0.9, parameters=ps, use_nesterov=True, weight_decay=0.01, grad_clip=paddle.nn.ClipGradByNorm(0.3),
-            rescale_grad=0.5,
-        ),
-        scaler=SCALER,
-    ),
-    Config(
-        "momentum_l1_groups_globalnorm",
-        lambda ps: popt.Momentum(
-            0.05, 0.8, parameters=_groups(ps, 0.02), weight_decay=L1Decay(0.001),
-            grad_clip=pnn.ClipGradByGlobalNorm(1.0),
-        ),
-        lambda ps: paddle.optimizer.Momentum(
-            0.05, 0.8, parameters=_groups(ps, 0.02), weight_decay=paddle.regularizer.L1Decay(0.001),
-            grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
-        ),
-    ),
-    Config(  # Paddle's merged multi-tensor Momentum rounds as the per-tensor kernel
-        "momentum_multi_tensor",
-        lambda ps: popt.Momentum(0.05, 0.9, parameters=ps, use_multi_tensor=True),
-        lambda ps: paddle.optimizer.Momentum(0.05, 0.9, parameters=ps, use_multi_tensor=True),
-    ),
-    Config(
-        "momentum_groups_without_decay",
-        lambda ps: popt.Momentum(0.05, 0.9, parameters=_groups(ps, None), weight_decay=0.01),
-        lambda ps: paddle.optimizer.Momentum(0.05, 0.9, parameters=_groups(ps, None), weight_decay=0.01),
-    ),
-    Config(
-        "sgd_groups_without_decay",
-        lambda ps: popt.SGD(0.1, parameters=_groups(ps, None), weight_decay=L1Decay(0.01)),
-        lambda ps: paddle.optimizer.SGD(
-            0.1, parameters=_groups(ps, None), weight_decay=paddle.regularizer.L1Decay(0.01)
-        ),
-    ),
-    # Adam
-    Config("adam", lambda ps: popt.Adam(0.01, parameters=ps), lambda ps: paddle.optimizer.Adam(0.01, parameters=ps)),
-    Config(
-        "adam_l2_globalnorm_scaler",
-        lambda ps: popt.Adam(
-            0.01, 0.8, 0.99, 1e-6, parameters=ps, weight_decay=0.01, grad_clip=pnn.ClipGradByGlobalNorm(0.5)
-        ),
-        lambda ps: paddle.optimizer.Adam(
-            0.01, 0.8, 0.99, 1e-6, parameters=ps, weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(0.5)
-        ),
-        scaler=SCALER,
-    ),
-    Config(
-        "adam_amsgrad_byvalue_groups",
-        lambda ps: popt.Adam(
-            0.01, parameters=_groups(ps, 0.03), amsgrad=True, grad_clip=pnn.ClipGradByValue(0.2)
-        ),
-        lambda ps: paddle.optimizer.Adam(
-            0.01, parameters=_groups(ps, 0.03), amsgrad=True, grad_clip=paddle.nn.ClipGradByValue(0.2)
-        ),
-    ),
-    # AdamW
-    Config("adamw", lambda ps: popt.AdamW(0.01, parameters=ps), lambda ps: paddle.optimizer.AdamW(0.01, parameters=ps)),
-    Config(
-        "adamw_globalnorm_decayfun_scaler",
-        lambda ps: popt.AdamW(
-            0.01, parameters=ps, weight_decay=0.1, apply_decay_param_fun=_decay_weights_only,
-            grad_clip=pnn.ClipGradByGlobalNorm(0.5),
-        ),
-        lambda ps: paddle.optimizer.AdamW(
-            0.01, parameters=ps, weight_decay=0.1, apply_decay_param_fun=_decay_weights_only,
-            grad_clip=paddle.nn.ClipGradByGlobalNorm(0.5),
-        ),
-        scaler=SCALER,
-    ),
-    Config(
-        "adamw_amsgrad",
-        lambda ps: popt.AdamW(0.01, parameters=ps, amsgrad=True),
-        lambda ps: paddle.optimizer.AdamW(0.01, parameters=ps, amsgrad=True),
-    ),
-    Config(
-        "adamw_groups_bynorm",
-        lambda ps: popt.AdamW(0.01, 0.85, 0.995, parameters=_groups(ps, 0.0), weight_decay=0.05,
-                              grad_clip=pnn.ClipGradByNorm(0.2)),
-        lambda ps: paddle.optimizer.AdamW(0.01, 0.85, 0.995, parameters=_groups(ps, 0.0), weight_decay=0.05,
-                                          grad_clip=paddle.nn.ClipGradByNorm(0.2)),
-    ),
-]
-
-
-# bf16 parameters: Paddle's CPU build only has a bf16 kernel for SGD (and it has no master weights).
-CONFIGS.append(
-    Config(
-        "sgd_bf16_l2",
-        lambda ps: popt.SGD(0.1, parameters=ps, weight_decay=0.01),
-        lambda ps: paddle.optimizer.SGD(0.1, parameters=ps, weight_decay=0.01),
-        dtype=torch.bfloat16,
+        inp.desc, inp.make, functools.partial(inp.build, paddle),
+        scaler=PARITY_SCALER if inp.options.get("scaler") else None,
+        dtype=inp.options.get("dtype", torch.float32), set_lr_at=inp.options.get("set_lr_at", {}),
     )
-)
-
-
-# float64 parameters (Paddle's double Adam/AdamW run its reference kernel, without FMA), and set_lr.
-CONFIGS += [
-    Config(
-        f"{name}_float64_set_lr",
-        ours,
-        theirs,
-        dtype=torch.float64,
-        set_lr_at={20: 0.003, 45: 0.02},
-    )
-    for name, ours, theirs in [
-        ("sgd", lambda ps: popt.SGD(0.01, parameters=ps, weight_decay=0.01),
-         lambda ps: paddle.optimizer.SGD(0.01, parameters=ps, weight_decay=0.01)),
-        ("momentum", lambda ps: popt.Momentum(0.01, 0.9, parameters=ps, weight_decay=0.01),
-         lambda ps: paddle.optimizer.Momentum(0.01, 0.9, parameters=ps, weight_decay=0.01)),
-        ("adam", lambda ps: popt.Adam(0.01, parameters=ps, grad_clip=pnn.ClipGradByGlobalNorm(0.5)),
-         lambda ps: paddle.optimizer.Adam(0.01, parameters=ps, grad_clip=paddle.nn.ClipGradByGlobalNorm(0.5))),
-        ("adamw", lambda ps: popt.AdamW(0.01, parameters=ps, weight_decay=0.1),
-         lambda ps: paddle.optimizer.AdamW(0.01, parameters=ps, weight_decay=0.1)),
-    ]
+    for _, inp in cases("parity")
 ]
 
 

@@ -1,0 +1,293 @@
+"""The update engine: which form of an optimizer's formula each parameter takes, and the calls.
+
+Mechanics only; the formulas are the optimizers'. An optimizer describes its update once in torch
+form (``_init_state`` and ``_kernel``, per tensor: required) and may add speed-ups: rows for the
+compiled CPU kernels (``_compiled_row`` + ``_compiled_call``, ``paddle_compat._native``) and calls
+of the GPU multi-tensor kernels (``_compiled_row`` + ``_multi_tensor_call``, ``_multi_tensor``).
+The engine sorts a group's parameters into those forms, keeps the result as a plan while nothing it
+depends on changes, runs the kernels, and hands the rest to ``_kernel`` one tensor at a time.
+
+Each optimizer owns one ``Engine`` (made in its ``__init__``), which holds its plans and the scratch
+buffers of the torch forms; a copy or pickle of the optimizer gets a fresh, empty one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+from torch import Tensor
+
+from .. import _native, _numerics
+from ..nn.clip import ParamsGrads
+from . import _multi_tensor
+
+if TYPE_CHECKING:
+    from .optimizer import Optimizer
+
+__all__ = ["Engine", "Item", "kernels_take", "optional_form", "same_layout"]
+
+# (param, grad, state, master weight or None): one parameter's share of a step
+Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
+
+
+def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Tensor) -> bool:
+    """Whether the compiled CPU kernels (the GPU kernels with ``gpu``) take ``value`` updated from
+    ``grad`` at rate ``lr``, with ``tensors`` beside it: all dense, of ``value``'s size, on its
+    device (the CPU for the compiled kernels), in dtypes the kernels compute with."""
+    if gpu:
+        return _dense_like(value, grad, *tensors) and _gpu_dtypes(value, grad, lr)
+    return _dense_cpu(value.numel(), value, grad, *tensors) and _native_dtypes(value, grad)
+
+
+def _native_dtypes(value: Tensor, grad: Tensor) -> bool:
+    """Whether the compiled kernels take this pair of dtypes: float64 with float64, else a
+    float32/bfloat16/float16 value with a float32/bfloat16/float16 gradient."""
+    if value.dtype == torch.float64:
+        return grad.dtype == torch.float64
+    return value.dtype in _native.DTYPE and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
+    """Whether the GPU kernels take this pair and rate: they compute in float32 (a float32 value,
+    the parameter or its master weight), on a float32/bfloat16/float16 gradient, with a float32 rate."""
+    return (
+        value.dtype == torch.float32
+        and grad.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and _numerics.round_f32(lr) == lr
+    )
+
+
+def _dense_like(value: Tensor, *tensors: Tensor) -> bool:
+    """Whether the tensors suit the GPU kernels: contiguous, on ``value``'s device, of its size."""
+    device, n = value.device, value.numel()
+    if not value.is_contiguous():
+        return False
+    for t in tensors:
+        if not (t.is_contiguous() and t.numel() == n and t.device == device):
+            return False
+    return True
+
+
+def _dense_cpu(n: int, *tensors: Tensor) -> bool:
+    """Whether the tensors suit the compiled CPU kernels: on the CPU, contiguous, ``n`` elements."""
+    for t in tensors:
+        if not (t.is_cpu and t.is_contiguous() and t.numel() == n):
+            return False
+    return True
+
+
+def same_layout(*tensors: Tensor) -> bool:
+    """Whether the tensors share one memory layout (the usual case: autograd gives a gradient
+    its parameter's strides, and the state is created like the parameter).
+
+    Only then do in-place and ``out=`` forms walk the elements exactly as the out-of-place
+    expressions do. The values never depend on it, but where fp16/bf16 arithmetic meets a NaN,
+    its bit pattern does (see ``Engine.scratch``), so the torch forms keep the plain expressions
+    otherwise.
+    """
+    first = tensors[0]
+    dense = first.is_contiguous() or torch.empty_like(first, device="meta").stride() == first.stride()
+    return dense and all(t.stride() == first.stride() for t in tensors[1:])
+
+
+class _Plan:
+    """The kernels' share of a group's step (see ``Engine.update``), and what it was made for."""
+
+    __slots__ = ("compiled", "grads", "key", "kernels", "lr", "multi_tensor", "rest", "reusable", "slots", "state")
+
+    def __init__(
+        self, key: tuple[Any, ...], state: Any, lr: float, kernels: dict[Any, Any], compiled: Any,
+        multi_tensor: dict[Any, Any], rest: list[int], slots: list[Any], grads: list[int], reusable: bool,
+    ) -> None:
+        self.key, self.state, self.lr, self.kernels, self.reusable = key, state, lr, kernels, reusable
+        self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest
+        self.slots, self.grads = slots, grads  # each pair's (batch, row) or None; the gradients' addresses
+
+    def point_at(self, pairs: ParamsGrads) -> None:
+        """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
+        addresses = [g.data_ptr() for _, g in pairs]
+        if addresses == self.grads:
+            return
+        for address, slot in zip(addresses, self.slots):
+            if slot is not None:
+                batch, row = slot
+                batch.rows[row * _native.ROW + 2] = address
+                batch.launches = None  # the GPU tables are made again from the rows
+        self.grads = addresses
+
+    def release_grads(self) -> None:
+        """Drop the batches' references to the gradients (a kept plan must not keep them alive)."""
+        if self.compiled is not None:
+            self.compiled.release_grads()
+        for batch, _ in self.multi_tensor.values():
+            batch.release_grads()
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def optional_form(stub: _F) -> _F:
+    """Mark the base class's stub of an optional hook: an optimizer that keeps it lacks that form."""
+    stub._paddle_compat_stub = True  # type: ignore[attr-defined]
+    return stub
+
+
+def _defines(opt: Optimizer, *hooks: str) -> bool:
+    """Whether ``opt``'s class defines each of the optional ``hooks`` (see ``optional_form``)."""
+    return not any(getattr(getattr(type(opt), hook), "_paddle_compat_stub", False) for hook in hooks)
+
+
+class Engine:
+    """One optimizer's plans (per parameter group) and scratch buffers (per slot, dtype, device)."""
+
+    def __init__(self) -> None:
+        self._plans: dict[int, _Plan | None] = {}
+        self._scratch: dict[tuple[Any, ...], Tensor] = {}
+        self._views: dict[tuple[Any, ...], Tensor] = {}
+
+    def __reduce__(self) -> tuple[type[Engine], tuple[()]]:
+        # caches: a copy starts empty (plans hold addresses of the original's tensors)
+        return (Engine, ())
+
+    def update(self, opt: Optimizer, group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None) -> None:
+        """Update the parameters of ``pairs`` (clipped already) with ``opt``'s formulas: the kernels'
+        rows, then the rest per tensor (regularization, ``_kernel``). ``found_inf``: a GradScaler's
+        flag on a GPU, tested by the GPU kernels on the device (read here only for the rest)."""
+        # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
+        # the group's options (the rate among them), the parameters' addresses, the gradients'
+        # dtypes and layouts, master weights, the kernels' availability, and the state (replaced as
+        # a whole by load_state_dict). A steady step then only checks that, points the rows at the
+        # gradients (new tensors after zero_grad(set_to_none=True)) and calls the kernels: every
+        # line here runs at each step, on caches a forward and backward pass have just emptied.
+        key = (
+            [v for k, v in group.items() if k != "params"],
+            [(p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs],
+            opt._dtype,
+            opt._multi_precision,
+            found_inf is not None,
+            _native.enabled(),
+        )
+        plans = self._plans
+        plan = plans.get(id(group))
+        if plan is None or plan.key != key or plan.state is not opt.state:
+            plan = self._plan(opt, key, group, pairs, found_inf)
+            plans[id(group)] = plan if plan.reusable else None
+        else:
+            plan.point_at(pairs)
+        rest = plan.rest
+        if plan.compiled is not None:
+            opt._compiled_call(plan.kernels[None], plan.compiled, group)
+        if plan.multi_tensor and not self._run_multi_tensor(opt, plan, group, found_inf):
+            plans.pop(id(group), None)  # the GPU kernels failed to build: per tensor from now on
+            rest = rest + [i for _, indices in plan.multi_tensor.values() for i in indices]
+        plan.release_grads()
+        if rest and found_inf is not None and bool(found_inf.item()):  # a host sync, only on this path
+            return
+        for i in sorted(rest):
+            p, g = pairs[i]
+            state, master = opt._prepare_state(p, group)
+            g = opt._regularize(p, g, group)
+            new = opt._kernel(p, master if master is not None else p.detach(), g, state, group, plan.lr)
+            # When the kernel updated its input in place, new *is* the master weight, or a view of
+            # p's own data: copy_ then returns at once.
+            if master is not None:
+                master.copy_(new)
+            p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
+
+    def _plan(
+        self, opt: Optimizer, key: tuple[Any, ...], group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None
+    ) -> _Plan:
+        """The plan of this step (made for ``key``): create the missing state, and sort the
+        parameters into the rows of the compiled CPU kernel (``_native``), the rows of the GPU
+        multi-tensor kernels per device (``_multi_tensor``), and the rest, for the per-tensor
+        ``_kernel``. Which formulas apply (Paddle's GPU or CPU kernels) follows
+        ``_numerics.gpu_kernels`` of the parameter; a form the optimizer does not define is not used.
+        """
+        lr = opt._group_lr(group)
+        has_compiled = _defines(opt, "_compiled_row", "_compiled_call")
+        has_gpu = _defines(opt, "_compiled_row", "_multi_tensor_call")
+        kernels: dict[torch.device | None, Any] = {None: _native.kernels() if has_compiled else None}
+        compiled, reusable = _native.Batch(), True
+        multi_tensor: dict[torch.device, tuple[_native.Batch, list[int]]] = {}
+        rest: list[int] = []
+        slots: list[tuple[Any, int | None] | None] = []
+        for i, (p, g) in enumerate(pairs):
+            state, master = opt._prepare_state(p, group)
+            item = (p, g, state, master)
+            batch: _native.Batch | None
+            indices: list[int] | None
+            if _numerics.gpu_kernels(p):
+                device = p.device
+                if device not in kernels:
+                    kernels[device] = _multi_tensor.kernels(device) if has_gpu else None
+                batch, indices = multi_tensor.setdefault(device, (_native.Batch(), []))
+                if kernels[device] is None:
+                    batch = None
+            else:
+                # a GradScaler's flag on a GPU is for GPU tensors: CPU ones with it go per tensor
+                batch, indices = (compiled, None) if kernels[None] is not None and found_inf is None else (None, None)
+            row = len(batch) if batch is not None else None
+            added = opt._compiled_row(item, group, lr, batch, batch is not compiled) if batch is not None else None
+            if added is None:
+                rest.append(i)
+                slots.append(None)
+            else:
+                reusable = reusable and added
+                slots.append((batch, row))
+                if indices is not None:
+                    indices.append(i)
+        multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
+        grads = [g.data_ptr() for _, g in pairs]
+        return _Plan(
+            key, opt.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
+        )
+
+    @staticmethod
+    def _run_multi_tensor(opt: Optimizer, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
+        """Launch the GPU kernels of ``plan``; ``False`` if they failed before updating anything."""
+        launched = False
+        try:
+            for device, (batch, _) in plan.multi_tensor.items():
+                with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+                    for launch in _multi_tensor.launches(batch, device):
+                        if launch.grid[0]:
+                            opt._multi_tensor_call(plan.kernels[device], launch, group, found_inf)
+                            launched = True
+        except Exception:
+            if launched:  # some tensors are updated already: nothing to fall back to
+                raise
+            _multi_tensor.disable()  # logs the error
+            return False
+        return True
+
+    def scratch(self, like: Tensor, dtype: torch.dtype, slot: str) -> Tensor:
+        """A scratch tensor shaped like ``like``, reused by every parameter and step.
+
+        The torch forms on CPU write their intermediates into these (``out=`` and in-place ops)
+        because on CPU a fresh multi-megabyte temporary costs more than the arithmetic done in it
+        (its pages are faulted in one by one). Each slot is one flat buffer sized to the largest
+        parameter. The values computed are the same either way: only where they are stored changes.
+        The view has the memory layout a temporary would get (``like``'s own, when dense): torch's
+        kernels take their vectorized or element-wise path by layout, and in fp16/bf16 the two
+        write different NaN bit patterns.
+        """
+        # The views are kept too (for small parameters, making them costs more than using them).
+        views = self._views
+        key = (slot, dtype, like.device, like.shape, like.stride())
+        view = views.get(key)
+        if view is not None:
+            return view
+        buf = self._scratch.get(key[:3])
+        if buf is None or buf.numel() < like.numel():
+            buf = self._scratch[key[:3]] = torch.empty(like.numel(), dtype=dtype, device=like.device)
+            views.clear()  # views of the replaced buffer would keep it alive
+        flat = buf[: like.numel()]
+        if like.is_contiguous():
+            view = flat.view(like.shape)
+        else:
+            view = flat.as_strided(like.shape, torch.empty_like(like, device="meta").stride())
+        views[key] = view
+        return view

@@ -1,0 +1,69 @@
+"""``Optimizer.step`` and torch.optim's hook-and-profiler wrapper, taken only when something needs it.
+
+torch.optim wraps the step of every optimizer class in a profiler range and its step hooks, at each
+call, even with no profiler and no hook: that costs tens of µs a step (over a hundred on the caches
+a forward and backward pass leave), as much as a small step's whole update. ``Optimizer.step`` is
+marked ``hooked`` so that torch leaves it alone (``bypassing``), and ``run`` takes torch's own
+wrapper itself when a profiler records or a hook is registered: the hooks then run and the range
+opens exactly as for torch's optimizers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+import torch.optim.optimizer as _torch_optimizer
+
+if TYPE_CHECKING:
+    from .optimizer import Optimizer
+
+__all__ = ["bypassing", "run"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def bypassing(step: _F) -> _F:
+    """Mark ``step`` as one torch.optim must not wrap (it calls ``run``)."""
+    step.hooked = True  # type: ignore[attr-defined]  # torch's mark of a wrapped step
+    step._paddle_compat_bypass = True  # type: ignore[attr-defined]
+    return step
+
+
+def run(opt: Optimizer, closure: Callable[[], Any] | None) -> Any:
+    """One step of ``opt``, through torch.optim's wrapper when ``_watched``."""
+    if _watched(opt):
+        # the hooks see the arguments given: none for step()
+        return _step_with_hooks(opt) if closure is None else _step_with_hooks(opt, closure)
+    return _step(opt, closure)
+
+
+def _step(opt: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+    """``Optimizer.step`` without torch.optim's hooks."""
+    loss = None
+    if closure is not None:
+        with torch.enable_grad():
+            loss = closure()
+    opt._apply_optimize(None)
+    return loss
+
+
+# torch.optim's own wrapper, for the steps that need it.
+_step_with_hooks = torch.optim.Optimizer.profile_hook_step(_step)
+
+
+def _watched(opt: Optimizer) -> bool:
+    """Whether ``opt.step()`` must go through torch.optim's wrapper: a profiler records, or a step
+    hook is registered, and no wrapper of torch's has run them already (around a subclass's own
+    ``step`` that ends in ours; a subclass mixed in later, as ``decorate`` does, is not wrapped)."""
+    resolved = type(opt).step
+    if getattr(resolved, "hooked", False) and not getattr(resolved, "_paddle_compat_bypass", False):
+        return False
+    return bool(
+        torch.autograd._profiler_enabled()
+        or opt._optimizer_step_pre_hooks
+        or opt._optimizer_step_post_hooks
+        or _torch_optimizer._global_optimizer_pre_hooks
+        or _torch_optimizer._global_optimizer_post_hooks
+    )

@@ -1,0 +1,279 @@
+"""Every optimizer test case, in one table (modelled on torch's ``optim_db``).
+
+Each ``OptimizerInfo`` describes one optimizer class: its configurations (``OptimizerInput``), each
+marked with the suites that run it, and the facts those suites need. Every optimizer test module
+reads its cases from ``OPTIM_DB``, so a new optimizer needs its module and one entry here.
+
+A configuration is written once for both APIs: ``build(api, params, **extra)`` calls ``api.optimizer``,
+``api.nn`` and ``api.regularizer``, where ``api`` is ``OURS`` (paddle_compat) or the ``paddle`` module
+itself (the parity tests). ``extra`` are keyword arguments a suite adds (``multi_precision``).
+
+Suites (``OptimizerInput.suites``):
+
+- ``forms``: the compiled, in-place and plain CPU forms agree bitwise on every dtype mix
+  (test_optimizer_kernels); ``nonfinite``: the same with inf/NaN gradients.
+- ``gpu``: the Triton kernels, interpreted, against the per-tensor GPU formulas; ``cuda``: the same
+  on a GPU (test_optimizer_kernels).
+- ``gpu_formula``: the GPU formula against ``OptimizerInfo.gpu_reference`` (test_optimizer_gpu_formulas).
+- ``handover``: the GradScaler hand-over (``grad_scale``/``found_inf``) on every path.
+- ``copies``: pickle and deepcopy resume the trajectory (test_optimizer_copies).
+- ``parity``: bitwise against Paddle 3.3.1 (tests/parity/test_optimizer_parity); parameters come named.
+
+``OptimizerInput.options`` holds a suite's settings for the configuration: ``dtype`` (of the
+parameters, parity and handover), ``scaler`` and ``set_lr_at`` (parity).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+import paddle_compat.nn as pnn
+import paddle_compat.optimizer as popt
+import paddle_compat.regularizer as pregularizer
+
+OURS = SimpleNamespace(optimizer=popt, nn=pnn, regularizer=pregularizer)
+
+# The scaler of the parity runs that use one (``options={"scaler": True}``).
+PARITY_SCALER = {"init_loss_scaling": 2.0**10, "incr_every_n_steps": 7}
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerInput:
+    """One configuration of an optimizer: ``desc`` names it (unique over the table)."""
+
+    desc: str
+    build: Callable[..., Any]
+    suites: frozenset[str] = frozenset()
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def make(self, params: Any, **extra: Any) -> Any:
+        """Our optimizer in this configuration."""
+        return self.build(OURS, params, **extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerInfo:
+    """One optimizer class and what its tests need to know of it."""
+
+    cls: type
+    inputs: tuple[OptimizerInput, ...]
+    # Paddle's CPU kernel has two forms, AVX-512 (FMAs) and reference (PADDLE_COMPAT_CPU_FMA=1/0)
+    cpu_fma_forms: bool = False
+    # ``weight_decay`` is the decoupled decay coefficient (named so in errors), not a regularizer
+    decoupled_decay: bool = False
+    # Paddle's GPU kernel in NumPy, ``(param, grad, state, lr) -> param``, for the ``gpu_formula`` inputs
+    gpu_reference: Callable[..., Any] | None = None
+
+
+def _groups_by_name(params: list, weight_decay: Any) -> list[dict]:
+    """Weights and biases (named ``w*``/``b*``) in two groups: the biases with a 0.5 rate ratio and
+    their own decay."""
+    weights = [p for p in params if _name(p).startswith("w")]
+    biases = [p for p in params if _name(p).startswith("b")]
+    return [{"params": weights}, {"params": biases, "learning_rate": 0.5, "weight_decay": weight_decay}]
+
+
+def _name(p: Any) -> str:
+    return p[0] if isinstance(p, tuple) else p.name
+
+
+def decay_weights_only(name: str) -> bool:
+    return name.startswith("w")
+
+
+# --- Paddle's GPU formulas in NumPy: float32 arithmetic, fused multiply-adds done in float64 -------
+f32 = np.float32
+
+
+def np_fma(a: Any, b: Any, c: Any) -> Any:
+    return (np.float64(a) * np.float64(b) + np.float64(c)).astype(f32)
+
+
+def _sgd_gpu(p, g, st, lr):
+    return np_fma(-f32(lr), g, p)
+
+
+def _momentum_gpu(p, g, st, lr, mu=0.9, coeff=0.01, rescale=0.5, nesterov=True):
+    g = g * f32(rescale)
+    g = np_fma(f32(coeff), p, g)
+    v = np_fma(st.get("v", np.zeros_like(p)), f32(mu), g)
+    st["v"] = v
+    return np_fma(-np_fma(v, f32(mu), g), f32(lr), p) if nesterov else np_fma(-f32(lr), v, p)
+
+
+def _adam_gpu(p, g, st, lr, b1=0.9, b2=0.999, eps=1e-8, coeff=None):
+    b1, b2, eps, lr = f32(b1), f32(b2), f32(eps), f32(lr)
+    b1p, b2p = st.get("b1p", b1), st.get("b2p", b2)
+    if coeff is not None:
+        p = p * (f32(1) - lr * f32(coeff))
+    m = np_fma(b1, st.get("m", np.zeros_like(p)), (f32(1) - b1) * g)
+    v = np_fma(b2, st.get("v", np.zeros_like(p)), ((f32(1) - b2) * g) * g)
+    denom = np.sqrt(v) / np.sqrt(f32(1) - b2p) + eps
+    p = np_fma(m / denom, -(lr / (f32(1) - b1p)), p)
+    st.update(m=m, v=v, b1p=b1p * b1, b2p=b2p * b2)
+    return p
+
+
+def _in(desc: str, build: Callable[..., Any], *suites: str, **options: Any) -> OptimizerInput:
+    return OptimizerInput(desc, build, frozenset(suites), options)
+
+
+FORMS = ("forms",)
+F64_SET_LR = {"dtype": torch.float64, "set_lr_at": {20: 0.003, 45: 0.02}}
+
+OPTIM_DB: list[OptimizerInfo] = [
+    OptimizerInfo(
+        popt.SGD,
+        (
+            _in("sgd", lambda api, ps, **kw: api.optimizer.SGD(0.1, parameters=ps, **kw), *FORMS, "gpu_formula",
+                "parity"),
+            _in("sgd_l2", lambda api, ps, **kw: api.optimizer.SGD(0.1, parameters=ps, weight_decay=0.01, **kw),
+                *FORMS, "nonfinite", "gpu", "cuda", "copies"),
+            _in("sgd_l1_groups", lambda api, ps, **kw: api.optimizer.SGD(
+                0.1, parameters=[{"params": ps[:1]}, {"params": ps[1:], "learning_rate": 0.3}],
+                weight_decay=api.regularizer.L1Decay(0.01), **kw), *FORMS),
+            _in("sgd_handover", lambda api, ps, **kw: api.optimizer.SGD(
+                0.1, parameters=ps, weight_decay=0.01, grad_clip=api.nn.ClipGradByGlobalNorm(1.0), **kw), "handover"),
+            _in("sgd_l2_globalnorm_scaler", lambda api, ps, **kw: api.optimizer.SGD(
+                0.1, parameters=ps, weight_decay=0.01, grad_clip=api.nn.ClipGradByGlobalNorm(0.5), **kw),
+                "parity", scaler=True),
+            _in("sgd_l1_groups_by_name", lambda api, ps, **kw: api.optimizer.SGD(
+                0.1, parameters=_groups_by_name(ps, api.regularizer.L2Decay(0.05)),
+                weight_decay=api.regularizer.L1Decay(0.001), **kw), "parity"),
+            _in("sgd_groups_without_decay", lambda api, ps, **kw: api.optimizer.SGD(
+                0.1, parameters=_groups_by_name(ps, None), weight_decay=api.regularizer.L1Decay(0.01), **kw),
+                "parity"),
+            # Paddle's CPU build only has a bf16 kernel for SGD (and it has no master weights)
+            _in("sgd_bf16_l2", lambda api, ps, **kw: api.optimizer.SGD(0.1, parameters=ps, weight_decay=0.01, **kw),
+                "parity", dtype=torch.bfloat16),
+            _in("sgd_float64_set_lr", lambda api, ps, **kw: api.optimizer.SGD(
+                0.01, parameters=ps, weight_decay=0.01, **kw), "parity", **F64_SET_LR),
+        ),
+        gpu_reference=_sgd_gpu,
+    ),
+    OptimizerInfo(
+        popt.Momentum,
+        (
+            _in("momentum", lambda api, ps, **kw: api.optimizer.Momentum(0.1, parameters=ps, **kw), *FORMS),
+            _in("momentum_nesterov_l2", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.1, 0.8, parameters=ps, use_nesterov=True, weight_decay=0.01, rescale_grad=0.5, **kw),
+                *FORMS, "nonfinite", "gpu", "cuda"),
+            _in("momentum_l1_groups", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.1, parameters=[{"params": ps[:1], "weight_decay": 0.02}, {"params": ps[1:], "learning_rate": 0.3}],
+                weight_decay=api.regularizer.L1Decay(0.01), **kw), *FORMS, "gpu"),
+            _in("momentum_nesterov_copies", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.1, parameters=ps, use_nesterov=True, **kw), "copies"),
+            _in("momentum_handover", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.1, parameters=ps, weight_decay=0.01, grad_clip=api.nn.ClipGradByGlobalNorm(1.0), **kw), "handover"),
+            _in("momentum_gpu_formula", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.05, 0.9, parameters=ps, use_nesterov=True, weight_decay=0.01, rescale_grad=0.5, **kw),
+                "gpu_formula"),
+            _in("momentum_parity", lambda api, ps, **kw: api.optimizer.Momentum(0.05, 0.9, parameters=ps, **kw),
+                "parity"),
+            _in("momentum_nesterov_l2_bynorm_scaler", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.05, 0.9, parameters=ps, use_nesterov=True, weight_decay=0.01, grad_clip=api.nn.ClipGradByNorm(0.3),
+                rescale_grad=0.5, **kw), "parity", scaler=True),
+            _in("momentum_l1_groups_globalnorm", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.05, 0.8, parameters=_groups_by_name(ps, 0.02), weight_decay=api.regularizer.L1Decay(0.001),
+                grad_clip=api.nn.ClipGradByGlobalNorm(1.0), **kw), "parity"),
+            # Paddle's merged multi-tensor Momentum rounds as the per-tensor kernel
+            _in("momentum_multi_tensor", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.05, 0.9, parameters=ps, use_multi_tensor=True, **kw), "parity"),
+            _in("momentum_groups_without_decay", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.05, 0.9, parameters=_groups_by_name(ps, None), weight_decay=0.01, **kw), "parity"),
+            _in("momentum_float64_set_lr", lambda api, ps, **kw: api.optimizer.Momentum(
+                0.01, 0.9, parameters=ps, weight_decay=0.01, **kw), "parity", **F64_SET_LR),
+        ),
+        gpu_reference=_momentum_gpu,
+    ),
+    OptimizerInfo(
+        popt.Adam,
+        (
+            _in("adam", lambda api, ps, **kw: api.optimizer.Adam(0.01, parameters=ps, **kw), *FORMS, "gpu_formula",
+                "parity"),
+            _in("adam_l2_amsgrad", lambda api, ps, **kw: api.optimizer.Adam(
+                0.01, 0.8, 0.99, 1e-6, parameters=ps, weight_decay=0.01, amsgrad=True, **kw),
+                *FORMS, "nonfinite", "gpu", "cuda"),
+            _in("adam_l1_groups_globalnorm", lambda api, ps, **kw: api.optimizer.Adam(
+                0.01, parameters=[{"params": ps[:1], "weight_decay": 0.02}, {"params": ps[1:], "beta1": 0.7}],
+                weight_decay=api.regularizer.L1Decay(0.01), grad_clip=api.nn.ClipGradByGlobalNorm(1.0), **kw),
+                *FORMS, "gpu"),
+            _in("adam_scheduler", lambda api, ps, **kw: api.optimizer.Adam(
+                api.optimizer.lr.StepDecay(0.01, step_size=2), parameters=ps, **kw), "copies"),
+            _in("adam_handover", lambda api, ps, **kw: api.optimizer.Adam(
+                0.01, parameters=ps, weight_decay=0.01, grad_clip=api.nn.ClipGradByGlobalNorm(1.0), **kw),
+                "handover"),
+            _in("adam_l2_globalnorm_scaler", lambda api, ps, **kw: api.optimizer.Adam(
+                0.01, 0.8, 0.99, 1e-6, parameters=ps, weight_decay=0.01, grad_clip=api.nn.ClipGradByGlobalNorm(0.5),
+                **kw), "parity", scaler=True),
+            _in("adam_amsgrad_byvalue_groups", lambda api, ps, **kw: api.optimizer.Adam(
+                0.01, parameters=_groups_by_name(ps, 0.03), amsgrad=True, grad_clip=api.nn.ClipGradByValue(0.2),
+                **kw), "parity"),
+            _in("adam_float64_set_lr", lambda api, ps, **kw: api.optimizer.Adam(
+                0.01, parameters=ps, grad_clip=api.nn.ClipGradByGlobalNorm(0.5), **kw), "parity", **F64_SET_LR),
+        ),
+        cpu_fma_forms=True,
+        gpu_reference=_adam_gpu,
+    ),
+    OptimizerInfo(
+        popt.AdamW,
+        (
+            _in("adamw", lambda api, ps, **kw: api.optimizer.AdamW(0.01, parameters=ps, **kw), *FORMS, "nonfinite",
+                "parity"),
+            _in("adamw_ratio_lowmoment_amsgrad", lambda api, ps, **kw: api.optimizer.AdamW(
+                0.01, parameters=ps, lr_ratio=lambda p: 0.5 if p.numel() > 100 else 1.0,
+                use_lowprecision_moment=True, amsgrad=True, grad_clip=api.nn.ClipGradByNorm(1.0), **kw),
+                *FORMS, "gpu", "cuda"),
+            _in("adamw_clip", lambda api, ps, **kw: api.optimizer.AdamW(
+                0.01, parameters=ps, grad_clip=api.nn.ClipGradByGlobalNorm(1.0), **kw), "copies"),
+            _in("adamw_master_handover", lambda api, ps, **kw: api.optimizer.AdamW(
+                0.01, parameters=ps, multi_precision=True, grad_clip=api.nn.ClipGradByGlobalNorm(1.0), **kw),
+                "handover", dtype=torch.bfloat16),
+            _in("adamw_gpu_formula", lambda api, ps, **kw: api.optimizer.AdamW(
+                0.01, parameters=ps, weight_decay=0.1, **kw), "gpu_formula"),
+            _in("adamw_globalnorm_decayfun_scaler", lambda api, ps, **kw: api.optimizer.AdamW(
+                0.01, parameters=ps, weight_decay=0.1, apply_decay_param_fun=decay_weights_only,
+                grad_clip=api.nn.ClipGradByGlobalNorm(0.5), **kw), "parity", scaler=True),
+            _in("adamw_amsgrad", lambda api, ps, **kw: api.optimizer.AdamW(0.01, parameters=ps, amsgrad=True, **kw),
+                "parity"),
+            _in("adamw_groups_bynorm", lambda api, ps, **kw: api.optimizer.AdamW(
+                0.01, 0.85, 0.995, parameters=_groups_by_name(ps, 0.0), weight_decay=0.05,
+                grad_clip=api.nn.ClipGradByNorm(0.2), **kw), "parity"),
+            _in("adamw_float64_set_lr", lambda api, ps, **kw: api.optimizer.AdamW(
+                0.01, parameters=ps, weight_decay=0.1, **kw), "parity", **F64_SET_LR),
+        ),
+        cpu_fma_forms=True,
+        decoupled_decay=True,
+        gpu_reference=lambda p, g, st, lr: _adam_gpu(p, g, st, lr, coeff=0.1),
+    ),
+]
+
+CLASSES = [info.cls for info in OPTIM_DB]
+
+
+def info_of(cls: type) -> OptimizerInfo:
+    return next(info for info in OPTIM_DB if info.cls is cls)
+
+
+def cases(suite: str) -> list[tuple[OptimizerInfo, OptimizerInput]]:
+    """Every (optimizer, configuration) pair that ``suite`` runs, in table order."""
+    return [(info, inp) for info in OPTIM_DB for inp in info.inputs if suite in inp.suites]
+
+
+def case(desc: str) -> OptimizerInput:
+    """The configuration named ``desc``."""
+    return next(inp for info in OPTIM_DB for inp in info.inputs if inp.desc == desc)
+
+
+def ids(pairs: list[tuple[OptimizerInfo, OptimizerInput]]) -> list[str]:
+    return [inp.desc for _, inp in pairs]
+
+
+_descs = [inp.desc for info in OPTIM_DB for inp in info.inputs]
+assert len(_descs) == len(set(_descs)), "configuration names must be unique"
