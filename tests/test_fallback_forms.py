@@ -69,6 +69,7 @@ def test_the_fast_fma_emulation_matches_the_exact_one_on_all_kinds_of_values() -
 
 def test_pieces_cover_the_tensors_in_memory_order(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(_numerics, "CHUNK", 1 << 15)
     base = torch.arange(5 * 13109, dtype=torch.float32)  # 2 * CHUNK + 9 elements
     t = base.reshape(-1, 5).t()  # dense, not contiguous
     dense = torch.empty_like(t).copy_(t)  # the same layout
@@ -79,7 +80,8 @@ def test_pieces_cover_the_tensors_in_memory_order(monkeypatch: pytest.MonkeyPatc
     assert torch.equal(torch.cat([p[1] for p in pieces]), base)
 
 
-LARGE = (2 * _numerics.CHUNK * torch.get_num_threads() + 3, 5, _numerics.CHUNK)
+PIECE = 1000  # elements per thread, for the test: several pieces without large tensors
+LARGE = (2 * PIECE * torch.get_num_threads() + 3, 5, PIECE)
 
 
 @needs_compiler
@@ -91,6 +93,7 @@ def test_forms_agree_across_pieces(name, dtypes, fma, monkeypatch: pytest.Monkey
     if fma == "0" and not name.startswith("adam"):
         pytest.skip("one CPU form")
     monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", fma)
+    monkeypatch.setattr(_numerics, "CHUNK", PIECE)
     compiled, in_place, plain = forms(monkeypatch, maker(name), DTYPES[dtypes], sizes=LARGE, steps=2,
                                       nonfinite=True)
     assert_same_run(compiled, in_place)
