@@ -90,7 +90,8 @@ def main() -> None:
 
     names = [c for c in CONFIGS if not args.only or c in args.only.split(",")]
     _native._enabled = True
-    compiled = _native.status().compiled  # whether the compiled kernels load here, timed too
+    status = getattr(_native, "status", None)  # absent in checkouts older than it (A/B runs)
+    compiled = bool(status and status().compiled)  # whether the compiled kernels load here: timed too
     variants: dict[str, Callable[[], None]] = {}
     for name in names:
         ours, anchor, fma = CONFIGS[name]
