@@ -7,10 +7,11 @@ to that dtype first (Paddle's ``scale`` kernel casts its factor to the tensor's 
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import Tensor
+
+from . import _checks
 
 __all__ = ["L1Decay", "L2Decay", "WeightDecayRegularizer"]
 
@@ -31,11 +32,8 @@ class WeightDecayRegularizer:
     """
 
     def __init__(self, coeff: float = 0.0) -> None:
-        if isinstance(coeff, bool) or not isinstance(coeff, (int, float)):
-            raise TypeError(f"coeff should be a float, but received {type(coeff).__name__}")
-        if not math.isfinite(coeff):  # Paddle takes it, and every decayed parameter becomes NaN
-            raise ValueError(f"coeff should be a finite number, but received {coeff}")
-        self._coeff = float(coeff)
+        # Paddle takes NaN and inf, and every decayed parameter becomes NaN
+        self._coeff = float(_checks.real("coeff", coeff))
 
     @property
     def coeff(self) -> float:

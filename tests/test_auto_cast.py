@@ -206,6 +206,13 @@ def test_custom_list_overlap_raises_like_paddle():
             pass
 
 
+@pytest.mark.parametrize("name", ["custom_white_list", "custom_black_list"])
+def test_a_custom_list_of_lists_names_the_argument(name):
+    with pytest.raises(TypeError, match=f"^{name} should hold op names \\(str\\), but holds a list\\.$"):
+        with amp.auto_cast(**{name: [["matmul"]]}):
+            pass
+
+
 def test_unmapped_custom_names():
     """A name neither Paddle nor torch knows warns; a Paddle-only op name is accepted quietly."""
     with pytest.warns(UserWarning, match="op 'no_such_op_anywhere' in a custom list is neither"):

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from paddle_compat import amp
-from paddle_compat.amp import _compile
+from paddle_compat.amp import compile_boundary
 from paddle_compat.amp.amp_state import amp_global_state
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -113,8 +113,8 @@ def test_one_context_object_shared_by_threads():
 BAD_ARGUMENTS = [
     (dict(level=None), TypeError, r"^level should be a str \('O0', 'OD', 'O1' or 'O2'\), but got NoneType\.$"),
     (dict(level="O3"), ValueError, r"^level should be O0, OD, O1 or O2\.$"),
-    (dict(enable="yes"), TypeError, r"^enable should be a bool, but got str\.$"),
-    (dict(use_promote=None), TypeError, r"^use_promote should be a bool, but got NoneType\.$"),
+    (dict(enable="yes"), TypeError, r"^enable should be a bool, but received str$"),
+    (dict(use_promote=None), TypeError, r"^use_promote should be a bool, but received NoneType$"),
     (dict(dtype=None), TypeError,
      r"^dtype should be a str \('float16' or 'bfloat16'\) or a torch\.dtype, but got NoneType\.$"),
     (dict(dtype="float32"), ValueError, r"^If enable amp, dtype should be 'float16' or 'bfloat16'\.$"),
@@ -142,8 +142,8 @@ def test_bad_arguments_raise_at_the_call_before_anything_changes(entry, kwargs, 
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(device_type=0), r"^device_type should be a str or None, but got int\.$"),
-    (dict(device_type="cuda", cache_enabled=None), r"^cache_enabled should be a bool, but got NoneType\.$"),
-    (dict(device_type="cuda", enabled="no"), r"^enabled should be a bool, but got str\.$"),
+    (dict(device_type="cuda", cache_enabled=None), r"^cache_enabled should be a bool, but received NoneType$"),
+    (dict(device_type="cuda", enabled="no"), r"^enabled should be a bool, but received str$"),
 ])
 def test_autocast_checks_its_arguments(kwargs, message):
     with pytest.raises(TypeError, match=message):
@@ -348,7 +348,7 @@ def test_aot_autograd_cache_setting_is_not_switched_at_every_step_before_torch_c
     with amp.auto_cast():  # earlier tests may have left it off
         pass
     assert functorch_config.enable_autograd_cache is True
-    monkeypatch.setattr(_compile, "_READER", "a module not loaded")
+    monkeypatch.setattr(compile_boundary, "_READER", "a module not loaded")
     seen = []
     for _ in range(2):
         with amp.auto_cast():
@@ -368,7 +368,7 @@ def test_aot_autograd_cache_is_off_in_each_thread_with_an_active_auto_cast():
     import torch._functorch._aot_autograd.autograd_cache  # noqa: F401 - torch.compile in use
     import torch._functorch.config as functorch_config
 
-    if not _compile._PER_THREAD_CONFIG:
+    if not compile_boundary._PER_THREAD_CONFIG:
         pytest.skip("this torch keeps its config per process")
     seen: dict[str, bool] = {}
     first_in, second_done = threading.Event(), threading.Event()

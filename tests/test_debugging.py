@@ -56,3 +56,10 @@ def test_operator_stats_with_every_op_levels(kwargs, capsys):
     assert rows["mm"][0] != "0"  # white: fp16
     assert rows["_softmax"][0 if low else 2] == "1"
     assert rows["relu"][0 if low else 2] == "1"
+
+
+def test_check_numerics_names_a_bad_argument():
+    with pytest.raises(TypeError, match="^tensor should be a torch.Tensor, but received list$"):
+        check_numerics([1.0], "op", "x")
+    with pytest.raises(TypeError, match="^debug_mode should be a DebugMode, but received int$"):
+        check_numerics(torch.ones(2), "op", "x", 3)

@@ -393,9 +393,9 @@ def test_wrapped_models_are_refused_like_paddle(tmp_path):
 @pytest.mark.parametrize("kwargs,error,message", [
     (dict(level=None), ValueError, r"^level should be O1 or O2, O1 represent AMP train mode"),
     (dict(level="O2", dtype=torch.float16), ValueError, r"^dtype only support float16 or bfloat16\.$"),
-    (dict(level="O2", master_weight="yes"), TypeError, r"^master_weight should be a bool, but got str\.$"),
-    (dict(level="O2", master_grad=None), TypeError, r"^master_grad should be a bool, but got NoneType\.$"),
-    (dict(level="O1", master_grad="no"), TypeError, r"^master_grad should be a bool, but got str\.$"),
+    (dict(level="O2", master_weight="yes"), TypeError, r"^master_weight should be a bool, but received str$"),
+    (dict(level="O2", master_grad=None), TypeError, r"^master_grad should be a bool, but received NoneType$"),
+    (dict(level="O1", master_grad="no"), TypeError, r"^master_grad should be a bool, but received str$"),
     (dict(level="O2", save_dtype=["float16"]), ValueError,
      r"^save_dtype can only be float16 float32 or float64, but your input save_dtype is \['float16'\]\.$"),
 ])

@@ -69,16 +69,17 @@ def test_defaults_follow_paddle_3():
         ({"init_loss_scaling": float("nan")}, ValueError, "init_loss_scaling must be a finite number > 0, got nan"),
         ({"init_loss_scaling": float("inf")}, ValueError, "init_loss_scaling must be a finite number > 0, got inf"),
         ({"init_loss_scaling": 1e-50}, ValueError, "init_loss_scaling must be a finite number > 0 in float32's normal range, got 1e-50"),
-        ({"init_loss_scaling": None}, TypeError, "init_loss_scaling must be a real number, got NoneType"),
+        ({"init_loss_scaling": None}, TypeError,
+         "init_loss_scaling should be a float or an int, but received NoneType"),
         ({"incr_ratio": 0.5}, ValueError, "incr_ratio must be a finite number > 1, got 0.5"),
         ({"decr_ratio": 1.5}, ValueError, "decr_ratio must be a finite number in (0, 1), got 1.5"),
         ({"decr_ratio": -0.5}, ValueError, "decr_ratio must be a finite number in (0, 1), got -0.5"),
         ({"incr_every_n_steps": 0}, ValueError, "incr_every_n_steps must be an integer in [1, 2147483647], got 0"),
-        ({"incr_every_n_steps": 1.5}, TypeError, "incr_every_n_steps must be an int, got float"),
+        ({"incr_every_n_steps": 1.5}, TypeError, "incr_every_n_steps should be an int, but received float"),
         ({"decr_every_n_nan_or_inf": 0}, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 0"),
-        ({"decr_every_n_nan_or_inf": True}, TypeError, "decr_every_n_nan_or_inf must be an int, got bool"),
-        ({"enable": 1}, TypeError, "enable must be a bool, got int"),
-        ({"use_dynamic_loss_scaling": "yes"}, TypeError, "use_dynamic_loss_scaling must be a bool, got str"),
+        ({"decr_every_n_nan_or_inf": True}, TypeError, "decr_every_n_nan_or_inf should be an int, but received bool"),
+        ({"enable": 1}, TypeError, "enable should be a bool, but received int"),
+        ({"use_dynamic_loss_scaling": "yes"}, TypeError, "use_dynamic_loss_scaling should be a bool, but received str"),
         ({"min_loss_scaling": 2.0**20}, ValueError, "init_loss_scaling (65536.0) must lie within [min_loss_scaling, max_loss_scaling] = [1048576.0, 3.4028234663852886e+38]"),
     ],
 )
@@ -99,7 +100,7 @@ def test_paddles_signature_only_allows_the_limits_by_keyword():
         ("set_init_loss_scaling", 0, ValueError, "new_init_loss_scaling must be a finite number > 0, got 0.0"),
         ("set_incr_ratio", 1.0, ValueError, "incr_ratio must be a finite number > 1, got 1.0"),
         ("set_decr_ratio", 2, ValueError, "decr_ratio must be a finite number in (0, 1), got 2.0"),
-        ("set_incr_every_n_steps", "10", TypeError, "incr_every_n_steps must be an int, got str"),
+        ("set_incr_every_n_steps", "10", TypeError, "incr_every_n_steps should be an int, but received str"),
         ("set_decr_every_n_nan_or_inf", 0, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 0"),
     ],
 )
@@ -467,6 +468,9 @@ def test_load_state_dict_errors_change_nothing():
                             ("scale", torch.tensor([0.0]), ValueError), ("use_dynamic_loss_scaling", "no", TypeError)]:
         with pytest.raises(exc):
             scaler.load_state_dict({**before, key: value})
+    for bad in (None, [("scale", 2.0)]):  # not a mapping: refused naming the argument
+        with pytest.raises(TypeError, match=f"^state_dict should be a dict, but received {type(bad).__name__}$"):
+            scaler.load_state_dict(bad)
     after = scaler.state_dict()
     assert torch.equal(after.pop("scale"), before.pop("scale")) and after == before
 
@@ -586,9 +590,9 @@ def test_the_fused_path_logs_each_decrease_from_the_replayed_flags(caplog):
         (lambda s: s.load_state_dict({**s.state_dict(), "scale": "big"}), TypeError,
          "state_dict['scale'] must be a number or a 1-element tensor/array, got str"),
         (lambda s: s.load_state_dict({**s.state_dict(), "skipped_steps": -3}), ValueError,
-         "state_dict['skipped_steps'] must be a non-negative int, got -3"),
+         "state_dict['skipped_steps'] should be >= 0, but received -3"),
         (lambda s: setattr(s, "_incr_ratio", 0.5), ValueError, "incr_ratio must be a finite number > 1, got 0.5"),
-        (lambda s: setattr(s, "_decr_count", -1), ValueError, "_decr_count must be a non-negative int, got -1"),
+        (lambda s: setattr(s, "_decr_count", -1), ValueError, "_decr_count should be >= 0, but received -1"),
         (lambda s: setattr(s, "process_group", "world"), TypeError,
          "process_group must be a torch.distributed ProcessGroup or None, got str"),
     ],
@@ -700,3 +704,63 @@ def test_bad_values_under_torch_names_name_what_the_caller_wrote():
         GradScaler(growth_factor=0.5)
     with pytest.raises(ValueError, match=r"^new_interval must be an integer in \[1, 2147483647\], got 0$"):
         GradScaler().set_growth_interval(0)
+
+
+class _OlderProtocolSGD(torch.optim.Optimizer):
+    """An optimizer written for torch's older scaling protocol: it says it handles scaling and
+    expects the scaler in ``step(grad_scaler=...)`` (here it would ask torch's scaler for the
+    scale); without one it is a plain SGD."""
+
+    _step_supports_amp_scaling = True
+
+    def __init__(self, params, lr):
+        super().__init__(params, {"lr": lr})
+        self.scalers = []
+
+    def step(self, closure=None, grad_scaler=None):
+        self.scalers.append(grad_scaler)
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+
+@pytest.mark.parametrize("style", ["step", "minimize", "unscale_first"])
+@pytest.mark.parametrize("overflow", [False, True])
+def test_an_optimizer_of_the_older_protocol_steps_on_unscaled_grads(style, overflow):
+    # Neither torch's treatment (it would need torch's private scaler methods) nor a step on
+    # scaled gradients (1023x too large at 1024): Paddle's, with a warning.
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = _OlderProtocolSGD([w], lr=0.5)
+    scaler = GradScaler(init_loss_scaling=1024.0)
+    scaler.scale((w * torch.tensor([1.0, 2.0, math.inf if overflow else 3.0])).sum()).backward()
+    with pytest.warns(UserWarning, match=r"_OlderProtocolSGD.step\(\) takes grad_scaler=") as record:
+        if style == "minimize":
+            scaler.minimize(opt, torch.zeros(1))
+        else:
+            if style == "unscale_first":
+                scaler.unscale_(opt)
+            scaler.step(opt)
+            scaler.update()
+    assert record[0].filename == __file__
+    assert scaler.last_step_skipped() is overflow
+    if overflow:
+        assert opt.scalers == [] and w.tolist() == [1.0, 1.0, 1.0]
+    else:
+        assert opt.scalers == [None] and w.tolist() == [0.5, 0.0, -0.5]
+    assert scaler.get_scale() == (512.0 if overflow else 1024.0)
+
+
+def test_private_flags_refuse_what_a_truth_test_would_misread():
+    scaler = GradScaler()
+    for bad in ("no", b"0"):
+        with pytest.raises(TypeError, match="^_cache_found_inf should be a bool or None, but received"):
+            scaler._cache_found_inf = bad
+        with pytest.raises(TypeError, match="^_found_inf should be a bool or a bool tensor, but received"):
+            scaler._found_inf = bad
+    with pytest.raises(TypeError, match="^_found_inf should be a bool or a bool tensor, but received object$"):
+        scaler._found_inf = object()
+    assert scaler._cache_found_inf is None and scaler._found_inf.tolist() == [False]
+    scaler._cache_found_inf = torch.tensor([True])  # what Paddle code may hand over
+    scaler._found_inf = True
+    assert scaler._cache_found_inf is True and scaler._found_inf.tolist() == [True]

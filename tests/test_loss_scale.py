@@ -110,17 +110,23 @@ def test_a_counter_past_a_lowered_period_fires_instead_of_counting_forever():
     assert decreased and state == LossScaleState(4.0, 0, 0)
 
 
+def test_policy_is_built_by_name():
+    with pytest.raises(TypeError, match="positional"):
+        LossScalePolicy(2.0, 0.5)  # type: ignore[misc]
+    assert LossScalePolicy(decr_ratio=0.25, incr_ratio=4.0).incr_ratio == 4.0
+
+
 @pytest.mark.parametrize(
     "kwargs, exc, message",
     [
         ({"incr_ratio": 1.0}, ValueError, "incr_ratio must be a finite number > 1, got 1.0"),
         ({"incr_ratio": float("inf")}, ValueError, "incr_ratio must be a finite number > 1, got inf"),
-        ({"incr_ratio": "2"}, TypeError, "incr_ratio must be a real number, got str"),
+        ({"incr_ratio": "2"}, TypeError, "incr_ratio should be a float or an int, but received str"),
         ({"decr_ratio": 1.0}, ValueError, "decr_ratio must be a finite number in (0, 1), got 1.0"),
         ({"decr_ratio": 0.0}, ValueError, "decr_ratio must be a finite number in (0, 1), got 0.0"),
-        ({"decr_ratio": True}, TypeError, "decr_ratio must be a real number, got bool"),
+        ({"decr_ratio": True}, TypeError, "decr_ratio should be a float or an int, but received bool"),
         ({"incr_every_n_steps": 0}, ValueError, "incr_every_n_steps must be an integer in [1, 2147483647], got 0"),
-        ({"incr_every_n_steps": 2.0}, TypeError, "incr_every_n_steps must be an int, got float"),
+        ({"incr_every_n_steps": 2.0}, TypeError, "incr_every_n_steps should be an int, but received float"),
         ({"decr_every_n_nan_or_inf": -1}, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got -1"),
         ({"decr_every_n_nan_or_inf": 2**31}, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 2147483648"),
         ({"min_loss_scaling": 0.0}, ValueError, "min_loss_scaling must be a finite number > 0, got 0.0"),

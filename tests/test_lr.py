@@ -192,6 +192,76 @@ def test_bad_state_values_raise_and_change_nothing() -> None:
     assert sched.state_dict() == {"last_epoch": 0, "last_lr": 0.5}
 
 
+MAKERS = {  # every scheduler, after a few steps
+    "NoamDecay": lambda: lr.NoamDecay(64, 10),
+    "PiecewiseDecay": lambda: lr.PiecewiseDecay([2, 4], [0.3, 0.2, 0.1]),
+    "NaturalExpDecay": lambda: lr.NaturalExpDecay(0.5, 0.1),
+    "InverseTimeDecay": lambda: lr.InverseTimeDecay(0.5, 0.1),
+    "PolynomialDecay": lambda: lr.PolynomialDecay(0.5, 10, cycle=True),
+    "LinearWarmup": lambda: lr.LinearWarmup(lr.StepDecay(0.5, 2), 3, 0.0, 0.5),
+    "ExponentialDecay": lambda: lr.ExponentialDecay(0.5, 0.9),
+    "MultiStepDecay": lambda: lr.MultiStepDecay(0.5, [2, 4]),
+    "StepDecay": lambda: lr.StepDecay(0.5, 2),
+    "LambdaDecay": lambda: lr.LambdaDecay(0.5, lambda e: 0.9**e),
+    "ReduceOnPlateau": lambda: lr.ReduceOnPlateau(0.5, patience=0),
+    "CosineAnnealingDecay": lambda: lr.CosineAnnealingDecay(0.5, 10),
+    "MultiplicativeDecay": lambda: lr.MultiplicativeDecay(0.5, lambda e: 0.9),
+    "OneCycleLR": lambda: lr.OneCycleLR(1.0, 20),
+    "CyclicLR": lambda: lr.CyclicLR(0.1, 1.0, 3),
+    "LinearLR": lambda: lr.LinearLR(0.5, 10),
+    "CosineAnnealingWarmRestarts": lambda: lr.CosineAnnealingWarmRestarts(0.5, 3, T_mult=2),
+}
+
+
+def _stepped(name: str) -> lr.LRScheduler:
+    sched = MAKERS[name]()
+    for i in range(3):
+        sched.step(float(3 - i)) if name == "ReduceOnPlateau" else sched.step()
+    return sched
+
+
+@pytest.mark.parametrize(("bad", "exc", "message"), [
+    ("x", TypeError, "state_dict['last_epoch'] should be a float or an int, but received str"),
+    (None, TypeError, "state_dict['last_epoch'] should be a float or an int, but received NoneType"),
+    (True, TypeError, "state_dict['last_epoch'] should be a float or an int, but received bool"),
+    (float("nan"), ValueError, "state_dict['last_epoch'] should be a finite number, but received nan"),
+    (float("inf"), ValueError, "state_dict['last_epoch'] should be a finite number, but received inf"),
+])
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_every_scheduler_refuses_a_corrupt_last_epoch(name: str, bad: object, exc: type, message: str) -> None:
+    assert set(MAKERS) == set(NAMES[1:])
+    sched = _stepped(name)
+    saved = sched.state_dict()
+    before = dict(vars(sched))
+    with pytest.raises(exc) as info:
+        sched.set_state_dict({**saved, "last_epoch": bad})
+    assert str(info.value) == message
+    assert vars(sched) == before
+    if name == "LinearWarmup":  # the wrapped scheduler's entry is checked too
+        with pytest.raises(exc, match=r"^state_dict\['last_epoch'\]"):
+            sched.set_state_dict({**saved, "LinearWarmup_LR": {**saved["LinearWarmup_LR"], "last_epoch": bad}})
+        assert vars(sched) == before
+    sched.set_state_dict(saved)  # what it saved still loads, and steps
+    sched.step(1.0) if name == "ReduceOnPlateau" else sched.step()
+    assert math.isfinite(sched())
+
+
+def test_reduce_on_plateau_refuses_a_corrupt_best() -> None:
+    sched = _stepped("ReduceOnPlateau")
+    saved, before = sched.state_dict(), dict(vars(sched))
+    for bad in ("x", [1.0], torch.ones(2)):
+        with pytest.raises(TypeError, match=r"^state_dict\['best'\] should be None or a metric"):
+            sched.set_state_dict({**saved, "best": bad})
+        assert vars(sched) == before
+    for key in ("cooldown_counter", "num_bad_epochs"):
+        with pytest.raises(TypeError, match=rf"^state_dict\['{key}'\] should be an int, but received str$"):
+            sched.set_state_dict({**saved, key: "1"})
+        with pytest.raises(ValueError, match=rf"^state_dict\['{key}'\] should be >= 0, but received -1$"):
+            sched.set_state_dict({**saved, key: -1})
+    assert vars(sched) == before
+    sched.set_state_dict({**saved, "best": torch.tensor([2.0])})  # a tensor metric, as step() keeps it
+
+
 def test_unused_keys_warn_as_paddle() -> None:
     sched = lr.StepDecay(0.5, 2)
     with pytest.warns(UserWarning, match="There are some unused values in state_dict"):
@@ -289,7 +359,8 @@ BAD = [
     (lambda: lr.MultiplicativeDecay(0.1, None), TypeError,
      "The type of 'lr_lambda' in 'MultiplicativeDecay' must be 'function', but received <class 'NoneType'>."),
     (lambda: lr.ReduceOnPlateau(0.1, mode="lowest"), ValueError, "mode: lowest is unknown!"),
-    (lambda: lr.ReduceOnPlateau(0.1, factor=1.0), ValueError, "new_lr = origin_lr * gamma and gamma should be < 1.0."),
+    (lambda: lr.ReduceOnPlateau(0.1, factor=1.0), ValueError,
+     "factor should be < 1.0 (new_lr = origin_lr * factor), but received 1.0"),  # Paddle's text says gamma
     (lambda: lr.ReduceOnPlateau(0.1, threshold_mode="pct"), ValueError, "threshold mode: pct is unknown!"),
     (lambda: lr.ReduceOnPlateau("0.1"), TypeError,
      "The type of 'learning_rate' in 'ReduceOnPlateau' must be 'float', but received <class 'str'>."),
@@ -328,6 +399,21 @@ BAD = [
      "start_factor should be a finite number, but received nan"),
     (lambda: lr.CosineAnnealingWarmRestarts(0.1, 0), ValueError, "Expected positive integer T_0, but got 0"),
     (lambda: lr.CosineAnnealingWarmRestarts(0.1, 5, T_mult=0), ValueError, "Expected integer T_mult >= 1, but got 0"),
+    # refused up front: each would give a negative rate (or a crash) in the middle of a run
+    (lambda: lr.CosineAnnealingDecay(0.1, 10, eta_min=-0.01), ValueError, "eta_min should be >= 0, but received -0.01"),
+    (lambda: lr.CosineAnnealingWarmRestarts(0.1, 5, eta_min=-0.01), ValueError,
+     "eta_min should be >= 0, but received -0.01"),
+    (lambda: lr.CyclicLR(0.1, 1.0, 5, mode="exp_range", exp_gamma=-0.5), ValueError,
+     "exp_gamma should be >= 0, but received -0.5"),
+    # the argument named is the one given
+    (lambda: lr.LinearWarmup(0.1, 10, -0.1, 0.1), ValueError, "start_lr should be >= 0, but received -0.1"),
+    (lambda: lr.CyclicLR("0.1", 1.0, 5), TypeError,
+     "The type of learning rate (base_learning_rate) must be float, but received <class 'str'>"),
+    # no string for a bool
+    (lambda: lr.PolynomialDecay(0.1, 10, cycle="yes"), TypeError, "cycle should be a bool, but received str"),
+    (lambda: lr.OneCycleLR(1.0, 10, three_phase="yes"), TypeError, "three_phase should be a bool, but received str"),
+    (lambda: lr.StepDecay(0.1, 2, verbose="no"), TypeError, "verbose should be a bool, but received str"),
+    (lambda: lr.ReduceOnPlateau(0.1, verbose=None), TypeError, "verbose should be a bool, but received NoneType"),
 ]
 
 

@@ -239,8 +239,16 @@ def test_steps_limit():
     assert compare(a, trace([(scal(), {"param/w": W})]), steps=1).ok
     with pytest.raises(ValueError, match="steps=4, but the reference has 3 steps"):
         compare(a, b, steps=4)
-    with pytest.raises(ValueError, match="steps must be a non-negative int"):
+    with pytest.raises(ValueError, match="steps should be >= 0, but received -1"):
         compare(a, b, steps=-1)
+
+
+def test_traces_of_the_wrong_type_are_named():
+    a = trace([(scal(), {"param/w": W})])
+    with pytest.raises(TypeError, match="^reference should be a Trace or the path of a saved one, but received int$"):
+        compare(42, a)
+    with pytest.raises(TypeError, match="^candidate should be a Trace or the path of a saved one, but received dict$"):
+        compare(a, {})
 
 
 def test_dtypes_differ():
@@ -248,3 +256,23 @@ def test_dtypes_differ():
     b = trace([(scal(), {"param/w": W.astype(np.float64)})])
     assert compare(a, b, exact=True).first_divergence.reason == "dtypes differ: reference float32, candidate float64"
     assert compare(a, b).ok  # the same values, within tolerance
+
+
+def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from paddle_compat.parity import cli, report
+
+    assert report.FORMATS == ("json", "md", "png")
+    a = trace([(scal(), {"param/w": W})])
+    written = report.write_report(compare(a, a), tmp_path / "all")
+    assert list(written) == list(report.FORMATS) and [p.name for p in written.values()] == [
+        "report.json", "report.md", "report.png"]
+    with pytest.raises(ValueError, match=r"^formats: unknown \['pdf'\]; choose from 'json', 'md', 'png'$"):
+        report.write_report(compare(a, a), tmp_path, ["md", "pdf"])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert report.available_formats() == ("json", "md")
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    assert "comma-separated: json,md,png" in capsys.readouterr().out

@@ -387,6 +387,19 @@ def test_torch_lr_scheduler_state():
     assert sched2.last_epoch == 5 and sched2.get_last_lr() == [0.25]
     with pytest.raises(ValueError, match="no 'last_lr'"):
         lr_scheduler_state_to_torch({"last_epoch": 1}, sched2)
+    for bad, exc, message in [
+        ({"last_epoch": 1, "last_lr": float("nan")}, ValueError, r"^state\['last_lr'\] should be a finite number"),
+        ({"last_epoch": 1, "last_lr": -0.1}, ValueError, r"^state\['last_lr'\] should be >= 0"),
+        ({"last_epoch": "1", "last_lr": 0.1}, TypeError, r"^state\['last_epoch'\] should be a float or an int"),
+        ({"last_epoch": 1.5, "last_lr": 0.1}, ValueError, r"^state\['last_epoch'\] should be a whole number"),
+        ([1, 0.1], TypeError, "^state should be a dict"),
+    ]:
+        with pytest.raises(exc, match=message):
+            lr_scheduler_state_to_torch(bad, sched2)
+    for call in (lambda: lr_scheduler_state_to_paddle("x"), lambda: lr_scheduler_state_to_torch(pd, "x")):
+        refused = "^scheduler should be a Paddle-style or a torch LR scheduler, but received str$"
+        with pytest.raises(TypeError, match=refused):
+            call()
 
 
 def test_paddle_style_scheduler_passes_through():

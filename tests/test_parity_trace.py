@@ -140,6 +140,16 @@ def test_sampled_storage_keeps_digests():
     assert compare(full, small, exact=True).ok and compare(small, full, exact=True).ok
 
 
+def test_recorder_options_are_checked():
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(TypeError, match="^sample should be an int, but received str$"):
+        TraceRecorder(model, sample="16")
+    with pytest.raises(ValueError, match="^sample should be >= 1, but received 0$"):
+        TraceRecorder(model, sample=0)
+    with pytest.raises(TypeError, match="^full_max_elements should be an int, but received float$"):
+        TraceRecorder(model, full_max_elements=1e6)
+
+
 def test_save_path_from_the_environment(tmp_path, monkeypatch):
     torch.manual_seed(0)
     rec = TraceRecorder(torch.nn.Linear(2, 2))

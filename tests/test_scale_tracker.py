@@ -1,6 +1,7 @@
 """ScaleTracker, the one owner of the scale's state: whatever mix of host and device updates,
 resets and pickling, it agrees with the plain host policy, and its tensors agree with its replica."""
 
+import dataclasses
 import pickle
 
 import torch
@@ -49,7 +50,7 @@ def test_tracker_agrees_with_the_host_policy(policy, init, ops):
             tracker.reset(scale=arg)
             ref = ref._replace(scale=round_f32(arg))
         elif kind == "period":
-            ref_policy = LossScalePolicy(policy.incr_ratio, policy.decr_ratio, arg, arg)
+            ref_policy = dataclasses.replace(policy, incr_every_n_steps=arg, decr_every_n_nan_or_inf=arg)
             tracker.reset(policy=ref_policy)
         else:
             tracker = pickle.loads(pickle.dumps(tracker))

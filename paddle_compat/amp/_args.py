@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 import os
 import sys
 from types import FrameType
@@ -10,12 +9,6 @@ from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TORCH_WRAPPERS = frozenset({"torch._compile", "torch.utils._contextlib"})  # decorators' wrapper frames
-
-
-def check_flag(name: str, value: Any) -> None:
-    """A bool-like argument: bool, int or numpy bool (a str or None would be a silent bug)."""
-    if not (isinstance(value, numbers.Integral) or type(value).__name__ in ("bool", "bool_")):
-        raise TypeError(f"{name} should be a bool, but got {type(value).__name__}.")
 
 
 def user_stacklevel() -> int:

@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from . import op_interceptor
-from ._args import check_flag
-from ._compile import eager_only
+from .. import _checks
+from . import checkpoint_bridge, op_interceptor
 from .amp_lists import LEVELS, black_list, check_disjoint, effective_lists, white_list
 from .amp_state import amp_global_state
 from .cast_rule import AMP_DTYPES
+from .compile_boundary import never_traced
 from .op_table import PROMOTED_GRAY_ATEN, aten_names, resolve
 
 CustomList = Iterable[str] | None
@@ -40,14 +40,14 @@ class _AmpGuard(contextlib.ContextDecorator):
         self._config = config
         self._dtype = dtype
 
-    @eager_only
+    @never_traced
     def __enter__(self) -> None:
         # As Paddle, record the dtype of the last auto_cast entered (in this thread; Paddle's is
         # per process), and never restore it.
         amp_global_state().amp_dtype = self._dtype
         _tokens.stack.append(op_interceptor.activate(self._config))
 
-    @eager_only
+    @never_traced
     def __exit__(self, *exc_info: Any) -> None:
         op_interceptor.restore(_tokens.stack.pop())
 
@@ -60,7 +60,7 @@ class _TokenStack(threading.local):
 _tokens = _TokenStack()
 
 
-@eager_only
+@never_traced
 def amp_guard(
     enable: bool = True,
     custom_white_list: CustomList = None,
@@ -79,8 +79,8 @@ def amp_guard(
         ...     (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
         torch.bfloat16
     """
-    check_flag("enable", enable)
-    check_flag("use_promote", use_promote)
+    _checks.flag("enable", enable, int_ok=True)
+    _checks.flag("use_promote", use_promote, int_ok=True)
     white = _op_names("custom_white_list", custom_white_list)
     black = _op_names("custom_black_list", custom_black_list)
     if not isinstance(level, str):
@@ -166,8 +166,8 @@ def autocast(
     """
     if device_type is not None and not isinstance(device_type, str):
         raise TypeError(f"device_type should be a str or None, but got {type(device_type).__name__}.")
-    check_flag("enabled", enabled)
-    check_flag("cache_enabled", cache_enabled)
+    _checks.flag("enabled", enabled, int_ok=True)
+    _checks.flag("cache_enabled", cache_enabled, int_ok=True)
     return auto_cast(enable=enabled, dtype=dtype)
 
 
@@ -262,11 +262,11 @@ def _op_names(name: str, value: Any) -> frozenset[str]:
                         f"(write [{value!r}] for one op).")
     if not isinstance(value, Iterable):
         raise TypeError(f"{name} should be a set, list or tuple of op names, but got {type(value).__name__}.")
-    names = frozenset(value)
-    for item in names:
+    items = list(value)
+    for item in items:  # before hashing them: a list inside would raise a TypeError naming nothing
         if not isinstance(item, str):
             raise TypeError(f"{name} should hold op names (str), but holds a {type(item).__name__}.")
-    return names
+    return frozenset(items)
 
 
 def _dtype_name(dtype: str | torch.dtype) -> str:
@@ -294,6 +294,7 @@ def _cached_config(
     # Every op a default list can govern gets its kernel now, before other threads may be
     # dispatching through the key: later registrations are then only for custom-list ops.
     op_interceptor.ensure_registered(_default_governed())
+    checkpoint_bridge.install()  # from now on torch's checkpoint recomputes under its forward's state
     return op_interceptor.prepare(level, AMP_DTYPES[dtype], use_promote, frozenset(white), frozenset(black))
 
 

@@ -58,6 +58,10 @@ def check_numerics(
         >>> stats.tolist(), values.tolist()
         ([0, 0, 1], [3.0, 0.0, 1.3333333730697632])
     """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"tensor should be a torch.Tensor, but received {type(tensor).__name__}")
+    if not isinstance(debug_mode, DebugMode):
+        raise TypeError(f"debug_mode should be a DebugMode, but received {type(debug_mode).__name__}")
     data = tensor.detach().float()
     nan, inf = torch.isnan(data), torch.isinf(data)
     stats = torch.stack([nan.sum(), inf.sum(), (data == 0).sum()]).to(torch.int64)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
-from ._args import check_flag
+from .. import _checks
 from .cast_rule import AMP_DTYPES
 from .master_grad import accumulate_into_main_grad, clear_grads, grad_of, main_grad_of
 
@@ -87,8 +87,8 @@ def decorate(
     if not isinstance(dtype, str) or dtype not in AMP_DTYPES:
         raise ValueError("dtype only support float16 or bfloat16.")
     if master_weight is not None:
-        check_flag("master_weight", master_weight)
-    check_flag("master_grad", master_grad)
+        _checks.flag("master_weight", master_weight, int_ok=True)
+    _checks.flag("master_grad", master_grad, int_ok=True)
     if save_dtype is not None and (not isinstance(save_dtype, str) or save_dtype not in _SAVE_DTYPES):
         raise ValueError("save_dtype can only be float16 float32 or float64, but your input "
                          f"save_dtype is {save_dtype}.")

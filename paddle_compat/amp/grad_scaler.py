@@ -8,11 +8,17 @@ scaler. Here each thread has its own (``_StepState``), so threads sharing a scal
 their own gradients, and unscale with the scale their own ``scale()`` used. In one thread this is
 exactly Paddle's behaviour, quirks included (several optimizers share one flag; the last
 ``step`` before ``update`` decides the update).
+
+The examples take as given a ``model`` and its input ``x``, an ``optimizer`` of
+``paddle_compat.optimizer`` over it, a ``loss`` computed under ``auto_cast()`` and a ``scaler``
+(``tests/test_docstring_examples.py`` runs them so).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import threading
 import warnings
 from collections.abc import Mapping
@@ -22,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from . import scaler_args, unscale
 from ._args import user_stacklevel
 from .amp_state import amp_global_state
@@ -73,12 +80,6 @@ class _StepState(threading.local):
         self.scaled_with: tuple[int, Tensor] | None = None
 
 
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
-
-
 def _check_optimizer(optimizer: Any) -> None:
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
@@ -118,12 +119,12 @@ class AmpScaler:
 
     Example::
 
-        scaler = AmpScaler(init_loss_scaling=1024)
-        with auto_cast():
-            loss = model(x).mean()
-        scaled = scaler.scale(loss)
-        scaled.backward()
-        scaler.minimize(optimizer, scaled)
+        >>> scaler = AmpScaler(init_loss_scaling=1024)
+        >>> with auto_cast():
+        ...     loss = model(x).mean()
+        >>> scaled = scaler.scale(loss)
+        >>> scaled.backward()
+        >>> _, params_grads = scaler.minimize(optimizer, scaled)
 
     Differences from Paddle: works on CPU too (Paddle disables its scaler off GPU); has
     ``step``/``update``/``unscale_`` like ``GradScaler``; the safety limits of ``loss_scale``;
@@ -154,11 +155,16 @@ class AmpScaler:
         max_loss_scaling: float | None = None,
         process_group: Any = None,
     ) -> None:
-        _check_bool("enable", enable)
-        _check_bool("use_dynamic_loss_scaling", use_dynamic_loss_scaling)
+        _checks.flag("enable", enable)
+        _checks.flag("use_dynamic_loss_scaling", use_dynamic_loss_scaling)
         init_loss_scaling = check_scale("init_loss_scaling", init_loss_scaling)
         policy = LossScalePolicy(
-            incr_ratio, decr_ratio, incr_every_n_steps, decr_every_n_nan_or_inf, min_loss_scaling, max_loss_scaling
+            incr_ratio=incr_ratio,
+            decr_ratio=decr_ratio,
+            incr_every_n_steps=incr_every_n_steps,
+            decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
+            min_loss_scaling=min_loss_scaling,
+            max_loss_scaling=max_loss_scaling,
         )
         _check_within("init_loss_scaling", init_loss_scaling, policy)
         self._enable = enable
@@ -187,8 +193,8 @@ class AmpScaler:
 
         Example::
 
-            scaled = scaler.scale(loss)
-            scaled.backward()
+            >>> scaled = scaler.scale(loss)
+            >>> scaled.backward()
         """
         if not isinstance(var, Tensor):
             raise TypeError(
@@ -235,11 +241,12 @@ class AmpScaler:
 
         Example::
 
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(optimizer)
-            scaler.update()
+            >>> scaler.scale(loss).backward()
+            >>> scaler.unscale_(optimizer)
+            >>> torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            tensor(...)
+            >>> scaler.step(optimizer)
+            >>> scaler.update()
         """
         _check_optimizer(optimizer)
         if not self._enable:
@@ -265,15 +272,15 @@ class AmpScaler:
 
         Example::
 
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+            >>> scaler.scale(loss).backward()
+            >>> scaler.step(optimizer)
+            >>> scaler.update()
         """
         # torch.compile traces none of this frame but compiles optimizer.step as it does under
         # torch's scaler; our own work runs in never-traced calls (see compile_boundary).
         run = self._before_step(optimizer, args, kwargs)
         try:
-            result = None if run is _Run.SKIP else optimizer.step(*args, **kwargs)
+            result = _skipped(optimizer) if run is _Run.SKIP else optimizer.step(*args, **kwargs)
         except BaseException:
             self._abandon_call(optimizer, run)
             raise
@@ -312,8 +319,8 @@ class AmpScaler:
 
         Example::
 
-            scaler.step(optimizer)
-            scaler.update()
+            >>> scaler.step(optimizer)
+            >>> scaler.update()
         """
         if not self._enable:
             return
@@ -344,17 +351,17 @@ class AmpScaler:
 
         Example::
 
-            scaled = scaler.scale(loss)
-            scaled.backward()
-            scaler.minimize(optimizer, scaled)
-            optimizer.clear_grad()
+            >>> scaled = scaler.scale(loss)
+            >>> scaled.backward()
+            >>> _, params_grads = scaler.minimize(optimizer, scaled)
+            >>> optimizer.clear_grad()
         """
         # Traced like step(): the optimizer's code is compiled as usual, ours never is.
         run = self._before_minimize(optimizer)
         minimize = getattr(optimizer, "minimize", None)
         try:
             if run is _Run.SKIP:
-                result = None
+                result = _skipped(optimizer)
             else:
                 result = minimize(*args, **kwargs) if callable(minimize) else optimizer.step()
         except BaseException:
@@ -432,9 +439,11 @@ class AmpScaler:
         """Before the optimizer runs: unscale (unless ``unscale_`` did) and decide how to call it.
 
         A fused optimizer (``_step_supports_amp_scaling``) is always called and skips on the
-        device, with no host sync; otherwise the flag is read here, the one sync of a step."""
+        device, with no host sync; otherwise the flag is read here, the one sync of a step.
+        One whose ``step`` takes ``grad_scaler=`` (torch's older protocol) gets Paddle's treatment,
+        not torch's (see ``_takes_grad_scaler``)."""
         step = self._step_state
-        if getattr(optimizer, "_step_supports_amp_scaling", False):
+        if getattr(optimizer, "_step_supports_amp_scaling", False) and not _takes_grad_scaler(optimizer):
             if state is OptimizerState.INIT:
                 self._unscale_grads(optimizer, fused=True)
             assert step.found_inf is not None
@@ -479,7 +488,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler(enable=False).is_enable()   # False
+            >>> GradScaler(enable=False).is_enable()
+            False
         """
         return self._enable
 
@@ -488,7 +498,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler(use_dynamic_loss_scaling=False).is_use_dynamic_loss_scaling()   # False
+            >>> GradScaler(use_dynamic_loss_scaling=False).is_use_dynamic_loss_scaling()
+            False
         """
         return self._use_dynamic_loss_scaling
 
@@ -501,7 +512,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler(init_loss_scaling=1024).get_scale()   # 1024.0
+            >>> GradScaler(init_loss_scaling=1024).get_scale()
+            1024.0
         """
         if not self._enable:
             return 0.0
@@ -513,7 +525,8 @@ class AmpScaler:
 
         Example::
 
-            print(f"{scaler.get_skipped_steps()} of {step + 1} steps skipped")
+            >>> print(f"{scaler.get_skipped_steps()} of {step + 1} steps skipped")
+            0 of 10 steps skipped
         """
         return self._tracker.skipped_steps()
 
@@ -526,9 +539,11 @@ class AmpScaler:
 
         Example::
 
-            scaler.minimize(optimizer, scaled)
-            if not scaler.last_step_skipped():
-                lr_scheduler.step()
+            >>> scaled = scaler.scale(loss)
+            >>> scaled.backward()
+            >>> _, params_grads = scaler.minimize(optimizer, scaled)
+            >>> if not scaler.last_step_skipped():
+            ...     lr_scheduler.step()
         """
         if not self._enable:
             return False
@@ -541,7 +556,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler(init_loss_scaling=1024).get_init_loss_scaling()   # 1024.0
+            >>> GradScaler(init_loss_scaling=1024).get_init_loss_scaling()
+            1024.0
         """
         return self._init_loss_scaling
 
@@ -554,8 +570,9 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_init_loss_scaling(2.0**10)
-            scaler.get_scale()   # 1024.0
+            >>> scaler.set_init_loss_scaling(2.0**10)
+            >>> scaler.get_scale()
+            1024.0
         """
         value = check_scale("new_init_loss_scaling", new_init_loss_scaling)
         _check_within("new_init_loss_scaling", value, self._tracker.policy)
@@ -568,7 +585,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler().get_incr_ratio()   # 2.0
+            >>> GradScaler().get_incr_ratio()
+            2.0
         """
         return self._tracker.policy.incr_ratio
 
@@ -580,7 +598,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_incr_ratio(4.0)
+            >>> scaler.set_incr_ratio(4.0)
         """
         self._set_policy(incr_ratio=new_incr_ratio)
 
@@ -589,7 +607,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler().get_decr_ratio()   # 0.5
+            >>> GradScaler().get_decr_ratio()
+            0.5
         """
         return self._tracker.policy.decr_ratio
 
@@ -601,7 +620,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_decr_ratio(0.25)
+            >>> scaler.set_decr_ratio(0.25)
         """
         self._set_policy(decr_ratio=new_decr_ratio)
 
@@ -610,7 +629,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler().get_incr_every_n_steps()   # 2000
+            >>> GradScaler().get_incr_every_n_steps()
+            2000
         """
         return self._tracker.policy.incr_every_n_steps
 
@@ -622,7 +642,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_incr_every_n_steps(500)
+            >>> scaler.set_incr_every_n_steps(500)
         """
         self._set_policy(incr_every_n_steps=new_incr_every_n_steps)
 
@@ -631,7 +651,8 @@ class AmpScaler:
 
         Example::
 
-            GradScaler().get_decr_every_n_nan_or_inf()   # 1
+            >>> GradScaler().get_decr_every_n_nan_or_inf()
+            1
         """
         return self._tracker.policy.decr_every_n_nan_or_inf
 
@@ -643,7 +664,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_decr_every_n_nan_or_inf(2)
+            >>> scaler.set_decr_every_n_nan_or_inf(2)
         """
         self._set_policy(decr_every_n_nan_or_inf=new_decr_every_n_nan_or_inf)
 
@@ -693,7 +714,13 @@ class AmpScaler:
 
     @_found_inf.setter
     def _found_inf(self, value: Any) -> None:
-        flag = torch.as_tensor(value)
+        try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError
+            flag = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            kind = type(value).__name__
+            raise TypeError(f"_found_inf should be a bool or a bool tensor, but received {kind}") from None
         if flag.numel() != 1:
             raise ValueError(f"_found_inf must hold exactly one value, got {flag.numel()}")
         self._step_state.found_inf = (flag.reshape(1) != 0).to(torch.float32)
@@ -707,6 +734,8 @@ class AmpScaler:
 
     @_cache_found_inf.setter
     def _cache_found_inf(self, value: Any) -> None:
+        if isinstance(value, (str, bytes)):  # bool("no") is True
+            raise TypeError(f"_cache_found_inf should be a bool or None, but received {type(value).__name__}")
         self._step_state.cache_found_inf = None if value is None else FoundInf.known(bool(value))
 
     def _policy_attribute(name: str) -> property:  # type: ignore[misc]  # a helper for the class body
@@ -754,7 +783,7 @@ class AmpScaler:
 
         Example::
 
-            torch.save({"scaler": scaler.state_dict()}, path)
+            >>> torch.save({"scaler": scaler.state_dict()}, path)
         """
         if not self._enable:
             return {}
@@ -784,8 +813,10 @@ class AmpScaler:
 
         Example::
 
-            scaler.load_state_dict(torch.load(path)["scaler"])
+            >>> scaler.load_state_dict(torch.load(path)["scaler"])
         """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict should be a dict, but received {type(state_dict).__name__}")
         if not self._enable:
             return
         if len(state_dict) == 0:
@@ -809,7 +840,7 @@ class AmpScaler:
             check_count("state_dict['incr_count']", d["incr_count"]),
             check_count("state_dict['decr_count']", d["decr_count"]),
         )
-        dynamic = _check_bool("state_dict['use_dynamic_loss_scaling']", as_number(d["use_dynamic_loss_scaling"]))
+        dynamic = _checks.flag("state_dict['use_dynamic_loss_scaling']", as_number(d["use_dynamic_loss_scaling"]))
         skipped = check_count("state_dict['skipped_steps']", d["skipped_steps"]) if "skipped_steps" in d else None
         self._tracker.reset(scale=scale, policy=policy, counts=counts, skipped=skipped)
         self._init_loss_scaling = scale
@@ -825,7 +856,7 @@ class AmpScaler:
 
         Example::
 
-            scaler.set_state_dict(checkpoint["scaler"])
+            >>> scaler.set_state_dict(checkpoint["scaler"])
         """
         self.load_state_dict(state_dict)
 
@@ -853,6 +884,41 @@ class AmpScaler:
         if self._process_group == _WORLD:
             self._process_group = _world_group()
         self._step_state = _StepState()
+
+
+@never_traced
+def _skipped(optimizer: torch.optim.Optimizer) -> None:
+    """A skipped step: an optimizer of ours still does what Paddle's does there (its clip runs)."""
+    hook = getattr(optimizer, "_skipped_step", None)
+    if hook is not None:
+        hook()
+
+
+def _takes_grad_scaler(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer speaks torch's older protocol: ``_step_supports_amp_scaling`` with a
+    ``step(..., grad_scaler=None)`` that expects torch's scaler to pass itself in and to be asked,
+    through torch's private methods, for the scale and the flags. Ours has neither those methods
+    nor a reason to hand itself over: such an optimizer is treated as Paddle treats every optimizer
+    (the gradients unscaled first, the step skipped on inf/NaN, no ``grad_scaler`` passed), with a
+    warning, instead of stepping on gradients that are still scaled."""
+    if not _step_takes_grad_scaler(getattr(optimizer.step, "__func__", optimizer.step)):
+        return False
+    warnings.warn(
+        f"{type(optimizer).__name__}.step() takes grad_scaler= (torch's deprecated protocol for optimizers that "
+        "unscale themselves): paddle_compat's GradScaler does not pass itself in; it unscales the gradients "
+        "first and skips the step on inf/NaN, as Paddle's scaler does for every optimizer.",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _step_takes_grad_scaler(step: Any) -> bool:
+    try:
+        return "grad_scaler" in inspect.signature(step).parameters
+    except (TypeError, ValueError):  # a callable without a signature
+        return False
 
 
 def _drop_fused_inputs(optimizer: torch.optim.Optimizer) -> None:
@@ -887,8 +953,10 @@ class GradScaler(AmpScaler):
 
     Both of these build the same scaler::
 
-        GradScaler(init_loss_scaling=1024, incr_ratio=3.0, incr_every_n_steps=500)
-        GradScaler("cuda", init_scale=1024, growth_factor=3.0, growth_interval=500)
+        >>> paddles = GradScaler(init_loss_scaling=1024, incr_ratio=3.0, incr_every_n_steps=500)
+        >>> torchs = GradScaler("cuda", init_scale=1024, growth_factor=3.0, growth_interval=500)
+        >>> [(s.get_scale(), s.get_incr_ratio(), s.get_incr_every_n_steps()) for s in (paddles, torchs)]
+        [(1024.0, 3.0, 500), (1024.0, 3.0, 500)]
 
     Args: those of ``AmpScaler``, plus torch's names as aliases: ``enabled`` (``enable``),
     ``init_scale`` (``init_loss_scaling``), ``growth_factor`` (``incr_ratio``),
@@ -906,13 +974,13 @@ class GradScaler(AmpScaler):
 
     Example::
 
-        scaler = GradScaler()
-        with auto_cast():
-            loss = model(x).mean()
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.clear_grad()
+        >>> scaler = GradScaler()
+        >>> with auto_cast():
+        ...     loss = model(x).mean()
+        >>> scaler.scale(loss).backward()
+        >>> scaler.step(optimizer)
+        >>> scaler.update()
+        >>> optimizer.clear_grad()
     """
 
     _torch_dialect = True
@@ -930,7 +998,8 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            GradScaler("cuda", enabled=False).is_enabled()   # False
+            >>> GradScaler("cuda", enabled=False).is_enabled()
+            False
         """
         return self.is_enable()
 
@@ -939,7 +1008,8 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            GradScaler(growth_factor=3.0).get_growth_factor()   # 3.0
+            >>> GradScaler(growth_factor=3.0).get_growth_factor()
+            3.0
         """
         return self.get_incr_ratio()
 
@@ -951,7 +1021,7 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            scaler.set_growth_factor(4.0)
+            >>> scaler.set_growth_factor(4.0)
         """
         self._set_policy_as("new_factor", incr_ratio=new_factor)
 
@@ -960,7 +1030,8 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            GradScaler(backoff_factor=0.25).get_backoff_factor()   # 0.25
+            >>> GradScaler(backoff_factor=0.25).get_backoff_factor()
+            0.25
         """
         return self.get_decr_ratio()
 
@@ -972,7 +1043,7 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            scaler.set_backoff_factor(0.25)
+            >>> scaler.set_backoff_factor(0.25)
         """
         self._set_policy_as("new_factor", decr_ratio=new_factor)
 
@@ -981,7 +1052,8 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            GradScaler(growth_interval=500).get_growth_interval()   # 500
+            >>> GradScaler(growth_interval=500).get_growth_interval()
+            500
         """
         return self.get_incr_every_n_steps()
 
@@ -993,7 +1065,7 @@ class GradScaler(AmpScaler):
 
         Example::
 
-            scaler.set_growth_interval(500)
+            >>> scaler.set_growth_interval(500)
         """
         self._set_policy_as("new_interval", incr_every_n_steps=new_interval)
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from .. import _checks
 from .._numerics import round_f32
 
 FLOAT32_TINY = 2.0**-126  # smallest normal float32: the floor under every decrease
@@ -34,9 +34,7 @@ _INT32_MAX = 2**31 - 1
 
 def check_ratio(name: str, value: Any, low: float, high: float | None) -> float:
     """``value`` as a float strictly inside (low, high); TypeError/ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
+    value = float(_checks.number(name, value))
     bounds = f"> {low:g}" if high is None else f"in ({low:g}, {high:g})"
     if not (math.isfinite(value) and value > low and (high is None or value < high)):
         raise ValueError(f"{name} must be a finite number {bounds}, got {value!r}")
@@ -45,9 +43,7 @@ def check_ratio(name: str, value: Any, low: float, high: float | None) -> float:
 
 def check_period(name: str, value: Any) -> int:
     """``value`` as a positive int that fits the int32 counters."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if not 1 <= int(value) <= _INT32_MAX:
+    if not 1 <= _checks.integer(name, value) <= _INT32_MAX:
         raise ValueError(f"{name} must be an integer in [1, {_INT32_MAX}], got {value!r}")
     return int(value)
 
@@ -75,15 +71,15 @@ def as_number(value: Any) -> Any:
 def check_count(name: str, value: Any) -> int:
     """A counter (from a checkpoint or a setter): a non-negative int, also as a 1-element
     tensor or numpy value."""
-    value = as_number(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    value = _checks.integer(name, as_number(value))
+    _checks.at_least(name, value, 0)
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LossScalePolicy:
-    """Validated hyper-parameters of the dynamic loss scale."""
+    """Validated hyper-parameters of the dynamic loss scale, given by name (two ratios and two
+    periods side by side are easy to swap by position)."""
 
     incr_ratio: float = 2.0
     decr_ratio: float = 0.5

@@ -24,22 +24,25 @@ back in each input's own dtype; a user's own ``torch.autocast`` uses other keys.
 torch.compile: while torch traces a compiled function, our kernels run like any other, so the
 casts become part of the graph. Each configuration is also written to torch's per-thread
 autocast state of the two keys (on/off and a dtype each), which torch.compile's guards compare,
-so a graph is reused only under the configuration it was traced with (see ``_compile``).
+so a graph is reused only under the configuration it was traced with (see ``compile_boundary``).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from types import FrameType
 from typing import Any
 
 import torch
 
 from ._args import user_stacklevel
-from ._compile import cache_off, cache_on, keep_out_of_dynamo
+from .compile_boundary import cache_off, cache_on, keep_out_of_dynamo
 from .cast_rule import CASTABLE, dest_dtype
 from .op_table import CONV_ATEN, DEPTHWISE_CONV2D, X_ONLY_ATEN
 
@@ -71,7 +74,11 @@ class CastConfig:
 
 
 class _ThreadState(threading.local):
-    config: CastConfig | None = None  # class default: what a thread that never activated sees
+    # Class defaults: what a thread that never activated sees.
+    config: CastConfig | None = None
+    # The autograd graph task whose ops are forward ops: -1 (none) outside a recomputation, the
+    # running backward's id while it recomputes a checkpointed forward (see ``reenter``).
+    forward_task: int = -1
 
 
 _tls = _ThreadState()
@@ -177,6 +184,41 @@ def restore(token: Any) -> None:
         _publish(previous)
     if was_on:
         cache_on()
+
+
+def reenter(config: CastConfig | None) -> Any:
+    """Run a forward again inside backward under ``config`` (what was current at the forward).
+
+    Args:
+        config: the config ``current()`` gave when the forward first ran, or None.
+
+    Makes ``config`` current and counts the ops of the running autograd graph task as forward
+    ops, which the rule casts (an op run by backward is otherwise never cast). A backward nested
+    inside gets a graph task of its own, whose ops stay uncast. Returns a token for ``leave``.
+
+    Example::
+
+        >>> import torch
+        >>> from paddle_compat.amp import op_interceptor
+        >>> config = op_interceptor.prepare("O1", torch.bfloat16, True, frozenset({"matmul"}), frozenset())
+        >>> token = op_interceptor.reenter(config)
+        >>> (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+        torch.bfloat16
+        >>> op_interceptor.leave(token)
+    """
+    token = (activate(config), _tls.forward_task)
+    _tls.forward_task = _graph_task_id()
+    return token
+
+
+def leave(token: Any) -> None:
+    """Undo the ``reenter`` call that returned ``token``.
+
+    Args:
+        token: what ``reenter`` returned.
+    """
+    inner, _tls.forward_task = token
+    restore(inner)
 
 
 def _publish(config: CastConfig) -> None:
@@ -329,8 +371,11 @@ def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs
     # guard object would do, at less cost.
     _set_excluded(_LIST_KEY, True)
     try:
-        # Backward ops run with the forward's thread state; Paddle never auto-casts them.
-        if config is not None and _graph_task_id() == -1:
+        # Ops run by backward see the forward's thread state. Paddle's backward kernels never
+        # auto-cast; a forward recomputed inside backward (``reenter``) and the user's Python
+        # that backward runs (hooks) are cast, as Paddle casts the ops its hooks call.
+        if config is not None and ((task := _graph_task_id()) == -1 or task == _tls.forward_task
+                                   or _called_by_user_hook()):
             dtypes = _float_dtypes(args[:1] if x_only else args)
             if kwargs and not x_only:
                 dtypes |= _float_dtypes(kwargs.values())
@@ -351,6 +396,30 @@ def _run(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs
         _set_excluded(_LIST_KEY, False)
 
 
+def _called_by_user_hook() -> bool:
+    """Whether the op running in a backward was called by Python code of the user's that the
+    autograd engine called (a tensor or node hook, a custom Function's backward, a module's
+    backward hook, a saved-tensor hook), rather than by a backward kernel.
+
+    Decided from the Python stack between this op and the engine's entry (torch's
+    ``_engine_run_backward``): a C++ kernel has no frame there; otherwise the frame the engine
+    called decides, past torch's hook runners: code outside torch and this package is the
+    user's; torch's own Python (checkpoint internals, compiled graphs, FSDP's hooks) and ours
+    (master_grad's hook) count as kernels. With no engine frame on this thread's stack the
+    answer is no."""
+    chain = []
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code is not _ENGINE_ENTRY:
+        chain.append(frame.f_code)
+        frame = frame.f_back
+    if frame is None:
+        return False
+    for code in reversed(chain):  # from the frame the engine called, inwards
+        if code.co_filename not in _HOOK_RUNNERS:
+            return not code.co_filename.startswith(_NOT_USERS)
+    return False
+
+
 def _every_op(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **kwargs: Any) -> Any:
     """The every-op key's kernel: listed ops go on to the list key's kernel, others get the rule."""
     config = _tls.config
@@ -364,6 +433,12 @@ def _every_op(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **k
 
 
 _graph_task_id = torch._C._current_graph_task_id
+_ENGINE_ENTRY = torch.autograd.graph._engine_run_backward.__code__
+# Code in these directories is never the user's.
+_NOT_USERS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.dirname(__file__)) + os.sep)
+# torch's modules that call the user's backward code: Function.backward, module and multi-grad hooks.
+_HOOK_RUNNERS = frozenset(module.__file__ for module in (torch.autograd.function, torch.utils.hooks,
+                                                          torch.autograd.graph))
 _set_excluded = torch._C._dispatch_tls_set_dispatch_key_excluded
 _set_included = torch._C._dispatch_tls_set_dispatch_key_included
 _is_excluded = torch._C._dispatch_tls_is_dispatch_key_excluded

@@ -31,7 +31,6 @@ Also absent: apex's fused optimizers and ``FP16_Optimizer`` special cases,
 from __future__ import annotations
 
 import contextlib
-import numbers
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping
@@ -40,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _checks
 from ..amp.scale_tracker import FoundInf
 from . import grad_stash, step_guard
 from .loss_scaler import LossScaler
@@ -133,14 +133,11 @@ def initialize(
     """
     _check_models(models)
     _optimizer_list("optimizers", optimizers, allow_none=True)  # checked only: scale_loss takes any optimizer
-    if not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+    _checks.flag("enabled", enabled)
     if opt_level not in _OPT_LEVEL_LOSS_SCALE:
         raise ValueError(f"opt_level must be one of 'O0', 'O1', 'O2', 'O3' (the letter O), got {opt_level!r}")
-    if isinstance(num_losses, bool) or not isinstance(num_losses, int) or num_losses < 1:
-        raise ValueError(f"num_losses must be a positive int, got {num_losses!r}")
-    if isinstance(verbosity, bool) or not isinstance(verbosity, int):
-        raise TypeError(f"verbosity must be an int, got {type(verbosity).__name__}")
+    _checks.at_least("num_losses", _checks.integer("num_losses", num_losses), 1)
+    _checks.integer("verbosity", verbosity)
     scale = _OPT_LEVEL_LOSS_SCALE[opt_level] if loss_scale is None else _parse_loss_scale(loss_scale)
     scalers = [LossScaler(scale, min_loss_scale, max_loss_scale) for _ in range(num_losses)] if enabled else []
 
@@ -213,15 +210,13 @@ def scale_loss(
         raise TypeError(f"loss must be a torch.Tensor, got {type(loss).__name__}")
     optimizer_list = _optimizer_list("optimizers", optimizers, allow_none=False)
     num_losses = len(_amp_state.loss_scalers) if _amp_state.enabled else None
-    if isinstance(loss_id, bool) or not isinstance(loss_id, int):
-        raise TypeError(f"loss_id must be an int, got {type(loss_id).__name__}")
+    _checks.integer("loss_id", loss_id)
     if num_losses is not None and not 0 <= loss_id < num_losses:
         raise ValueError(
             f"loss_id must be in [0, num_losses) = [0, {num_losses}), got {loss_id}; "
             "declare more losses with amp.initialize(..., num_losses=N)"
         )
-    if not isinstance(delay_unscale, bool):
-        raise TypeError(f"delay_unscale must be a bool, got {type(delay_unscale).__name__}")
+    _checks.flag("delay_unscale", delay_unscale)
     if delay_overflow_check is not False:
         raise ValueError("delay_overflow_check=True is not supported: the overflow check runs in every scale_loss")
     if not _amp_state.enabled:
@@ -383,7 +378,7 @@ def _parse_loss_scale(value: Any) -> float | str:
             return float(value)
         except ValueError:
             raise ValueError(f"loss_scale must be 'dynamic' or a positive number, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not _checks.is_real(value):
         raise TypeError(f"loss_scale must be 'dynamic' or a positive number, got {type(value).__name__}")
     return float(value)
 

@@ -7,6 +7,8 @@ from typing import Any
 import torch.distributed as dist
 from torch import Tensor
 
+from .. import _checks
+
 __all__ = ["ReduceOp", "all_reduce", "barrier"]
 
 
@@ -41,8 +43,7 @@ def all_reduce(tensor: Tensor, op: Any = ReduceOp.SUM, group: Any = None, sync_o
         found = torch.tensor([1 if bad else 0])
         all_reduce(found, op=ReduceOp.MAX)
     """
-    if not isinstance(sync_op, bool):
-        raise TypeError(f"sync_op must be a bool, got {type(sync_op).__name__}")
+    _checks.flag("sync_op", sync_op)
     return dist.all_reduce(tensor, op=op, group=group, async_op=not sync_op)
 
 

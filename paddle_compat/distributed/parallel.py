@@ -127,6 +127,12 @@ def check_options(backend: Any, timeout: Any) -> None:
     """``TypeError`` for a ``backend`` that is not a str, a ``timeout`` that is not a timedelta."""
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"backend must be a str such as 'gloo' or 'cpu:gloo,cuda:nccl', got {type(backend).__name__}")
+    if backend is not None:  # torch would assert, later, without naming the argument
+        names = [part.split(":", 1)[-1].strip().lower() for part in backend.split(",")]
+        known = [name for name in dist.Backend.backend_list if name != "undefined"]
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise ValueError(f"backend {backend!r} names no known backend ({', '.join(known)}): {unknown}")
     if timeout is not None and not isinstance(timeout, datetime.timedelta):
         raise TypeError(f"timeout must be a datetime.timedelta, got {type(timeout).__name__}")
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native
+from .. import _checks, _native
 from .._numerics import sqrt_rn
 
 __all__ = ["ClipGradBase", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "GradientClipBase"]
@@ -177,9 +177,7 @@ GradientClipBase = ClipGradBase  # Paddle's other name for the base class
 
 
 def _check_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} should be a float, but received {type(value).__name__}")
-    return float(value)
+    return float(_checks.number(name, value))  # NaN too: the callers' texts (Paddle's) refuse it
 
 
 class ClipGradByValue(ClipGradBase):
@@ -255,10 +253,10 @@ class ClipGradByGlobalNorm(ClipGradBase):
         if not 0 < clip_norm < math.inf:
             raise ValueError(f"clip_norm should be a finite number greater than 0, but received {clip_norm}")
         self.clip_norm = clip_norm
-        if not isinstance(auto_skip_clip, bool):
-            raise TypeError(f"auto_skip_clip should be a bool, but received {type(auto_skip_clip).__name__}")
+        self.auto_skip_clip = _checks.flag("auto_skip_clip", auto_skip_clip)
+        if not isinstance(group_name, str):
+            raise TypeError(f"group_name should be a str, but received {type(group_name).__name__}")
         self.group_name = group_name
-        self.auto_skip_clip = auto_skip_clip
 
     def __str__(self) -> str:
         return f"Gradient Clip By GlobalNorm, global_norm={self.clip_norm:f}"
@@ -285,10 +283,9 @@ class ClipGradByGlobalNorm(ClipGradBase):
         total = _sum(torch.stack([t.to(device) for t in parts]))
         return sqrt_rn(total)
 
-    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]], skip: Tensor | None = None) -> ParamsGrads:
-        """Scale the gradients in place. ``skip``: a GradScaler's inf/NaN flag on the device, read
-        by no one on the host: where it is set the factor becomes 1, leaving the gradients alone
-        on a step the optimizer skips."""
+    def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]]) -> ParamsGrads:
+        """Scale the gradients in place, as Paddle does, also on a step a GradScaler skips (its
+        optimizers clip before they skip): an inf or NaN norm makes them 0 or NaN there."""
         present = [(p, g) for p, g in params_grads if g is not None]
         grads = [g for p, g in present if getattr(p, "need_clip", True)]
         if not grads:
@@ -301,8 +298,6 @@ class ClipGradByGlobalNorm(ClipGradBase):
             factor = max_norm / norm
         else:
             factor = max_norm / torch.maximum(norm, max_norm)
-        if skip is not None:
-            factor = torch.where(skip.to(factor.device).reshape(()) != 0, torch.ones_like(factor), factor)
         buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
         for g in grads:
             buckets.setdefault((g.device, g.dtype), []).append(g)

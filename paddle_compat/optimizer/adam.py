@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native, _numerics
+from .. import _checks, _native, _numerics
 from .._numerics import fma, fma_into, round_to, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
 from . import _multi_tensor
@@ -58,8 +58,8 @@ class Adam(Optimizer):
     ) -> None:
         defaults = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon, "lazy_mode": lazy_mode}
         self._check_group(defaults)
-        self._amsgrad = bool(amsgrad)
-        self._use_multi_tensor = use_multi_tensor
+        self._amsgrad = _checks.flag("amsgrad", amsgrad)
+        self._use_multi_tensor = _checks.flag("use_multi_tensor", use_multi_tensor)
         self._use_lowprecision_moment = False
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name)
 
@@ -68,8 +68,9 @@ class Adam(Optimizer):
             if key in group:
                 if group[key] is None:
                     raise ValueError(f"{key} is not set")
-                if isinstance(group[key], bool) or not isinstance(group[key], (int, float)):
-                    raise TypeError(f"{key} should be a float, but received {type(group[key]).__name__}")
+                _checks.number(key, group[key])  # the texts below say which values
+        if "lazy_mode" in group:
+            _checks.flag("lazy_mode", group["lazy_mode"])
         for key in ("beta1", "beta2"):
             if key in group and not 0 <= group[key] < 1:
                 raise ValueError(f"Invalid value of {key}, expect {key} in [0,1).")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._numerics import round_to
 from .adam import Adam
 
@@ -72,11 +72,10 @@ class AdamW(Adam):
     def _check_weight_decay(self, weight_decay: Any) -> float:
         if isinstance(weight_decay, Tensor) and weight_decay.numel() == 1:
             weight_decay = weight_decay.item()
-        if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+        if not _checks.is_real(weight_decay):
             raise TypeError("weight_decay should be int, float or Tensor.")
-        if not math.isfinite(weight_decay):  # Paddle takes it, and every decayed parameter becomes NaN
-            raise ValueError(f"weight_decay should be a finite number, but received {weight_decay}")
-        return float(weight_decay)
+        # Paddle takes NaN and inf, and every decayed parameter becomes NaN
+        return float(_checks.real("weight_decay", weight_decay))
 
     def _regularizer(self, group: dict[str, Any]) -> None:
         return None  # the decay is decoupled, inside the kernel

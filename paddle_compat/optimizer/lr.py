@@ -33,9 +33,11 @@ import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeGuard
+from typing import Any, Literal
 
 import torch
+
+from .. import _checks
 
 __all__ = [
     "LRScheduler",
@@ -60,37 +62,11 @@ __all__ = [
 
 
 # --- argument checks -----------------------------------------------------------------------------
-def _is_real(value: object) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _real(name: str, value: Any, *, finite: bool = True) -> None:
-    """``value`` is an int or float (not a bool), and not NaN (nor infinite when ``finite``)."""
-    if not _is_real(value):
-        raise TypeError(f"{name} should be a float or an int, but received {type(value).__name__}")
-    if math.isnan(value) or (finite and math.isinf(value)):
-        raise ValueError(f"{name} should be a finite number, but received {value}")
-
-
-def _int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} should be an int, but received {type(value).__name__}")
-
-
-def _at_least(name: str, value: float, low: float) -> None:
-    if not value >= low:
-        raise ValueError(f"{name} should be >= {low}, but received {value}")
-
-
-def _above(name: str, value: float, low: float) -> None:
-    if not value > low:
-        raise ValueError(f"{name} should be > {low}, but received {value}")
-
-
 def _base_lr(value: Any, name: str = "learning_rate") -> None:
     """Paddle's check of a scheduler's initial rate (its texts), plus NaN and infinity."""
-    if not _is_real(value):
-        raise TypeError(f"The type of learning rate must be float, but received {type(value)}")
+    if not _checks.is_real(value):
+        which = "" if name == "learning_rate" else f" ({name})"  # Paddle's text, naming the argument
+        raise TypeError(f"The type of learning rate{which} must be float, but received {type(value)}")
     if not (value >= 0) or math.isinf(value):
         raise ValueError(f"Invalid learning rate: {value} ({name} should be a finite number >= 0)")
 
@@ -131,7 +107,8 @@ class LRScheduler:
 
     def __init__(self, learning_rate: float = 0.1, last_epoch: int = -1, verbose: bool = False) -> None:
         _base_lr(learning_rate)
-        _real("last_epoch", last_epoch)
+        _checks.real("last_epoch", last_epoch)
+        _checks.flag("verbose", verbose)
         self.base_lr = float(learning_rate)
         self.last_lr = float(learning_rate)
         self.last_epoch = last_epoch
@@ -153,7 +130,7 @@ class LRScheduler:
             self.last_epoch += 1
             compute = self.get_lr
         else:
-            _real("epoch", epoch)
+            _checks.real("epoch", epoch)
             self.last_epoch = epoch
             compute = getattr(self, "_get_closed_form_lr", self.get_lr)
         try:
@@ -225,8 +202,10 @@ class LRScheduler:
         missing = [key for key in self.keys if key not in state_dict]
         if missing:
             raise KeyError(f"the state_dict of {type(self).__name__} lacks the keys {missing}")
+        if "last_epoch" in self.keys:  # what step() adds to, and get_lr() computes from
+            _checks.real("state_dict['last_epoch']", state_dict["last_epoch"])
         last_lr = state_dict.get("last_lr")
-        if "last_lr" in self.keys and not (_is_real(last_lr) and math.isfinite(last_lr) and last_lr >= 0):
+        if "last_lr" in self.keys and not (_checks.is_real(last_lr) and math.isfinite(last_lr) and last_lr >= 0):
             raise ValueError(
                 f"state_dict['last_lr'] should be a finite learning rate >= 0, but received {last_lr!r}"
             )
@@ -248,11 +227,11 @@ class NoamDecay(LRScheduler):
     def __init__(
         self, d_model: int, warmup_steps: int, learning_rate: float = 1.0, last_epoch: int = -1, verbose: bool = False
     ) -> None:
-        _real("d_model", d_model)
+        _checks.real("d_model", d_model)
         if d_model <= 0:
             raise ValueError("d_model should be grater than 0")
-        _real("warmup_steps", warmup_steps)
-        _above("warmup_steps", warmup_steps, 0)
+        _checks.real("warmup_steps", warmup_steps)
+        _checks.above("warmup_steps", warmup_steps, 0)
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         super().__init__(learning_rate, last_epoch, verbose)
@@ -283,7 +262,7 @@ class PiecewiseDecay(LRScheduler):
             if not isinstance(seq, (list, tuple)):
                 raise TypeError(f"{name} should be a list or tuple, but received {type(seq).__name__}")
             for i, item in enumerate(seq):
-                _real(f"{name}[{i}]", item)
+                _checks.real(f"{name}[{i}]", item)
         if len(boundaries) == 0:
             raise ValueError("The boundaries cannot be empty.")
         if len(values) <= len(boundaries):
@@ -292,7 +271,7 @@ class PiecewiseDecay(LRScheduler):
                 f"< len(boundaries) + 1 [{len(boundaries) + 1}]."
             )
         for i, value in enumerate(values):
-            _at_least(f"values[{i}]", value, 0)
+            _checks.at_least(f"values[{i}]", value, 0)
         self.boundaries = boundaries
         self.values = values
         super().__init__(last_epoch=last_epoch, verbose=verbose)
@@ -313,8 +292,8 @@ class NaturalExpDecay(LRScheduler):
     gamma: float
 
     def __init__(self, learning_rate: float, gamma: float, last_epoch: int = -1, verbose: bool = False) -> None:
-        _real("gamma", gamma)
-        _above("gamma", gamma, 0.0)
+        _checks.real("gamma", gamma)
+        _checks.above("gamma", gamma, 0.0)
         self.gamma = gamma
         super().__init__(learning_rate, last_epoch, verbose)
 
@@ -332,8 +311,8 @@ class InverseTimeDecay(LRScheduler):
     gamma: float
 
     def __init__(self, learning_rate: float, gamma: float, last_epoch: int = -1, verbose: bool = False) -> None:
-        _real("gamma", gamma)
-        _at_least("gamma", gamma, 0.0)
+        _checks.real("gamma", gamma)
+        _checks.at_least("gamma", gamma, 0.0)
         self.gamma = gamma
         super().__init__(learning_rate, last_epoch, verbose)
 
@@ -366,12 +345,13 @@ class PolynomialDecay(LRScheduler):
         last_epoch: int = -1,
         verbose: bool = False,
     ) -> None:
-        _int("decay_steps", decay_steps)
-        _above("decay_steps", decay_steps, 0)
-        _real("end_lr", end_lr)
-        _at_least("end_lr", end_lr, 0)
-        _real("power", power)
-        _above("power", power, 0.0)
+        _checks.integer("decay_steps", decay_steps)
+        _checks.above("decay_steps", decay_steps, 0)
+        _checks.real("end_lr", end_lr)
+        _checks.at_least("end_lr", end_lr, 0)
+        _checks.real("power", power)
+        _checks.above("power", power, 0.0)
+        _checks.flag("cycle", cycle)
         self.decay_steps = decay_steps
         self.end_lr = end_lr
         self.power = power
@@ -417,18 +397,19 @@ class LinearWarmup(LRScheduler):
         last_epoch: int = -1,
         verbose: bool = False,
     ) -> None:
-        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (float, int, LRScheduler)):
+        if not (_checks.is_real(learning_rate) or isinstance(learning_rate, LRScheduler)):
             raise TypeError(
                 "the type of learning_rate should be [int, float or LRScheduler], the current type is "
                 f"{learning_rate}"
             )
         if not isinstance(learning_rate, LRScheduler):
-            _real("learning_rate", learning_rate)
-            _at_least("learning_rate", learning_rate, 0)
-        _int("warmup_steps", warmup_steps)
-        _above("warmup_steps", warmup_steps, 0)
-        _real("start_lr", start_lr)
-        _real("end_lr", end_lr)
+            _checks.real("learning_rate", learning_rate)
+            _checks.at_least("learning_rate", learning_rate, 0)
+        _checks.integer("warmup_steps", warmup_steps)
+        _checks.above("warmup_steps", warmup_steps, 0)
+        _checks.real("start_lr", start_lr)
+        _checks.at_least("start_lr", start_lr, 0)  # the base class would name it learning_rate
+        _checks.real("end_lr", end_lr)
         if not end_lr > start_lr:
             raise ValueError(f"end_lr {end_lr} must be greater than start_lr {start_lr}")
         self.learning_rate = learning_rate
@@ -478,7 +459,7 @@ class ExponentialDecay(LRScheduler):
     gamma: float
 
     def __init__(self, learning_rate: float, gamma: float, last_epoch: int = -1, verbose: bool = False) -> None:
-        _real("gamma", gamma)
+        _checks.real("gamma", gamma)
         if not 0.0 < gamma < 1.0:
             raise ValueError(f"gamma should be in (0.0, 1.0) so that the learning rate decays, but received {gamma}")
         self.gamma = gamma
@@ -489,10 +470,10 @@ class ExponentialDecay(LRScheduler):
 
 
 def _check_decay_factor(gamma: Any) -> None:
-    _real("gamma", gamma)
+    _checks.real("gamma", gamma)
     if gamma >= 1.0:
         raise ValueError("gamma should be < 1.0.")
-    _at_least("gamma", gamma, 0.0)
+    _checks.at_least("gamma", gamma, 0.0)
 
 
 class MultiStepDecay(LRScheduler):
@@ -520,7 +501,7 @@ class MultiStepDecay(LRScheduler):
                 f"The type of 'milestones' in 'MultiStepDecay' must be 'tuple, list', but received {type(milestones)}."
             )
         for i, milestone in enumerate(milestones):
-            _real(f"milestones[{i}]", milestone)
+            _checks.real(f"milestones[{i}]", milestone)
         if not all(milestones[i] < milestones[i + 1] for i in range(len(milestones) - 1)):
             raise ValueError("The elements of milestones must be incremented")
         _check_decay_factor(gamma)
@@ -547,10 +528,10 @@ class StepDecay(LRScheduler):
     def __init__(
         self, learning_rate: float, step_size: int, gamma: float = 0.1, last_epoch: int = -1, verbose: bool = False
     ) -> None:
-        if isinstance(step_size, bool) or not isinstance(step_size, int):
+        if not _checks.is_int(step_size):
             raise TypeError(f"The type of 'step_size' must be 'int', but received {type(step_size)}.")
         _check_decay_factor(gamma)
-        _above("step_size", step_size, 0)
+        _checks.above("step_size", step_size, 0)
         self.step_size = step_size
         self.gamma = gamma
         super().__init__(learning_rate, last_epoch, verbose)
@@ -660,25 +641,26 @@ class ReduceOnPlateau(LRScheduler):
         mode = mode.lower()
         if mode not in ("min", "max"):
             raise ValueError("mode: " + mode + " is unknown!")
-        _real("factor", factor)
-        if factor >= 1.0:
-            raise ValueError("new_lr = origin_lr * gamma and gamma should be < 1.0.")
-        _at_least("factor", factor, 0.0)
+        _checks.real("factor", factor)
+        if factor >= 1.0:  # Paddle's text says "gamma"
+            raise ValueError(f"factor should be < 1.0 (new_lr = origin_lr * factor), but received {factor}")
+        _checks.at_least("factor", factor, 0.0)
         threshold_mode = threshold_mode.lower()
         if threshold_mode not in ("rel", "abs"):
             raise ValueError("threshold mode: " + threshold_mode + " is unknown!")
-        if not _is_real(learning_rate):
+        if not _checks.is_real(learning_rate):
             raise TypeError(
                 f"The type of 'learning_rate' in 'ReduceOnPlateau' must be 'float', but received {type(learning_rate)}."
             )
         _base_lr(learning_rate)
         for name, count in (("patience", patience), ("cooldown", cooldown)):
-            _int(name, count)
-            _at_least(name, count, 0)
-        _real("threshold", threshold)
+            _checks.integer(name, count)
+            _checks.at_least(name, count, 0)
+        _checks.real("threshold", threshold)
+        _checks.flag("verbose", verbose)  # no base constructor here, as in Paddle
         for name, value in (("min_lr", min_lr), ("epsilon", epsilon)):
-            _real(name, value)
-            _at_least(name, value, 0)
+            _checks.real(name, value)
+            _checks.at_least(name, value, 0)
         self.mode = mode
         self.factor = factor
         self.threshold_mode = threshold_mode
@@ -708,7 +690,7 @@ class ReduceOnPlateau(LRScheduler):
         """
         metrics = self._checked_metric(metrics)
         if epoch is not None:
-            _real("epoch", epoch)
+            _checks.real("epoch", epoch)
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         if self.cooldown_counter > 0:
             self.cooldown_counter -= 1
@@ -733,7 +715,7 @@ class ReduceOnPlateau(LRScheduler):
             size = metrics.numel()
         elif np is not None and isinstance(metrics, np.ndarray):
             size = metrics.size
-        elif _is_real(metrics) or isinstance(metrics, bool) or (
+        elif _checks.is_real(metrics) or isinstance(metrics, bool) or (
             np is not None and isinstance(metrics, (np.float32, np.float64))
         ):
             return metrics
@@ -761,9 +743,16 @@ class ReduceOnPlateau(LRScheduler):
     def _check_state_dict(self, state_dict: Any) -> None:
         super()._check_state_dict(state_dict)
         for key in ("cooldown_counter", "num_bad_epochs"):
-            value = state_dict[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"state_dict[{key!r}] should be an int >= 0, but received {value!r}")
+            _checks.at_least(f"state_dict[{key!r}]", _checks.integer(f"state_dict[{key!r}]", state_dict[key]), 0)
+        best = state_dict["best"]
+        if best is not None:  # the next step compares the metric with it
+            try:
+                self._checked_metric(best)
+            except (TypeError, ValueError):
+                raise TypeError(
+                    "state_dict['best'] should be None or a metric (a number, or a tensor or array of one element), "
+                    f"but received {type(best).__name__}"
+                ) from None
 
 
 class CosineAnnealingDecay(LRScheduler):
@@ -784,12 +773,13 @@ class CosineAnnealingDecay(LRScheduler):
     ) -> None:
         if isinstance(T_max, bool) or not isinstance(T_max, int):
             raise TypeError(f"The type of 'T_max' in 'CosineAnnealingDecay' must be 'int', but received {type(T_max)}.")
-        if not _is_real(eta_min):
+        if not _checks.is_real(eta_min):
             raise TypeError(
                 f"The type of 'eta_min' in 'CosineAnnealingDecay' must be 'float, int', but received {type(eta_min)}."
             )
-        _real("eta_min", eta_min)
-        _above("T_max", T_max, 0)
+        _checks.real("eta_min", eta_min)
+        _checks.at_least("eta_min", eta_min, 0)  # Paddle takes it, and the rate turns negative
+        _checks.above("T_max", T_max, 0)
         self.T_max = T_max
         self.eta_min = float(eta_min)
         super().__init__(learning_rate, last_epoch, verbose)
@@ -832,17 +822,17 @@ class OneCycleLR(LRScheduler):
         last_epoch: int = -1,
         verbose: bool = False,
     ) -> None:
-        if not _is_real(max_learning_rate):
+        if not _checks.is_real(max_learning_rate):
             raise TypeError(f"'max_learning_rate' must be 'float' or 'int', but received {type(max_learning_rate)}")
-        _real("max_learning_rate", max_learning_rate)
+        _checks.real("max_learning_rate", max_learning_rate)
         if max_learning_rate < 0:
             raise ValueError("'max_learning_rate' must be a positive integer.")
-        if not _is_real(end_learning_rate):
+        if not _checks.is_real(end_learning_rate):
             raise TypeError(f"'end_learning_rate' must be 'float' or 'int', but received {type(end_learning_rate)}")
-        _real("end_learning_rate", end_learning_rate)
+        _checks.real("end_learning_rate", end_learning_rate)
         if end_learning_rate < 0:
             raise ValueError("'end_learning_rate' must be a positive integer.")
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int):
+        if not _checks.is_int(total_steps):
             raise TypeError(f"'total_step' must be 'int', but received {type(total_steps)}")
         if total_steps <= 0:
             raise ValueError("'total_step' must be a positive integer.")
@@ -850,10 +840,11 @@ class OneCycleLR(LRScheduler):
             raise TypeError(f"'phase_pct' must be 'float', but received {type(phase_pct)}")
         if not 0 <= phase_pct <= 1:
             raise ValueError(f"'phase_pct' must be between 0 and 1, but received {phase_pct}")
-        if not _is_real(divide_factor):
+        if not _checks.is_real(divide_factor):
             raise TypeError(f"'divide_factor' must be 'float' or 'int', but received {type(divide_factor)}")
-        _real("divide_factor", divide_factor)
-        _above("divide_factor", divide_factor, 0)
+        _checks.real("divide_factor", divide_factor)
+        _checks.above("divide_factor", divide_factor, 0)
+        _checks.flag("three_phase", three_phase)
         if anneal_strategy not in ("cos", "linear"):
             raise ValueError(f"'anneal_strategy' must by one of 'cos' or 'linear', but received {anneal_strategy}")
         if three_phase and phase_pct >= 0.5:
@@ -938,21 +929,22 @@ class CyclicLR(LRScheduler):
         verbose: bool = False,
     ) -> None:
         _base_lr(base_learning_rate, "base_learning_rate")
-        if not _is_real(max_learning_rate):
+        if not _checks.is_real(max_learning_rate):
             raise TypeError(f"'max_learning_rate' must be 'float' or 'int', but received {type(max_learning_rate)}")
-        _real("max_learning_rate", max_learning_rate)
+        _checks.real("max_learning_rate", max_learning_rate)
         if max_learning_rate < 0:
             raise ValueError(f"'max_learning_rate' must be a positive integer, but received {max_learning_rate}")
         for name, size in (("step_size_up", step_size_up), ("step_size_down", step_size_down)):
             if size is None and name == "step_size_down":
                 continue
-            if isinstance(size, bool) or not isinstance(size, int):
+            if not _checks.is_int(size):
                 raise TypeError(f"The type of '{name}' must be int, but received {type(size)}")
             if size <= 0:
                 raise ValueError(f"'{name}' must be a positive integer, but received {size}")
         if not isinstance(exp_gamma, float):
             raise TypeError(f"The type of 'exp_gamma' must be float, but received {type(exp_gamma)}")
-        _real("exp_gamma", exp_gamma)
+        _checks.real("exp_gamma", exp_gamma)
+        _checks.at_least("exp_gamma", exp_gamma, 0)  # Paddle takes it, and every other rate is negative
         if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
             raise ValueError(
                 "'mode' is invalid and 'scale_fn' is not specified, make sure one of 'mode' or 'scale_fn' is valid"
@@ -1025,9 +1017,9 @@ class LinearLR(LRScheduler):
         last_epoch: int = -1,
         verbose: bool = False,
     ) -> None:
-        _real("start_factor", start_factor)
-        _real("end_factor", end_factor)
-        _real("total_steps", total_steps)
+        _checks.real("start_factor", start_factor)
+        _checks.real("end_factor", end_factor)
+        _checks.real("total_steps", total_steps)
         if start_factor > 1.0 or start_factor <= 0:
             raise ValueError(
                 f"`start_factor` must be greater than 0 and less or equal to 1, but got {start_factor}"
@@ -1084,8 +1076,9 @@ class CosineAnnealingWarmRestarts(LRScheduler):
             raise ValueError(f"Expected positive integer T_0, but got {T_0}")
         if isinstance(T_mult, bool) or not isinstance(T_mult, int) or T_mult < 1:
             raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
-        _real("eta_min", eta_min)
-        _real("last_epoch", last_epoch)
+        _checks.real("eta_min", eta_min)
+        _checks.at_least("eta_min", eta_min, 0)  # Paddle takes it, and the rate turns negative
+        _checks.real("last_epoch", last_epoch)
         self.T_0 = T_0
         self.T_i = T_0
         self.T_mult = T_mult
@@ -1108,7 +1101,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
             if t_cur >= t_i:
                 t_cur, t_i = t_cur - t_i, t_i * self.T_mult
         else:
-            _real("epoch", epoch)
+            _checks.real("epoch", epoch)
             if epoch < 0:
                 raise ValueError(f"Expected non-negative epoch, but got {epoch}")
             if epoch < self.T_0:
@@ -1131,6 +1124,6 @@ class CosineAnnealingWarmRestarts(LRScheduler):
                 "the state_dict of CosineAnnealingWarmRestarts has one of 'T_cur' and 'T_i' without the other"
             )
         if "T_i" in state_dict:
-            _real("state_dict['T_cur']", state_dict["T_cur"])
-            _real("state_dict['T_i']", state_dict["T_i"])
-            _above("state_dict['T_i']", state_dict["T_i"], 0)
+            _checks.real("state_dict['T_cur']", state_dict["T_cur"])
+            _checks.real("state_dict['T_i']", state_dict["T_i"])
+            _checks.above("state_dict['T_i']", state_dict["T_i"], 0)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .. import _native, _numerics
+from .. import _checks, _native, _numerics
 from .._numerics import fma, round_to
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
@@ -49,19 +48,23 @@ class Momentum(Optimizer):
         rescale_grad: float = 1.0,
         use_multi_tensor: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
-        defaults = {"momentum": momentum, "use_nesterov": bool(use_nesterov), "rescale_grad": rescale_grad}
+        defaults = {"momentum": momentum, "use_nesterov": use_nesterov, "rescale_grad": rescale_grad}
         self._check_group(defaults)
-        self._use_multi_tensor = use_multi_tensor
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name)
+        self._use_multi_tensor = _checks.flag("use_multi_tensor", use_multi_tensor)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         if "momentum" in group:
             if group["momentum"] is None:
                 raise ValueError("momentum is not set")
-            _check_number("momentum", group["momentum"])
+            _checks.real("momentum", group["momentum"])  # Paddle takes NaN and inf: the parameters become NaN
         if "rescale_grad" in group:
-            _check_number("rescale_grad", group["rescale_grad"])
+            _checks.real("rescale_grad", group["rescale_grad"])
+        if "use_nesterov" in group:
+            _checks.flag("use_nesterov", group["use_nesterov"])
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:
         # A group's L2Decay is fused into the kernel. Paddle then (and for a group without decay)
@@ -105,12 +108,13 @@ class Momentum(Optimizer):
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
         velocity = state["velocity"]
+        w = value.to(velocity.dtype)
+        g = grad.to(w.dtype)
         # Paddle passes mu, the L2 coefficient and rescale_grad as float32 attributes.
         mu = _f32(group["momentum"])
         coeff = self._fused_decay(group)
         nesterov = group["use_nesterov"]
-        if _numerics.gpu_kernels(value):
-            w, g = value.to(velocity.dtype), grad.to(velocity.dtype)
+        if _numerics.gpu_kernels(w):
             g = g * _f32(group["rescale_grad"])
             if coeff:
                 g = fma(coeff, w, g)
@@ -118,33 +122,21 @@ class Momentum(Optimizer):
             new = fma(-fma(v, mu, g), lr, w) if nesterov else fma(-lr, v, w)
             velocity.copy_(v)
             return new
-        if not (value.dtype == velocity.dtype and self._same_layout(value, grad, velocity)):
-            w, g = value.to(velocity.dtype), grad.to(velocity.dtype)
+        if not self._same_layout(w, g, velocity):
             if coeff:
                 g = g + w * coeff
             v = velocity * mu + g
             velocity.copy_(v)
             return w - (g + v * mu) * lr if nesterov else w - v * lr
-        # The same operations, operand order and roundings as the expressions above, done in place
-        # a piece at a time, into reused buffers (``value`` has the velocity's dtype here).
-        for w, g, v in _numerics.chunks(value, grad, velocity):
-            if g.dtype != w.dtype:
-                g = self._buffer(g, w.dtype, "g").copy_(g)
-            tmp = self._buffer(w, w.dtype, "tmp")
-            if coeff:
-                g = torch.add(g, torch.mul(w, coeff, out=tmp), out=tmp)  # g + w*coeff
-            v.mul_(mu).add_(g)  # velocity*mu + g
-            step = self._buffer(w, w.dtype, "step")
-            if nesterov:
-                torch.add(g, torch.mul(v, mu, out=step), out=step).mul_(lr)  # (g + v*mu)*lr
-            else:
-                torch.mul(v, lr, out=step)  # v*lr
-            w.sub_(step)
-        return value
-
-
-def _check_number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} should be a float, but received {type(value).__name__}")
-    if not math.isfinite(value):  # Paddle takes it, and the parameters become NaN
-        raise ValueError(f"{name} should be a finite number, but received {value}")
+        # The same operations, operand order and roundings as the expressions in the docstring,
+        # done in place or into reused buffers (``w`` is ``value`` itself: velocity has its dtype).
+        tmp = self._buffer(w, w.dtype, "tmp")
+        if coeff:
+            g = torch.add(g, torch.mul(w, coeff, out=tmp), out=tmp)  # g + w*coeff
+        velocity.mul_(mu).add_(g)  # velocity*mu + g
+        step = self._buffer(w, w.dtype, "step")
+        if nesterov:
+            torch.add(g, torch.mul(velocity, mu, out=step), out=step).mul_(lr)  # (g + v*mu)*lr
+        else:
+            torch.mul(velocity, lr, out=step)  # v*lr
+        return w.sub_(step)

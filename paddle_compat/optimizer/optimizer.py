@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native, _numerics
+from .. import _checks, _native, _numerics
 from .._numerics import round_to
 from ..amp import unscale
 from ..amp._args import user_stacklevel
@@ -159,7 +159,7 @@ class Optimizer(torch.optim.Optimizer):
         self._compat_grouped = bool(params) and isinstance(params[0], dict)
         self._dtype = _first_dtype(params)  # Paddle's: the first parameter's dtype; its LR tensor's follows
         self._name = name
-        self._multi_precision = bool(multi_precision)
+        self._multi_precision = _checks.flag("multi_precision", multi_precision)
         self._compat_engine = Engine()  # plans and scratch buffers of the updates
         defaults = {
             "lr": base_lr,
@@ -178,7 +178,7 @@ class Optimizer(torch.optim.Optimizer):
             group["weight_decay"] = self._check_weight_decay(group["weight_decay"])
         if "learning_rate" in group:
             ratio = group["learning_rate"]
-            if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
+            if not _checks.is_real(ratio):
                 raise TypeError(f"the learning_rate of a parameter group should be a float, got {type(ratio)}")
             _check_lr_value(ratio)
             group["learning_rate"] = float(ratio)
@@ -191,8 +191,8 @@ class Optimizer(torch.optim.Optimizer):
         """float or int -> ``L2Decay``; a regularizer or ``None`` as is (AdamW overrides)."""
         if weight_decay is None or isinstance(weight_decay, WeightDecayRegularizer):
             return weight_decay
-        if isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool):
-            return L2Decay(float(weight_decay))
+        if _checks.is_real(weight_decay):
+            return L2Decay(float(_checks.real("weight_decay", weight_decay)))
         raise TypeError(
             f"weight_decay should be a float, an L2Decay/L1Decay regularizer or None, got {type(weight_decay)}"
         )
@@ -217,7 +217,7 @@ class Optimizer(torch.optim.Optimizer):
         if _is_lr_scheduler(value):
             self.set_lr_scheduler(value)
             return
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not _checks.is_real(value):
             raise TypeError(f"learning rate should be float or LRScheduler, got {type(value)} here")
         _check_lr_value(value)
         self._compat_lr_scheduler = None
@@ -291,7 +291,7 @@ class Optimizer(torch.optim.Optimizer):
 
     def set_lr(self, value: float) -> None:
         """Set the base learning rate of every group (refused when a Paddle-style scheduler is set)."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not _checks.is_real(value):
             raise TypeError(f"The type of 'value' in optimizer.set_lr must be float, but received {type(value)}.")
         if self._compat_lr_scheduler is not None:
             raise RuntimeError(
@@ -388,23 +388,37 @@ class Optimizer(torch.optim.Optimizer):
         torch._C._set_grad_enabled(False)
         try:
             self._read_lr_scheduler()
-            work = []
-            for group in self.param_groups:
-                pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
-                if selected is not None:
-                    pairs = [(p, g) for p, g in pairs if id(p) in selected]
-                for _, g in pairs:
-                    if g.is_sparse:
-                        raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
-                if pairs:
-                    work.append((group, pairs))
+            work = self._work(selected)
             skip, device_flag = self._scaler_handover(work)
-            if not skip:
+            if skip:
+                _clip_skipped(work)
+            else:
                 for group, pairs in work:
                     self._step_group(group, pairs, device_flag)
             return work
         finally:
             torch._C._set_grad_enabled(grad_enabled)
+
+    def _work(self, selected: set[int] | None) -> list[tuple[dict[str, Any], ParamsGrads]]:
+        """Each group with its ``(param, grad)`` pairs to step (only ``selected`` params if given)."""
+        work = []
+        for group in self.param_groups:
+            pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
+            if selected is not None:
+                pairs = [(p, g) for p, g in pairs if id(p) in selected]
+            for _, g in pairs:
+                if g.is_sparse:
+                    raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
+            if pairs:
+                work.append((group, pairs))
+        return work
+
+    @never_traced
+    def _skipped_step(self) -> None:
+        """What a GradScaler calls instead of ``step`` on a step it skips: Paddle's scaler still
+        calls its optimizer's step there, whose clip changes the gradients (``_clip_skipped``)."""
+        with torch.no_grad():
+            _clip_skipped(self._work(None))
 
     def _scaler_handover(self, work: list[tuple[dict[str, Any], ParamsGrads]]) -> tuple[bool, Tensor | None]:
         """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags;
@@ -431,10 +445,7 @@ class Optimizer(torch.optim.Optimizer):
         the engine runs the regularization and the update."""
         clip = group["grad_clip"]
         if clip is not None:
-            if isinstance(clip, ClipGradByGlobalNorm):
-                pairs = clip._clip(pairs, skip=found_inf)  # scales in place: not on a skipped step
-            else:
-                pairs = clip(pairs)
+            pairs = clip(pairs)  # ClipGradByGlobalNorm scales in place, on a skipped step too, as Paddle
         self._compat_engine.update(self, group, pairs, found_inf)
 
     # --- the update: the torch form (required), the kernels' forms (optional speed-ups) ---------
@@ -542,6 +553,7 @@ class Optimizer(torch.optim.Optimizer):
 
         A float32 ``main_grad`` (``decorate(..., master_grad=True)``) is cleared the same way.
         """
+        _checks.flag("set_to_zero", set_to_zero)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.requires_grad:
@@ -587,12 +599,11 @@ class Optimizer(torch.optim.Optimizer):
         parameters and master weights; ``TypeError``), and the ``"LR_Scheduler"`` entry, required
         when a scheduler other than ``LambdaDecay`` drives the rate, as in Paddle (``KeyError``).
         """
-        self._check_state_dict(state_dict)
+        decoded = self._check_state_dict(state_dict)
         scheduler = self._compat_lr_scheduler
         if scheduler is not None and "LR_Scheduler" in state_dict:
             setter = getattr(scheduler, "set_state_dict", None) or scheduler.load_state_dict
             setter(state_dict["LR_Scheduler"])
-        decoded = [{k: _decode(v) for k, v in g.items()} for g in state_dict["param_groups"]]
         super().load_state_dict({**state_dict, "param_groups": decoded})
         saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
@@ -603,17 +614,24 @@ class Optimizer(torch.optim.Optimizer):
                     self.state[p][key] = value.detach().to(device=device, copy=True)
         self._read_lr_scheduler()
 
-    def _check_state_dict(self, state_dict: Any) -> None:
-        """Raise, changing nothing, unless ``load_state_dict(state_dict)`` can load all of it."""
+    def _check_state_dict(self, state_dict: Any) -> list[dict[str, Any]]:
+        """Raise, changing nothing, unless ``load_state_dict(state_dict)`` can load all of it;
+        return its parameter groups with their clips and regularizers rebuilt (and checked)."""
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict should be a dict, but received {type(state_dict).__name__}")
         missing = [key for key in ("state", "param_groups") if key not in state_dict]
         if missing:
             raise KeyError(f"the optimizer state_dict lacks the keys {missing}")
+        if not isinstance(state_dict["state"], dict):
+            raise TypeError(f"state_dict['state'] should be a dict, but received {type(state_dict['state']).__name__}")
         saved_groups = state_dict["param_groups"]
+        if not isinstance(saved_groups, list) or not all(isinstance(g, dict) and "params" in g for g in saved_groups):
+            raise TypeError("state_dict['param_groups'] should be a list of dicts, each with its 'params'")
         if len(saved_groups) != len(self.param_groups):
             raise ValueError("loaded state dict has a different number of parameter groups")
+        decoded = []
         for i, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
+            decoded.append(self._check_saved_group(f"state_dict['param_groups'][{i}]", saved))
             if len(saved["params"]) != len(group["params"]):
                 raise ValueError(
                     "loaded state dict contains a parameter group that doesn't match the size of optimizer's group"
@@ -626,19 +644,49 @@ class Optimizer(torch.optim.Optimizer):
                         f"but it is {value!r}"
                     )
             for saved_id, p in zip(saved["params"], group["params"]):
-                for key, value in state_dict["state"].get(saved_id, {}).items():
+                entry = state_dict["state"].get(saved_id, {})
+                # A parameter stepped before: the step will read every accumulator it creates.
+                needed = self._state_keys(p, {**group, **decoded[-1]}) if entry else []
+                lacking = [key for key in needed if key not in entry]
+                if lacking:
+                    raise KeyError(f"state_dict['state'][{saved_id}] lacks the keys {lacking}")
+                for key, value in entry.items():
+                    where = f"state_dict['state'][{saved_id}][{key!r}]"
                     if isinstance(value, Tensor):
-                        self._check_state_tensor(f"state_dict['state'][{saved_id}][{key!r}]", saved_id, key, value, p)
+                        self._check_state_tensor(where, saved_id, key, value, p)
+                    elif key in needed or key == "master_weight":
+                        raise TypeError(f"{where} should be a tensor, but received {type(value).__name__}")
         scheduler = self._compat_lr_scheduler
         if scheduler is None:
-            return
+            return decoded
         if "LR_Scheduler" not in state_dict:
             if not isinstance(scheduler, LambdaDecay):
                 raise KeyError("LR_Scheduler state must be included in the state dict except LambdaDecay")
-            return
+            return decoded
         check = getattr(scheduler, "_check_state_dict", None)  # ours check without loading
         if check is not None:
             check(state_dict["LR_Scheduler"])
+        return decoded
+
+    def _check_saved_group(self, where: str, saved: dict[str, Any]) -> dict[str, Any]:
+        """A saved group's options, checked as the constructor checks them (``TypeError`` or
+        ``ValueError`` naming the entry), its clip and regularizer rebuilt by their constructors."""
+        group = {key: _decode(value, f"{where}[{key!r}]") for key, value in saved.items()}
+        try:
+            if "weight_decay" in group:
+                group["weight_decay"] = self._check_weight_decay(group["weight_decay"])
+            if group.get("grad_clip") is not None and not isinstance(group["grad_clip"], ClipGradBase):
+                raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
+            self._check_group(group)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{where}: {error}") from None
+        return group
+
+    def _state_keys(self, p: Tensor, group: dict[str, Any]) -> list[str]:
+        """The accumulators the step creates for ``p`` (made on the meta device: no memory)."""
+        probe: dict[str, Any] = {}
+        self._init_state(torch.empty_like(p, device="meta"), probe, group)
+        return list(probe)
 
     def _check_state_tensor(self, where: str, index: Any, key: str, value: Tensor, p: Tensor) -> None:
         if not value.is_floating_point():
@@ -685,24 +733,35 @@ def _encode(value: Any) -> Any:
     return value
 
 
-def _decode(value: Any) -> Any:
-    """The inverse of ``_encode``."""
+def _decode(value: Any, where: str) -> Any:
+    """The inverse of ``_encode``: the object rebuilt by its constructor, which checks its fields
+    (a ``clip_norm`` of NaN would turn every parameter NaN); errors name ``where``."""
     if not (isinstance(value, dict) and _TAG in value):
         return value
     known = {c.__name__: c for c in (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, L1Decay, L2Decay)}
     fields = dict(value)
     name = fields.pop(_TAG)
     if name not in known:
-        raise ValueError(f"unknown object in the optimizer state dict: {name!r}")
-    cls = known[name]
-    obj = cls.__new__(cls)
-    obj.__dict__.update(fields)
-    return obj
+        raise ValueError(f"{where}: unknown object in the optimizer state dict: {name!r}")
+    try:  # the constructors take the fields ``_encode`` saved, by name (``_coeff``: ``coeff``)
+        return known[name](**{key.lstrip("_"): field for key, field in fields.items()})
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{where}: {error}") from None
 
 
 def _is_valid_lr(value: Any) -> bool:
     """A learning rate (or group ratio) is a finite number >= 0."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0.0 and not math.isinf(value)
+    return _checks.is_real(value) and value >= 0.0 and not math.isinf(value)
+
+
+def _clip_skipped(work: list[tuple[dict[str, Any], ParamsGrads]]) -> None:
+    """What Paddle's step does to the gradients on a step its scaler skips: the clip still runs,
+    and ``ClipGradByGlobalNorm`` scales them in place by ``max_norm / max(norm, max_norm)``: by 0
+    (NaN where a gradient is inf or NaN) after an overflow, by NaN when one is NaN. The other clips
+    and weight decay make new tensors and leave ``param.grad`` alone, so they need not run."""
+    for group, pairs in work:
+        if isinstance(group["grad_clip"], ClipGradByGlobalNorm):
+            group["grad_clip"](pairs)
 
 
 def _check_lr_value(value: float) -> None:

@@ -38,8 +38,10 @@ class SGD(Optimizer):
         grad_clip: Any = None,
         multi_precision: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, {}, name, fused)
 
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
@@ -67,12 +69,9 @@ class SGD(Optimizer):
             w = value.to(compute_dtype(value))
             return fma(-lr, grad.to(w.dtype), w)
         rate = torch.tensor(lr, dtype=value.dtype)  # Paddle's CPU kernel casts the rate to the dtype
-        if not self._same_layout(value, grad):
-            return value - grad.to(value.dtype) * rate
-        # value - grad*rate, two separately rounded operations, in place a piece at a time: same
-        # kernels, same bits
-        for w, g in _numerics.chunks(value, grad):
-            if g.dtype != w.dtype:
-                g = self._buffer(g, w.dtype, "g").copy_(g)
-            w.sub_(torch.mul(g, rate, out=self._buffer(w, w.dtype, "step")))
-        return value
+        g = grad.to(value.dtype)
+        if not self._same_layout(value, g):
+            return value - g * rate
+        # value - grad*rate, two separately rounded operations, in place: same kernels, same bits
+        step = torch.mul(g, rate, out=self._buffer(value, value.dtype, "step"))
+        return value.sub_(step)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from .compare import Comparison, compare
 from .record import RecordingError, record_script
-from .report import available_formats, to_json, write_report
+from .report import FORMATS, available_formats, check_formats, to_json, write_report
 
 __all__ = ["main"]
 
@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("script", help="the Python script (it calls TraceRecorder.save() with no path)")
     rec.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
 
-    for name, help_text in (("compare", "compare two traces"), ("report", "compare and write JSON/Markdown/PNG")):
+    report_help = f"compare and write a report ({', '.join(FORMATS)})"
+    for name, help_text in (("compare", "compare two traces"), ("report", report_help)):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("reference", help="the reference trace (Paddle)")
         p.add_argument("candidate", help="the candidate trace (the port)")
@@ -54,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--json", metavar="FILE", help="also write the full comparison as JSON")
         else:
             p.add_argument("-o", "--out", default="parity-report", help="report folder (default: parity-report)")
-            p.add_argument("--format", default=None, help="comma-separated: json,md,png (default: all available)")
+            p.add_argument(
+                "--format", default=None, help=f"comma-separated: {','.join(FORMATS)} (default: all available)"
+            )
     return parser
 
 
@@ -74,12 +77,14 @@ def _compare(args: argparse.Namespace) -> Comparison:
 def _formats(requested: str | None) -> list[str]:
     if requested is not None:
         formats = [f.strip() for f in requested.split(",") if f.strip()]
-        unknown = [f for f in formats if f not in ("json", "md", "png")]
-        if unknown or not formats:
-            raise _Usage(f"--format: choose among json, md, png (got {requested!r})")
-        return formats
+        try:
+            if not formats:
+                raise ValueError
+            return check_formats(formats)
+        except ValueError:
+            raise _Usage(f"--format: choose among {', '.join(FORMATS)} (got {requested!r})") from None
     formats = list(available_formats())
-    if "png" not in formats:
+    if set(formats) != set(FORMATS):
         print("note: matplotlib is not installed, so no PNG (pip install 'paddle_compat[plot]')", file=sys.stderr)
     return formats
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _checks
 from ._arrays import as_float, bits, is_float, tolerances, ulp_distance
 from .trace import SCALARS, Series, Trace, json_float, load_trace
 
@@ -360,6 +361,9 @@ def compare(
     if exact and (rtol is not None or atol is not None):
         raise ValueError("exact=True compares bits: rtol/atol do not apply")
     tolerances("float32", rtol, atol)  # both or neither
+    for name, given in (("reference", reference), ("candidate", candidate)):
+        if not isinstance(given, (Trace, str, os.PathLike)):
+            raise TypeError(f"{name} should be a Trace or the path of a saved one, but received {type(given).__name__}")
     ref, cand = load_trace(reference), load_trace(candidate)
     lr, lc = ref.meta.get("layout"), cand.meta.get("layout")
     if lr != lc:
@@ -369,8 +373,7 @@ def compare(
         )
     notes: list[str] = []
     if steps is not None:
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"steps must be a non-negative int, got {steps!r}")
+        _checks.at_least("steps", _checks.integer("steps", steps), 0)
         if steps > min(len(ref), len(cand)):
             raise ValueError(f"steps={steps}, but the reference has {len(ref)} steps and the candidate {len(cand)}")
         n = steps

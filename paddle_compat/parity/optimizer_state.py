@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import _checks
 from ..amp.grad_scaler import STATE_DICT_KEYS
 from ..optimizer import Optimizer as PaddleStyleOptimizer
 from . import pdio
@@ -428,12 +429,11 @@ def lr_scheduler_state_to_paddle(scheduler: Any) -> dict[str, Any]:
 
         paddle_scheduler.set_state_dict(lr_scheduler_state_to_paddle(scheduler))
     """
+    _check_scheduler(scheduler)
     sd = scheduler.state_dict()
     if callable(getattr(scheduler, "set_state_dict", None)):
         return dict(sd)
-    if isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
-        return {"last_epoch": int(sd["last_epoch"]), "last_lr": float(sd["_last_lr"][0])}
-    raise TypeError(f"{type(scheduler).__name__} is neither a Paddle-style nor a torch LR scheduler")
+    return {"last_epoch": int(sd["last_epoch"]), "last_lr": float(sd["_last_lr"][0])}
 
 
 def lr_scheduler_state_to_torch(state: Mapping[str, Any], scheduler: Any) -> dict[str, Any]:
@@ -451,18 +451,32 @@ def lr_scheduler_state_to_torch(state: Mapping[str, Any], scheduler: Any) -> dic
 
         scheduler.load_state_dict(lr_scheduler_state_to_torch(paddle_scheduler.state_dict(), scheduler))
     """
+    _check_scheduler(scheduler)
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state should be a dict (Paddle's scheduler state), but received {type(state).__name__}")
     for key in ("last_epoch", "last_lr"):
         if key not in state:
             raise ValueError(f"not a Paddle LR scheduler state: no {key!r}")
+    epoch, rate = state["last_epoch"], state["last_lr"]
+    _checks.real("state['last_epoch']", epoch)
+    _checks.at_least("state['last_lr']", _checks.real("state['last_lr']", rate), 0)
     if callable(getattr(scheduler, "set_state_dict", None)):
         return dict(state)
-    if isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
-        sd = scheduler.state_dict()
-        sd["last_epoch"] = int(state["last_epoch"])
-        sd["_step_count"] = int(state["last_epoch"]) + 1
-        sd["_last_lr"] = [float(state["last_lr"])] * len(sd["_last_lr"])
-        return sd
-    raise TypeError(f"{type(scheduler).__name__} is neither a Paddle-style nor a torch LR scheduler")
+    if epoch != int(epoch):
+        raise ValueError(f"state['last_epoch'] should be a whole number for a torch scheduler, but received {epoch}")
+    sd = scheduler.state_dict()
+    sd["last_epoch"] = int(epoch)
+    sd["_step_count"] = int(epoch) + 1
+    sd["_last_lr"] = [float(rate)] * len(sd["_last_lr"])
+    return sd
+
+
+def _check_scheduler(scheduler: Any) -> None:
+    paddle_style = callable(getattr(scheduler, "set_state_dict", None))
+    if not (paddle_style or isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler)):
+        raise TypeError(
+            f"scheduler should be a Paddle-style or a torch LR scheduler, but received {type(scheduler).__name__}"
+        )
 
 
 def scaler_state_to_paddle(scaler_or_state: Any) -> dict[str, Any]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable
+import importlib.util
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from .compare import Comparison, fmt_ulps
 
-__all__ = ["available_formats", "plot", "to_json", "to_markdown", "write_report"]
+__all__ = ["FORMATS", "available_formats", "plot", "to_json", "to_markdown", "write_report"]
 
 _MAX_ROWS = 200
 
@@ -198,18 +199,40 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
     return out
 
 
+def _text(render: Callable[[Comparison], str]) -> Callable[[Comparison, Path], Path]:
+    def write(comparison: Comparison, path: Path) -> Path:
+        path.write_text(render(comparison))
+        return path
+
+    return write
+
+
+# The report formats, named here only: the file each writes, how, and the module it needs.
+_WRITERS: dict[str, tuple[str, Callable[[Comparison, Path], Path], str | None]] = {
+    "json": ("report.json", _text(to_json), None),
+    "md": ("report.md", _text(to_markdown), None),
+    "png": ("report.png", plot, "matplotlib"),
+}
+FORMATS = tuple(_WRITERS)
+
+
+def check_formats(formats: Iterable[str]) -> list[str]:
+    """``formats`` as a list; ``ValueError`` naming the unknown ones (and the known ones)."""
+    chosen = list(formats)
+    unknown = [f for f in chosen if f not in _WRITERS]
+    if unknown:
+        raise ValueError(f"formats: unknown {unknown}; choose from {', '.join(map(repr, FORMATS))}")
+    return chosen
+
+
 def available_formats() -> tuple[str, ...]:
     """The report formats this installation can write: ``"json"``, ``"md"``, and ``"png"`` when
     matplotlib is installed."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return ("json", "md")
-    return ("json", "md", "png")
+    return tuple(f for f, (_, _, needs) in _WRITERS.items() if needs is None or importlib.util.find_spec(needs))
 
 
 def write_report(
-    comparison: Comparison, directory: str | os.PathLike[str], formats: Iterable[str] = ("json", "md", "png")
+    comparison: Comparison, directory: str | os.PathLike[str], formats: Iterable[str] = FORMATS
 ) -> dict[str, Path]:
     """Write ``report.json``, ``report.md`` and ``report.png`` (those in ``formats``) into ``directory``.
 
@@ -224,19 +247,11 @@ def write_report(
 
         write_report(compare(paddle_trace, port_trace, exact=True), "parity-report")
     """
-    formats = list(formats)
-    unknown = [f for f in formats if f not in ("json", "md", "png")]
-    if unknown:
-        raise ValueError(f"formats: unknown {unknown}; choose from 'json', 'md', 'png'")
+    chosen = check_formats(formats)
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
-    if "json" in formats:
-        written["json"] = out_dir / "report.json"
-        written["json"].write_text(to_json(comparison))
-    if "md" in formats:
-        written["md"] = out_dir / "report.md"
-        written["md"].write_text(to_markdown(comparison))
-    if "png" in formats:
-        written["png"] = plot(comparison, out_dir / "report.png")
+    for name, (filename, write, _) in _WRITERS.items():
+        if name in chosen:
+            written[name] = write(comparison, out_dir / filename)
     return written

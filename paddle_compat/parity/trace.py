@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import _checks
 from ..amp.master_grad import grad_of  # works on Paddle's parameters too: they have .grad
 from ._arrays import array_of, as_float, copy_of, digest, sample_indices
 from .convert import NameMap, Plan
@@ -467,12 +468,9 @@ class TraceRecorder:
         sample: int = 16,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
-        if full_max_elements is not None and (
-            isinstance(full_max_elements, bool) or not isinstance(full_max_elements, int) or full_max_elements < 0
-        ):
-            raise ValueError(f"full_max_elements must be None or a non-negative int, got {full_max_elements!r}")
-        if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
-            raise ValueError(f"sample must be a positive int, got {sample!r}")
+        if full_max_elements is not None:
+            _checks.at_least("full_max_elements", _checks.integer("full_max_elements", full_max_elements), 0)
+        _checks.at_least("sample", _checks.integer("sample", sample), 1)
         if _is_torch(model):
             if port is not None:
                 raise ValueError("port= is for recording a Paddle model; this model is already a torch module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import datetime
 import pickle
+import re
 import warnings
 
 import pytest
@@ -74,6 +75,14 @@ def test_strategy_refuses_unknown_names_and_wrong_types_with_paddles_texts():
         s.amp = 1
     with pytest.raises(TypeError, match=r"hybrid_configs\['mp_degree'\] must be an int"):
         s.hybrid_configs = {"mp_degree": 2.0}
+    # a size: a finite number > 0 (NaN and inf were taken)
+    for bad, exc, message in [(float("nan"), ValueError, "a finite number, but received nan"),
+                              (float("inf"), ValueError, "a finite number, but received inf"),
+                              (0, ValueError, "> 0, but received 0"),
+                              ("32", TypeError, "a float or an int, but received str")]:
+        with pytest.raises(exc, match=f"^fuse_grad_size_in_MB should be {re.escape(message)}$"):
+            s.fuse_grad_size_in_MB = bad
+    assert s.fuse_grad_size_in_MB == 32
     with pytest.raises(ValueError, match=r"hybrid_configs\['order'\]"):
         s.hybrid_configs = {"order": ["dp", "mp"]}
     assert s.hybrid_configs["mp_degree"] == 1  # nothing changed
@@ -223,6 +232,15 @@ def test_fleet_init_checks_everything_before_creating_a_group(no_launcher):
         fleet.init(is_collective=1)
     with pytest.raises(TypeError, match="strategy must be a fleet.DistributedStrategy"):
         fleet.init(is_collective=True, strategy={})
+    # torch would assert, naming nothing; logging would say "Unknown level"
+    unknown = r"^backend 'carrier-pigeon' names no known backend \(gloo, .*\): \['carrier-pigeon'\]$"
+    with pytest.raises(ValueError, match=unknown):
+        fleet.init(is_collective=True, backend="carrier-pigeon")
+    with pytest.raises(ValueError, match=r"^backend 'cpu:gloo,cuda:pigeon' names no known backend .*\['pigeon'\]$"):
+        fleet.init(is_collective=True, backend="cpu:gloo,cuda:pigeon")
+    with pytest.raises(ValueError, match="^log_level must be an int or a level name such as 'INFO', got 'LOUD'$"):
+        fleet.init(is_collective=True, backend="gloo", log_level="LOUD")
+    assert not dist.is_initialized()
     strategy = DistributedStrategy()
     strategy.recompute = True
     with pytest.warns(UserWarning, match="no effect in paddle_compat: recompute"):
@@ -241,6 +259,12 @@ def test_group_sharded_parallel_checks_its_arguments(no_launcher):
         group_sharded_parallel(model, "sgd", "os")
     with pytest.raises(NotImplementedError, match="dp_group and exclude_layer"):
         group_sharded_parallel(model, opt, "os", dp_group=object())
+    with pytest.raises(TypeError, match="^segment_size should be an int, but received float$"):
+        group_sharded_parallel(model, opt, "os", segment_size=2.5)
+    with pytest.raises(ValueError, match="^segment_size should be >= 1, but received 0$"):
+        group_sharded_parallel(model, opt, "os", segment_size=0)
+    with pytest.raises(TypeError, match="^offload should be a bool, but received str$"):
+        group_sharded_parallel(model, opt, "os", offload="no")
     with pytest.raises(NotImplementedError, match="cannot step FSDP2's DTensor parameters"):
         group_sharded_parallel(model, AdamW(parameters=model.parameters()), "os")
     with pytest.raises(ValueError, match="not the model's"):

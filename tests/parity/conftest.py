@@ -4,17 +4,37 @@
 so every test starts from the same recorded dtype on both sides: ``float16``, the one for which
 dynamic loss scaling stays on (``tests/conftest.py`` sets ours). Tests of the dtype policy set
 another one themselves.
+
+Without Paddle installed every module here is reported skipped, unimported (they import Paddle).
 """
 
 from __future__ import annotations
 
-import paddle
+import importlib.util
+
 import pytest
 import torch
 
-from .paddle_oracle import set_paddle_amp_dtype
+PADDLE = importlib.util.find_spec("paddle") is not None
 
-paddle.set_device("cpu")
+if PADDLE:
+    import paddle
+
+    from .paddle_oracle import set_paddle_amp_dtype
+
+    paddle.set_device("cpu")
+
+
+class _NeedsPaddle(pytest.Module):
+    def collect(self):
+        reason = "needs paddlepaddle, the test oracle (pip install -e '.[test]')"
+        raise pytest.skip.Exception(reason, allow_module_level=True)
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    if not PADDLE:
+        return _NeedsPaddle.from_parent(parent, path=module_path)
+    return None
 
 
 def pytest_configure(config):

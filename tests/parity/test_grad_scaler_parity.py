@@ -714,3 +714,81 @@ def test_scale_values_are_float32_bitwise():
     ours = GradScaler(init_loss_scaling=0.1)
     assert ours.get_scale() == float(np.float32(0.1))
     assert bits(ours.state_dict()["scale"]).tolist() == [np.float32(0.1).view(np.uint32)]
+
+
+# ---------------------------------------------------------- the gradients a skipped step leaves
+
+_SKIP_CLIPS = {
+    "no_clip": None,
+    "value": ("ClipGradByValue", 2.0),
+    "norm": ("ClipGradByNorm", 1.0),
+    "global_norm": ("ClipGradByGlobalNorm", 1.0),
+    "global_norm_auto_skip": ("ClipGradByGlobalNorm", 1.0, "default_group", True),
+}
+_SKIP_OPTIMIZERS = {  # each regularizer, and the optimizers that apply it differently
+    "sgd": ("SGD", None),
+    "sgd_l1": ("SGD", ("L1Decay", 0.1)),
+    "sgd_l2": ("SGD", ("L2Decay", 0.1)),
+    "momentum_l2": ("Momentum", ("L2Decay", 0.1)),  # fused into Paddle's momentum kernel
+    "adamw": ("AdamW", 0.01),
+}
+
+
+def _skip_make(module, spec):
+    return spec if spec is None or isinstance(spec, float) else getattr(module, spec[0])(*spec[1:])
+
+
+@pytest.mark.parametrize("bad", [INF, NAN], ids=["inf", "nan"])
+@pytest.mark.parametrize("path", ["fused", "device_flag", "not_fused"])
+@pytest.mark.parametrize("opt_name", list(_SKIP_OPTIMIZERS))
+@pytest.mark.parametrize("clip_name", list(_SKIP_CLIPS))
+def test_gradients_after_a_skipped_step(clip_name, opt_name, path, bad, monkeypatch):
+    """Paddle's scaler calls its optimizer's step on a skipped step too: the clip runs and
+    ClipGradByGlobalNorm scales the gradients in place (0 and NaN after an overflow, all NaN after
+    a NaN); everything else leaves them as the unscale made them. ``fused``: our optimizer takes the
+    scaler's flag on the host; ``device_flag``: as a flag on a GPU (Paddle's GPU formulas, the flag
+    never read); ``not_fused``: the scaler skips the call itself. Paddle unscales with its GPU
+    kernel's semantics (its CPU kernel zeroes the tensors from the first bad one on, see
+    docs/grad_scaler.md)."""
+    from paddle_compat import nn as pnn, optimizer as popt, regularizer as preg
+    from paddle_compat import _numerics
+
+    scale = 1024.0
+    grads = [np.array(g, np.float32) for g in ([[4, 5], [6, 7]], [[1, bad], [2, 3]], [[1, 2], [3, 4]])]
+    ours_params = [torch.nn.Parameter(torch.ones(2, 2)) for _ in grads]
+    paddle_params = paddle_params_like(ours_params)
+    for tp, pp, g in zip(ours_params, paddle_params, grads):
+        tp.grad = torch.from_numpy(g * np.float32(scale))
+        pp.grad = paddle.to_tensor(g * np.float32(scale))
+    cls_name, reg = _SKIP_OPTIMIZERS[opt_name]
+    clip = _SKIP_CLIPS[clip_name]
+    cls = getattr(popt, cls_name)
+    if path == "not_fused":
+        cls = type(cls_name, (cls,), {"_step_supports_amp_scaling": False})
+    if path == "device_flag":
+        monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
+    extra = {"momentum": 0.9} if cls_name == "Momentum" else {}
+    opt = cls(
+        learning_rate=0.1,
+        parameters=ours_params,
+        grad_clip=_skip_make(pnn, clip),
+        weight_decay=_skip_make(preg, reg),
+        **extra,
+    )
+    popt_ = getattr(paddle.optimizer, cls_name)(
+        learning_rate=0.1,
+        parameters=paddle_params,
+        grad_clip=_skip_make(paddle.nn, clip),
+        weight_decay=_skip_make(paddle.regularizer, reg),
+        **extra,
+    )
+    ours, pscaler = GradScaler(init_loss_scaling=scale), paddle_scaler(init_loss_scaling=scale)
+    ours.step(opt)
+    ours.update()
+    with paddle_gpu_kernel_semantics():
+        pscaler.step(popt_)
+        pscaler.update()
+    assert ours.last_step_skipped() is True and ours.get_scale() == scale / 2
+    for i, (tp, pp) in enumerate(zip(ours_params, paddle_params)):
+        assert_bitwise_equal(tp.grad, pp.grad, f"grad {i}")
+        assert_bitwise_equal(tp, pp, f"param {i}")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import paddle_compat.optimizer as pc_optim
+from paddle_compat.nn import ClipGradByGlobalNorm
 
 SPECIALS = [float("nan"), -1.0, 2.0, float("inf"), float("-inf")]
 
@@ -128,3 +129,42 @@ def test_clear_grad_zeroes_in_paddle_and_zero_grad_drops_in_torch():
     (t * 2).sum().backward()
     pc_optim.SGD(parameters=[t]).clear_grad()
     assert torch.equal(t.grad, torch.zeros(2))
+
+
+def _doc(name: str) -> str:
+    from pathlib import Path
+
+    return " ".join((Path(__file__).resolve().parents[2] / "docs" / name).read_text().split())
+
+
+def test_minimize_with_parameter_groups_raises_type_error_in_paddle():
+    layer = paddle.nn.Linear(2, 2)
+    for cls in (paddle.optimizer.SGD, paddle.optimizer.Adam):
+        opt = cls(0.1, parameters=[{"params": [layer.weight]}, {"params": [layer.bias], "learning_rate": 0.5}])
+        loss = layer(paddle.ones([1, 2])).sum()
+        loss.backward()
+        with pytest.raises(TypeError, match="must be list of Tensor, but got dict"):
+            opt.minimize(loss)
+    # here minimize() applies each group's options, as step() does
+    w, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    ours = pc_optim.SGD(0.25, parameters=[{"params": [w]}, {"params": [b], "learning_rate": 0.5}])
+    w.grad, b.grad = torch.ones(2), torch.ones(2)
+    ours.minimize(torch.zeros(()))
+    assert w.tolist() == [0.75, 0.75] and b.tolist() == [0.875, 0.875]
+    assert "Paddle 3.3.1's dygraph `minimize` raises `TypeError` there" in _doc("optimizers.md")
+
+
+def test_a_norm_clip_over_a_transposed_linear_weight_sums_in_another_order():
+    rng = np.random.default_rng(0)
+    grad = rng.standard_normal((96, 80)).astype(np.float32)  # Paddle's Linear weight: [in, out]
+    param = paddle.create_parameter([96, 80], "float32")
+    ((_, paddles),) = paddle.nn.ClipGradByGlobalNorm(1.0)._dygraph_clip([(param, paddle.to_tensor(grad))])
+    paddles = paddles.numpy()
+    clip = ClipGradByGlobalNorm(1.0)
+    ((_, same_layout),) = clip([(torch.nn.Parameter(torch.zeros(96, 80)), torch.from_numpy(grad.copy()))])
+    ((_, torch_layout),) = clip([(torch.nn.Parameter(torch.zeros(80, 96)), torch.from_numpy(grad.T.copy()))])
+    assert np.array_equal(same_layout.numpy().view(np.uint32), paddles.view(np.uint32))
+    differ = torch_layout.numpy().T.view(np.uint32) != paddles.view(np.uint32)
+    assert differ.any() and np.allclose(torch_layout.numpy().T, paddles, rtol=1e-6, atol=0)
+    for doc in ("porting.md", "optimizers.md"):
+        assert "`[out, in]` where Paddle's is `[in, out]`" in _doc(doc), doc

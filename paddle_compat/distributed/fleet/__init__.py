@@ -3,9 +3,11 @@
 ``init`` starts torch's process groups from torchrun's environment, ``distributed_model`` wraps
 in ``DistributedDataParallel``, ``distributed_optimizer`` returns the optimizer,
 ``distributed_scaler`` makes a ``paddle_compat.amp.GradScaler`` agree across ranks, and
-``get_hybrid_communicate_group`` gives the dp/mp/pp/sharding groups. See docs/distributed.md.
+``get_hybrid_communicate_group`` gives the dp/mp/pp/sharding groups, ``utils.recompute`` recomputes
+activations under the forward's ``auto_cast``. See docs/distributed.md.
 """
 
+from . import recompute, utils
 from .distributed_strategy import DistributedStrategy
 from .fleet import (
     barrier_worker,
@@ -34,6 +36,8 @@ __all__ = [
     "init",
     "is_first_worker",
     "local_rank",
+    "recompute",
+    "utils",
     "worker_index",
     "worker_num",
 ]

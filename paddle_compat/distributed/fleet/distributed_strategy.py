@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ... import _checks
+
 __all__ = ["DistributedStrategy"]
 
 # Paddle's hybrid axes (short names) and their default nesting order, outermost first.
@@ -183,7 +185,7 @@ class DistributedStrategy:
             if key in _HYBRID_SECTIONS:
                 if not isinstance(item, dict):
                     raise TypeError(f"hybrid_configs[{key!r}] must be a dict, got {type(item).__name__}")
-            elif key.endswith("_degree") and (isinstance(item, bool) or not isinstance(item, int)):
+            elif key.endswith("_degree") and not _checks.is_int(item):
                 raise TypeError(f"hybrid_configs[{key!r}] must be an int, got {item!r}")
         if order is not None:
             object.__setattr__(self, "hybrid_parallel_order", _checked_order(order))
@@ -233,8 +235,8 @@ def _checked_flag(name: str, value: Any) -> Any:
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise TypeError(f"{name} should have value of bool type, got {type(value).__name__}")
-    elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise TypeError(f"{name} must be a positive number, got {value!r}")
+    else:
+        _checks.above(name, _checks.real(name, value), 0)
     return value
 
 

@@ -97,6 +97,8 @@ def init(
     parallel.check_options(backend, timeout)
     if not isinstance(log_level, (int, str)) or isinstance(log_level, bool):
         raise TypeError(f"log_level must be an int or a level name, got {type(log_level).__name__}")
+    if isinstance(log_level, str) and not isinstance(logging.getLevelName(log_level.upper()), int):  # a known name
+        raise ValueError(f"log_level must be an int or a level name such as 'INFO', got {log_level!r}")
     world_size = parallel.get_world_size()  # the default group's, else torchrun's WORLD_SIZE
     topology = _topology(strategy, world_size)  # checked before any group exists
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ... import _checks
+
 __all__ = ["CommunicateTopology", "HybridCommunicateGroup", "ParallelMode"]
 
 # Paddle's axis names in the topology, by the strategy's short names.
@@ -63,8 +65,8 @@ class CommunicateTopology:
     ) -> None:
         if len(hybrid_group_names) != len(dims) or len(set(hybrid_group_names)) != len(dims):
             raise ValueError("hybrid_group_names must be distinct and as many as dims")
-        if any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
-            raise ValueError(f"dims must be positive ints, got {list(dims)}")
+        for i, d in enumerate(dims):
+            _checks.at_least(f"dims[{i}]", _checks.integer(f"dims[{i}]", d), 1)
         self._names = list(hybrid_group_names)
         self._dims = list(dims)
         # The fields are the axis names, known only at run time.

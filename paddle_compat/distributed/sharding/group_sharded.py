@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ... import _checks
 from ...amp.grad_scaler import AmpScaler
 from .. import parallel
 
@@ -86,10 +87,8 @@ def group_sharded_parallel(
     if scaler is not None and not isinstance(scaler, AmpScaler):
         raise TypeError(f"scaler must be a paddle_compat.amp.GradScaler or None, got {type(scaler).__name__}")
     for name, value in (("offload", offload), ("sync_buffers", sync_buffers), ("sync_comm", sync_comm)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    if isinstance(segment_size, bool) or not isinstance(segment_size, int) or segment_size < 1:
-        raise ValueError(f"segment_size must be a positive int, got {segment_size!r}")
+        _checks.flag(name, value)
+    _checks.at_least("segment_size", _checks.integer("segment_size", segment_size), 1)
     if dp_group is not None or exclude_layer is not None:
         raise NotImplementedError("group_sharded_parallel: dp_group and exclude_layer are not supported")
     _check_optimizer(model, optimizer)
