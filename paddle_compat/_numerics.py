@@ -170,8 +170,8 @@ def chunks(*tensors: Tensor) -> Iterator[tuple[Tensor, ...]]:
     """The tensors, in the same pieces of ``CHUNK`` elements per torch thread (flat views, in
     memory order: the tensors must be dense and share one layout, see ``Optimizer._same_layout``).
 
-    The CPU fallback's forms run a whole formula on one piece at a time, its temporaries in a few
-    buffers of a piece's size: the tensors travel through memory once, instead of once per operation.
+    Adam's CPU fallback form runs its whole formula on one piece at a time, its temporaries in a
+    few buffers of a piece's size: the tensors travel through memory once, not once per operation.
     """
     flat = [t.as_strided((t.numel(),), (1,)) for t in tensors]
     n, size = flat[0].numel(), CHUNK * torch.get_num_threads()
