@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import subprocess
 import sys
@@ -318,6 +319,29 @@ def test_compiled_model_gives_eager_dtypes_and_values(backend):
             torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2)
     with torch.no_grad():
         assert [t.dtype for t in compiled(x)] == [F32] * 4  # outside auto_cast again
+
+
+def test_auto_cast_inside_a_compiled_function_runs_the_rest_eagerly():
+    """What docs/integrations.md says: the dtypes are eager's, only the graph before the block is
+    compiled (the model inside is not), and fullgraph=True refuses it."""
+    model, graphs = nn.Linear(8, 2), []
+
+    def backend(gm, example_inputs):
+        graphs.append([node.target for node in gm.graph.nodes if node.op == "call_function"])
+        return gm.forward
+
+    def step(x):
+        y = x * 2
+        with amp.auto_cast(dtype="float16"):
+            out = model(y)
+        return out, out.float().sum() + 1
+
+    torch._dynamo.reset()
+    out, _ = torch.compile(step, backend=backend)(torch.randn(4, 8))
+    assert out.dtype == torch.float16 and graphs == [[operator.mul]]
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="torch.compiler.disable"):
+        torch.compile(step, backend=backend, fullgraph=True)(torch.randn(4, 8))
 
 
 def test_aot_autograd_cache_is_off_while_auto_cast_is_active():

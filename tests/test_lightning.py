@@ -12,6 +12,7 @@ L = pytest.importorskip("lightning.pytorch")
 from lightning.fabric import Fabric  # noqa: E402
 from lightning.pytorch.plugins.precision import MixedPrecision  # noqa: E402
 
+from paddle_compat import optimizer as popt  # noqa: E402
 from paddle_compat.amp import GradScaler, auto_cast  # noqa: E402
 from paddle_compat.amp.amp_state import amp_global_state  # noqa: E402
 from paddle_compat.integrations.lightning import PaddleFabricMixedPrecision, PaddleMixedPrecision  # noqa: E402
@@ -276,3 +277,116 @@ def test_standalone_pytorch_lightning_plugin():
     trainer.fit(model, DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
     assert model.dtypes == [torch.float16] * 2
     assert scaler.get_scale() == 512.0 and scaler.get_skipped_steps() == 1
+
+
+# -- paddle_compat's optimizers and Paddle's schedulers, as configure_optimizers returns them -------
+
+
+class PaddleNet(Net):
+    """``Net`` with Paddle's SGD driven by Paddle's StepDecay, the scheduler stepped per
+    ``interval``; records the rate the group shows at each call."""
+
+    def __init__(self, bad=(), interval="step", fused=False):
+        super().__init__(bad)
+        self.interval, self.fused, self.rates = interval, fused, []
+
+    def training_step(self, batch, batch_idx):
+        self.rates.append(self.trainer.optimizers[0].param_groups[0]["lr"])
+        return super().training_step(batch, batch_idx)
+
+    def configure_optimizers(self):
+        sched = popt.lr.StepDecay(learning_rate=0.1, step_size=1, gamma=0.5)
+        opt = popt.SGD(learning_rate=sched, parameters=self.parameters(), fused=self.fused)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": self.interval}}
+
+
+@pytest.mark.parametrize("interval", ["step", "epoch"])
+def test_paddle_optimizer_and_scheduler_clip_unscaled_and_skip(interval):
+    scaler = GradScaler(init_loss_scaling=1024)
+    model = PaddleNet(bad={1}, interval=interval)
+    start = [p.detach().clone() for p in model.parameters()]
+    _, record = fit(model, PaddleMixedPrecision(scaler=scaler), scaler, max_epochs=2, gradient_clip_val=0.5)
+    assert record.skipped == [False, True, False, False, False, False]
+    assert_skipped_exactly(record, 1, start)
+    # the rate the group shows follows the scheduler at once (Lightning steps it, skipped step or not)
+    per_step, per_epoch = [0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125], [0.1] * 3 + [0.05] * 3
+    assert model.rates == (per_step if interval == "step" else per_epoch)
+    # clipped on unscaled gradients: the first step moves the weights by lr * 0.5 (clipped at 0.5;
+    # clipping the gradients still scaled by 1024 would move them 1024 times less)
+    moved = torch.cat([(a - b).flatten() for a, b in zip(record.params[0], start)]).norm()
+    assert moved.item() == pytest.approx(0.1 * 0.5, rel=1e-3)
+
+
+def test_a_fused_paddle_optimizer_trains_the_same_but_lightning_refuses_to_clip_it():
+    runs = []
+    for fused in (False, True):
+        scaler = GradScaler(init_loss_scaling=1024)
+        model = PaddleNet(bad={1}, fused=fused)
+        _, record = fit(model, PaddleMixedPrecision(scaler=scaler), scaler, max_epochs=2)
+        runs.append((record, scaler.get_scale()))
+    (plain, plain_scale), (fused, fused_scale) = runs
+    assert plain.skipped == fused.skipped and plain.scales == fused.scales and plain_scale == fused_scale
+    assert all(same(a, b) for a, b in zip(plain.params, fused.params))  # bit for bit
+    scaler = GradScaler(init_loss_scaling=1024)
+    with pytest.raises(RuntimeError, match="SGD, does not allow for gradient clipping because it performs unscaling"):
+        fit(PaddleNet(fused=True), PaddleMixedPrecision(scaler=scaler), scaler, gradient_clip_val=1.0)
+
+
+def test_paddle_optimizer_and_scheduler_resume_from_a_lightning_checkpoint(tmp_path):
+    def run(max_epochs, ckpt_path=None, bad=(1,)):
+        scaler = GradScaler(init_loss_scaling=1024, incr_every_n_steps=2)
+        model = PaddleNet(bad=bad)
+        trainer, record = fit(model, PaddleMixedPrecision(scaler=scaler), scaler, max_epochs=max_epochs,
+                              ckpt_path=ckpt_path, gradient_clip_val=0.5)
+        return trainer, model, record
+
+    _, full, full_record = run(2)
+    trainer, _, _ = run(1)
+    trainer.save_checkpoint(tmp_path / "epoch1.ckpt")
+    _, resumed, record = run(2, ckpt_path=tmp_path / "epoch1.ckpt", bad=())
+    assert resumed.rates == full.rates[3:] and record.scales == full_record.scales[3:]
+    assert same(record.params[-1], full_record.params[-1])
+    sched = resumed.trainer.lr_scheduler_configs[0].scheduler
+    assert sched.last_epoch == 6 and sched.optimizer is resumed.trainer.optimizers[0]
+
+
+def test_fabric_clips_a_paddle_optimizer_and_refuses_a_fused_one():
+    amp_global_state().amp_dtype = "float32"
+    for fused in (False, True):
+        scaler = GradScaler(init_loss_scaling=1024)
+        fabric = Fabric(accelerator="cpu", devices=1, plugins=[PaddleFabricMixedPrecision(scaler=scaler)])
+        torch.manual_seed(0)
+        module = torch.nn.Linear(4, 2)
+        sched = popt.lr.ExponentialDecay(learning_rate=0.1, gamma=0.5)
+        model, optimizer = fabric.setup(module, popt.SGD(learning_rate=sched, parameters=module.parameters(),
+                                                         fused=fused))
+        start = [p.detach().clone() for p in model.parameters()]
+        x, y = torch.randn(8, 4), torch.randn(8, 2)
+        fabric.backward(torch.nn.functional.mse_loss(model(x).float(), y))
+        if fused:
+            with pytest.raises(NotImplementedError, match="not implemented for optimizers handling the unscaling"):
+                fabric.clip_gradients(model, optimizer, max_norm=0.5)
+            continue
+        fabric.clip_gradients(model, optimizer, max_norm=0.5)  # unscales first
+        optimizer.step()
+        sched.step()
+        moved = torch.cat([(p.detach() - s).flatten() for p, s in zip(model.parameters(), start)]).norm()
+        assert moved.item() == pytest.approx(0.1 * 0.5, rel=1e-3)
+        assert optimizer.param_groups[0]["lr"] == 0.05
+
+
+def test_paddle_reduce_on_plateau_with_a_monitor():
+    class Plateau(PaddleNet):
+        def training_step(self, batch, batch_idx):
+            self.log("train_loss", 1.0)  # never improves: the rate drops after each epoch past the first
+            return super().training_step(batch, batch_idx)
+
+        def configure_optimizers(self):
+            sched = popt.lr.ReduceOnPlateau(learning_rate=0.1, patience=0, factor=0.5)
+            opt = popt.Adam(learning_rate=sched, parameters=self.parameters())
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "train_loss"}}
+
+    scaler = GradScaler(init_loss_scaling=1024)
+    model = Plateau()
+    fit(model, PaddleMixedPrecision(scaler=scaler), scaler, max_epochs=3)
+    assert model.rates == [0.1] * 6 + [0.05] * 3

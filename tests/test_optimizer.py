@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -275,6 +276,37 @@ def test_step_hooks_run_once_per_step(cls: type, make: str) -> None:
             h.remove()
     opt.step()
     assert len(calls) == 4
+
+
+@pytest.mark.parametrize("how", ["opt.minimize", "scaler.minimize", "scaler.step"])
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_step_hooks_run_once_per_minimize_as_per_step(cls: type, how: str) -> None:
+    from paddle_compat.amp import GradScaler
+
+    params = _params()
+    opt = cls(0.1, parameters=params)
+    scaler = GradScaler(init_loss_scaling=2.0)
+    calls: list[str] = []
+    handles = _count_hooks(opt, calls)
+    try:
+        for found_inf in (False, True):
+            _set_grads(params, 0)
+            if found_inf:
+                params[0].grad[0] = math.inf
+            loss = scaler.scale(torch.tensor(1.0, requires_grad=True))
+            if how == "opt.minimize":
+                opt.minimize(loss)
+            elif how == "scaler.minimize":
+                scaler.minimize(opt, loss)
+            else:
+                scaler.step(opt)
+                scaler.update()
+            # a step the scaler skips is no step (the optimizer is not called), as with torch's scaler
+            ran = how == "opt.minimize" or not found_inf
+            assert calls == ["global pre", "pre", "post", "global post"] * (2 if found_inf and ran else 1)
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def test_a_pre_hook_may_replace_the_step_arguments() -> None:

@@ -14,6 +14,7 @@ compilers may swap); every other value must have the same bits.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 
@@ -429,9 +430,15 @@ def handover(name: str, found: float) -> None:
     handover_runs(inp.make, found, inp.options.get("dtype", torch.float32))
 
 
-def test_the_optimizers_declare_the_fused_scaler_contract() -> None:
+def test_the_fused_scaler_contract_is_opt_in_as_in_torch() -> None:
     for cls in CLASSES:
-        assert cls._step_supports_amp_scaling is True and cls._unscales_like_paddle is True
+        p = torch.nn.Parameter(torch.randn(3))
+        assert cls(parameters=[p])._step_supports_amp_scaling is False
+        fused = cls(parameters=[p], fused=True)
+        assert fused._step_supports_amp_scaling is True and fused._unscales_like_paddle is True
+        assert copy.deepcopy(fused)._step_supports_amp_scaling is True
+        with pytest.raises(TypeError, match="fused should be a bool, but received int"):
+            cls(parameters=[p], fused=1)
 
 
 @pytest.mark.parametrize("native", ["1", "0"], ids=["compiled", "torch"])
@@ -461,7 +468,7 @@ def test_handover_with_a_device_flag_on_the_per_tensor_path(monkeypatch: pytest.
 
 def test_torch_grad_scaler_drives_the_handover() -> None:
     params = [torch.nn.Parameter(torch.randn(5))]
-    opt = popt.Adam(0.1, parameters=params)
+    opt = popt.Adam(0.1, parameters=params, fused=True)
     scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
     params[0].grad = torch.full((5,), 8.0)
     scaler.scale(torch.tensor(1.0))
@@ -469,6 +476,18 @@ def test_torch_grad_scaler_drives_the_handover() -> None:
     assert torch.equal(params[0].grad, torch.ones(5))  # unscaled by the optimizer
     assert not hasattr(opt, "grad_scale") and not hasattr(opt, "found_inf")
     assert opt.state[params[0]]["beta1_pow_acc"].item() == pytest.approx(0.81)
+
+
+def test_torch_grad_scaler_skips_a_default_optimizer_itself() -> None:
+    params = [torch.nn.Parameter(torch.randn(5))]
+    opt = popt.Adam(0.1, parameters=params)
+    called = []
+    opt.register_step_pre_hook(lambda *args: called.append(True))
+    scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
+    params[0].grad = torch.full((5,), math.inf)
+    scaler.scale(torch.tensor(1.0))
+    scaler.step(opt)  # an ordinary optimizer: torch's scaler unscales and does not call step on inf
+    assert called == [] and not opt.state[params[0]]
 
 
 # --- on a GPU (skipped without one) -----------------------------------------------------------------
@@ -498,7 +517,7 @@ def test_cuda_step_with_grad_scaler_makes_no_host_sync(cls) -> None:
     if _multi_tensor.kernels(torch.device("cuda")) is None:
         pytest.skip("no Triton")
     params = [torch.nn.Parameter(torch.randn(1000, device="cuda")) for _ in range(3)]
-    opt = cls(0.01, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0))
+    opt = cls(0.01, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0), fused=True)
     scaler = GradScaler()
     for step in range(4):
         for p in params:

@@ -133,6 +133,8 @@ class AmpScaler:
 
     _torch_dialect = False  # Paddle's AmpScaler takes Paddle's names only
     _family = "AmpScaler"  # whose defaults
+    # Set by paddle_compat.integrations.accelerate.use_grad_scaler: Accelerate's clips unscale first.
+    _clips_unscale_first = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Arguments: see the class; all are checked before the scaler is built."""
@@ -342,8 +344,10 @@ class AmpScaler:
 
         Calls ``optimizer.minimize(*args, **kwargs)`` when the optimizer has one (those of
         ``paddle_compat.optimizer`` do), else ``optimizer.step()``. Returns its result, or
-        ``(None, None)`` as Paddle does when there is none (a skipped step, a torch optimizer).
-        A step that ran counts for torch's LR schedulers as an ``optimizer.step()`` call.
+        ``(None, None)`` as Paddle does when there is none (a torch optimizer). On a skipped step
+        the optimizer is not called (unless built with ``fused=True``), and ours still return
+        Paddle's ``(None, params_grads)``. A step that ran counts for torch's LR schedulers as an
+        ``optimizer.step()`` call.
 
         Args:
             optimizer: the optimizer to step.
@@ -360,8 +364,10 @@ class AmpScaler:
         run = self._before_minimize(optimizer)
         minimize = getattr(optimizer, "minimize", None)
         try:
-            if run is _Run.SKIP:
-                result = _skipped(optimizer)
+            if run is _Run.SKIP:  # ours return Paddle's (None, params_grads) here too
+                _skipped(optimizer)
+                skipped = getattr(optimizer, "_skipped_minimize", None)
+                result = skipped(*args, **kwargs) if skipped is not None else None
             else:
                 result = minimize(*args, **kwargs) if callable(minimize) else optimizer.step()
         except BaseException:
@@ -443,6 +449,8 @@ class AmpScaler:
         One whose ``step`` takes ``grad_scaler=`` (torch's older protocol) gets Paddle's treatment,
         not torch's (see ``_takes_grad_scaler``)."""
         step = self._step_state
+        if _step_watched(optimizer):
+            self._warn_accelerate(optimizer, state)
         if getattr(optimizer, "_step_supports_amp_scaling", False) and not _takes_grad_scaler(optimizer):
             if state is OptimizerState.INIT:
                 self._unscale_grads(optimizer, fused=True)
@@ -457,6 +465,30 @@ class AmpScaler:
         flag = FoundInf.known(bool(step.found_inf.item()))  # the one host sync of a step
         self._record_step(flag)
         return _Run.SKIP if flag.value() else _Run.CALL
+
+    def _warn_accelerate(self, optimizer: torch.optim.Optimizer, state: OptimizerState) -> None:
+        """Warn where Accelerate (and so Hugging Face's Trainer) steps this scaler in a way that
+        goes wrong without a word: a fused optimizer, whose skips it cannot see, or gradients not
+        yet unscaled, which its clips (unless ``use_grad_scaler`` set the scaler) clipped scaled."""
+        name = type(optimizer).__name__
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            message = (
+                f"{name} is fused (it skips inf/NaN steps itself), so the scaler calls its step() on skipped steps "
+                "too: Accelerate's optimizer_step_was_skipped, its AcceleratedScheduler and Hugging Face's Trainer "
+                "see no skipped step and advance the LR schedule regardless. Build the optimizer without fused=True, "
+                "or ask the scaler: last_step_skipped()."
+            )
+        elif state is OptimizerState.INIT and not self._clips_unscale_first:
+            message = (
+                f"Accelerate steps {name} on gradients nobody unscaled before: its clip_grad_norm_ and "
+                "clip_grad_value_ (Hugging Face's Trainer calls them at max_grad_norm > 0) do not unscale a scaler "
+                "they did not make, and clipped the gradients still scaled. Hand the scaler over with "
+                "paddle_compat.integrations.accelerate.use_grad_scaler(accelerator, scaler), or call "
+                "scaler.unscale_(optimizer) before clipping."
+            )
+        else:
+            return
+        warnings.warn(message, stacklevel=user_stacklevel())
 
     def _record_step(self, flag: FoundInf) -> None:
         """Record a step's flag: for ``update()`` and ``last_step_skipped()``, and the skip in
@@ -919,6 +951,13 @@ def _step_takes_grad_scaler(step: Any) -> bool:
         return "grad_scaler" in inspect.signature(step).parameters
     except (TypeError, ValueError):  # a callable without a signature
         return False
+
+
+def _step_watched(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether Accelerate replaced ``optimizer.step`` on the instance to learn whether it ran (its
+    ``AcceleratedOptimizer.step`` does so around ``scaler.step``)."""
+    replaced = vars(optimizer).get("step")
+    return replaced is not None and str(getattr(replaced, "__module__", "")).startswith("accelerate.")
 
 
 def _drop_fused_inputs(optimizer: torch.optim.Optimizer) -> None:

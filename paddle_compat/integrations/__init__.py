@@ -5,6 +5,9 @@
   scale with a ``paddle_compat`` ``GradScaler``;
 * ``paddle_compat.integrations.pytorch_lightning``: the same ``Trainer`` plugin for the
   standalone ``pytorch_lightning`` package.
+* ``paddle_compat.integrations.accelerate``: ``use_grad_scaler`` hands a ``GradScaler`` to
+  Hugging Face Accelerate (and to Hugging Face's ``Trainer``, through its accelerator), its
+  gradient clips unscaling first.
 
-Hugging Face Accelerate needs no adapter: ``docs/integrations.md`` has the recipe.
+Recipes for each: ``docs/integrations.md``.
 """

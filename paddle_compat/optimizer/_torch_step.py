@@ -5,7 +5,7 @@ call, even with no profiler and no hook: that costs tens of µs a step (over a h
 a forward and backward pass leave), as much as a small step's whole update. ``Optimizer.step`` is
 marked ``hooked`` so that torch leaves it alone (``bypassing``), and ``run`` takes torch's own
 wrapper itself when a profiler records or a hook is registered: the hooks then run and the range
-opens exactly as for torch's optimizers.
+opens exactly as for torch's optimizers. ``run_selected`` does the same for ``minimize``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch.optim.optimizer as _torch_optimizer
 if TYPE_CHECKING:
     from .optimizer import Optimizer
 
-__all__ = ["bypassing", "run"]
+__all__ = ["bypassing", "run", "run_selected"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -39,14 +39,31 @@ def run(opt: Optimizer, closure: Callable[[], Any] | None) -> Any:
     return _step(opt, closure)
 
 
+def run_selected(opt: Optimizer, selected: set[int] | None) -> list[tuple[dict[str, Any], Any]]:
+    """A step of the ``selected`` parameters (``minimize``), through torch.optim's wrapper when a
+    profiler records or a hook is registered, its hooks seeing the arguments of a ``step()`` call;
+    returns ``_apply_optimize``'s groups."""
+
+    def step(opt: Optimizer, closure: Callable[[], Any] | None = None) -> list[tuple[dict[str, Any], Any]]:
+        return _closure_then_update(opt, closure, selected)[1]  # a pre-hook may hand in a closure
+
+    return torch.optim.Optimizer.profile_hook_step(step)(opt) if _hooked_or_profiled(opt) else step(opt)
+
+
 def _step(opt: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
     """``Optimizer.step`` without torch.optim's hooks."""
+    return _closure_then_update(opt, closure, None)[0]
+
+
+def _closure_then_update(
+    opt: Optimizer, closure: Callable[[], Any] | None, selected: set[int] | None
+) -> tuple[Any, list[tuple[dict[str, Any], Any]]]:
+    """A step: the closure's loss (``None`` without one), and the groups stepped (``_apply_optimize``)."""
     loss = None
     if closure is not None:
         with torch.enable_grad():
             loss = closure()
-    opt._apply_optimize(None)
-    return loss
+    return loss, opt._apply_optimize(selected)
 
 
 # torch.optim's own wrapper, for the steps that need it.
@@ -60,6 +77,11 @@ def _watched(opt: Optimizer) -> bool:
     resolved = type(opt).step
     if getattr(resolved, "hooked", False) and not getattr(resolved, "_paddle_compat_bypass", False):
         return False
+    return _hooked_or_profiled(opt)
+
+
+def _hooked_or_profiled(opt: Optimizer) -> bool:
+    """Whether a profiler records or a step hook (``opt``'s or a global one) is registered."""
     return bool(
         torch.autograd._profiler_enabled()
         or opt._optimizer_step_pre_hooks

@@ -55,13 +55,15 @@ class Adam(Optimizer):
         use_multi_tensor: bool = False,
         amsgrad: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         defaults = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon, "lazy_mode": lazy_mode}
         self._check_group(defaults)
         self._amsgrad = _checks.flag("amsgrad", amsgrad)
         self._use_multi_tensor = _checks.flag("use_multi_tensor", use_multi_tensor)
         self._use_lowprecision_moment = False
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name)
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         for key in ("beta1", "beta2", "epsilon"):

@@ -49,6 +49,8 @@ class AdamW(Adam):
         multi_precision: bool = False,
         amsgrad: bool = False,
         name: str | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         if lr_ratio is not None and not callable(lr_ratio):
             raise TypeError(f"lr_ratio should be a callable taking a parameter, but received {type(lr_ratio).__name__}")
@@ -61,7 +63,7 @@ class AdamW(Adam):
         self._apply_decay_param_fun = apply_decay_param_fun
         super().__init__(
             learning_rate, beta1, beta2, epsilon, parameters, weight_decay, grad_clip, lazy_mode, multi_precision,
-            amsgrad=amsgrad, name=name,
+            amsgrad=amsgrad, name=name, fused=fused,
         )
         self._use_lowprecision_moment = bool(use_lowprecision_moment)
         if apply_decay_param_fun is not None:

@@ -25,19 +25,31 @@ Paddle's keys. What differs from Paddle is said in each class; in all of them:
 
 A scheduler of your own subclasses ``LRScheduler`` and defines ``get_lr()`` (computing the rate
 from ``self.last_epoch``, ``self.base_lr``, ``self.last_lr``), as in Paddle.
+
+Every scheduler also speaks torch's scheduler protocol, by added names only, so PyTorch's training
+frameworks take it as one of torch's (Lightning's ``configure_optimizers``, Accelerate's
+``prepare``, Hugging Face's ``Trainer(optimizers=...)``): it is a ``torch.optim.lr_scheduler.LRScheduler``
+(``ReduceOnPlateau`` a ``ReduceLROnPlateau``), with ``get_last_lr()``, ``load_state_dict()``,
+``optimizer`` (the first optimizer it drives) and ``last_epoch``; and the ``lr`` of every
+parameter group it drives follows ``step()`` and ``set_state_dict()`` at once, as torch's
+schedulers set it (Paddle's optimizers read the rate at their next step).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, TypeVar
 
 import torch
+import torch.optim.lr_scheduler as _torch_lr
 
 from .. import _checks
+from ..amp._args import user_stacklevel
 
 __all__ = [
     "LRScheduler",
@@ -71,8 +83,34 @@ def _base_lr(value: Any, name: str = "learning_rate") -> None:
         raise ValueError(f"Invalid learning rate: {value} ({name} should be a finite number >= 0)")
 
 
+# --- torch's protocol ----------------------------------------------------------------------------
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+# torch's base classes, typed as Any: Paddle's names they share keep Paddle's meaning (``get_lr()``
+# returns one rate, not torch's list; ``ReduceOnPlateau.best`` starts as None).
+_TorchLRScheduler: Any = _torch_lr.LRScheduler
+_TorchReduceLROnPlateau: Any = _torch_lr.ReduceLROnPlateau
+
+
+def _sets_groups(method: _Method) -> _Method:
+    """Wrap a method that moves the rate (``step``, ``set_state_dict``): afterwards the groups of
+    the optimizers the scheduler drives hold the new rate, and ``step`` counts for torch's
+    ``_step_count`` (Accelerate reads it)."""
+
+    @functools.wraps(method)
+    def wrapper(self: LRScheduler, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        if method.__name__ == "step":
+            self._step_count += 1
+        for optimizer in self._driven():
+            optimizer._read_lr_scheduler(at_step=False)
+        return result
+
+    return wrapper  # type: ignore[return-value]
+
+
 # --- the base class ------------------------------------------------------------------------------
-class LRScheduler:
+class LRScheduler(_TorchLRScheduler):
     """Base class of the schedulers: the current rate, ``step()``, checkpoints.
 
     Subclass it and define ``get_lr()`` for a schedule of your own; ``step()`` increments
@@ -85,7 +123,8 @@ class LRScheduler:
             starts at ``last_epoch + 1`` (0 by default). Pass a later value to resume.
         verbose: print ``Epoch N: <Class> set learning rate to <lr>.`` at each step.
 
-    Attributes: ``base_lr``, ``last_lr`` (the current rate), ``last_epoch``, ``verbose``.
+    Attributes: ``base_lr``, ``last_lr`` (the current rate), ``last_epoch``, ``verbose``; and
+    torch's ``optimizer``, ``get_last_lr()``, ``load_state_dict()`` (see the module).
 
     Example::
 
@@ -104,6 +143,16 @@ class LRScheduler:
     verbose: bool
     # Keys saved beside Paddle's ones, and loaded when a dict has them (a dict saved by Paddle does not).
     _extra_state_keys: tuple[str, ...] = ()
+    # torch's count of step() calls, the constructor's included (Accelerate reads and writes it).
+    _step_count: int = 0
+    # The optimizers whose groups' lr this scheduler sets (weak: each optimizer holds its scheduler).
+    _compat_optimizers: tuple[weakref.ref[torch.optim.Optimizer], ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("step", "set_state_dict"):
+            if name in cls.__dict__:
+                setattr(cls, name, _sets_groups(cls.__dict__[name]))
 
     def __init__(self, learning_rate: float = 0.1, last_epoch: int = -1, verbose: bool = False) -> None:
         _base_lr(learning_rate)
@@ -119,6 +168,7 @@ class LRScheduler:
         """The current learning rate (``last_lr``)."""
         return self.last_lr
 
+    @_sets_groups
     def step(self, epoch: int | None = None) -> None:
         """Move to the next epoch (``epoch=None``) or to ``epoch``, and compute its rate.
 
@@ -149,6 +199,40 @@ class LRScheduler:
         """The rate of epoch ``self.last_epoch`` (to be defined by subclasses)."""
         raise NotImplementedError
 
+    # --- torch's protocol ----------------------------------------------------------------------
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """torch's ``optimizer``: the first optimizer given this scheduler as its rate that still
+        drives by it (``None`` before any). Every one of them follows ``step()``."""
+        return next(iter(self._driven()), None)
+
+    def get_last_lr(self) -> list[float | torch.Tensor]:
+        """torch's ``get_last_lr()``: the current rate once per parameter group of ``optimizer``
+        (once without one)."""
+        optimizer = self.optimizer
+        return [self.last_lr] * (len(optimizer.param_groups) if optimizer is not None else 1)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's name for ``set_state_dict``."""
+        self.set_state_dict(state_dict)
+
+    def _driven(self) -> list[Any]:  # paddle_compat's optimizers (which import this module)
+        alive = [optimizer for ref in self._compat_optimizers if (optimizer := ref()) is not None]
+        return [optimizer for optimizer in alive if getattr(optimizer, "_compat_lr_scheduler", None) is self]
+
+    def _drive(self, optimizer: torch.optim.Optimizer) -> None:
+        """Register ``optimizer`` as driven by this scheduler (its constructor or ``set_lr_scheduler``)."""
+        if all(ref() is not optimizer for ref in self._compat_optimizers):
+            self._compat_optimizers = (*(ref for ref in self._compat_optimizers if ref() is not None),
+                                       weakref.ref(optimizer))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state without the optimizers driven (weak references; an optimizer copied or
+        unpickled with its scheduler registers again)."""
+        state = dict(self.__dict__)
+        state.pop("_compat_optimizers", None)
+        return state
+
     # --- checkpoints ---------------------------------------------------------------------------
     def state_keys(self) -> None:
         """Set ``self.keys``: the attributes ``state_dict()`` saves (subclasses may add some)."""
@@ -169,6 +253,7 @@ class LRScheduler:
             saved[key] = value
         return saved
 
+    @_sets_groups
     def set_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict()`` saved (also a dict saved by Paddle).
 
@@ -183,7 +268,7 @@ class LRScheduler:
             warnings.warn(
                 "There are some unused values in state_dict. Maybe the optimizer have different "
                 "'LearningRateDecay' when invoking state_dict and set_dict",
-                stacklevel=2,
+                stacklevel=user_stacklevel(),  # the user's line, also through opt.load_state_dict
             )
 
     def set_dict(self, state_dict: dict[str, Any]) -> None:
@@ -591,7 +676,7 @@ def _numpy() -> Any:
     return sys.modules.get("numpy")
 
 
-class ReduceOnPlateau(LRScheduler):
+class ReduceOnPlateau(LRScheduler, _TorchReduceLROnPlateau):
     """Multiply the rate by ``factor`` when a metric has not improved for ``patience`` steps.
 
     ``step(metrics)`` takes the metric (a float, an int, a numpy scalar or a one-element numpy array

@@ -43,7 +43,7 @@ from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGr
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _multi_tensor, _torch_step
 from ._engine import Engine, Item, optional_form, same_layout
-from .lr import LambdaDecay
+from .lr import LambdaDecay, LRScheduler
 
 __all__ = ["Optimizer"]
 
@@ -101,15 +101,24 @@ class Optimizer(torch.optim.Optimizer):
     Paddle variable names; a negative, NaN or infinite learning rate is refused (also one given by
     a scheduler, at the step that would use it); torch.optim's keyword names (``lr=``, ``betas=``,
     ...) raise a ``TypeError`` naming Paddle's.
+
+    Every subclass also takes ``fused`` (keyword only, ours; ``False`` by default), torch's switch
+    for the fused-optimizer contract with a GradScaler: with ``fused=True`` the scaler hands the
+    scale and its inf/NaN flag to the step, which unscales and skips itself (on a GPU with no host
+    sync), so the step is called on skipped steps too; see docs/optimizers.md for what frameworks
+    then can no longer do. The parameters, the scale and the skipped steps are the same either way.
     """
 
     # Accumulators Paddle keeps on the host whatever the parameter's device (Adam's beta powers).
     _host_state: tuple[str, ...] = ()
 
-    # A GradScaler (torch's or paddle_compat's) hands over the scale and its inf/NaN flag as
-    # ``grad_scale`` and ``found_inf`` instead of unscaling and skipping itself: the step unscales
-    # as Paddle does and skips on the flag without reading it on the host (``_scaler_handover``).
-    _step_supports_amp_scaling = True
+    # torch's flag for fused optimizers, set per instance by ``fused=True``: a GradScaler (torch's
+    # or paddle_compat's) then hands over the scale and its inf/NaN flag as ``grad_scale`` and
+    # ``found_inf`` instead of unscaling and skipping itself, and the step unscales as Paddle does
+    # and skips on the flag without reading it on the host (``_scaler_handover``). Off by default,
+    # as in torch: frameworks clip after ``unscale_`` and see a skipped step only when the scaler
+    # does not call ``step`` (Lightning, Fabric, Accelerate, Hugging Face's Trainer).
+    _step_supports_amp_scaling = False
     _unscales_like_paddle = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -126,7 +135,9 @@ class Optimizer(torch.optim.Optimizer):
         multi_precision: bool,
         defaults: dict[str, Any],
         name: str | None = None,
+        fused: bool = False,
     ) -> None:
+        _checks.flag("fused", fused)
         if learning_rate is None:
             raise ValueError("learning_rate is not set")
         if _is_lr_scheduler(learning_rate):
@@ -169,6 +180,8 @@ class Optimizer(torch.optim.Optimizer):
             **defaults,
         }
         super().__init__(params, defaults)
+        self._step_supports_amp_scaling = fused
+        _drive_by(scheduler, self)
 
     # --- parameter groups ----------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -311,15 +324,18 @@ class Optimizer(torch.optim.Optimizer):
         self._compat_lr_scheduler = scheduler
         for group in self.param_groups:
             group["lr"] = lr
+        _drive_by(scheduler, self)
 
-    def _read_lr_scheduler(self) -> None:
-        """Put the scheduler's current rate into every group's ``lr`` (at each step, as Paddle).
+    def _read_lr_scheduler(self, at_step: bool = True) -> None:
+        """Put the scheduler's current rate into every group's ``lr``: at each step, as Paddle, and
+        (``at_step=False``) when one of ours moves, as torch's schedulers do.
 
         Paddle reads ``float(scheduler())`` into its LR tensor in each step, before the updates;
-        ``_group_lr`` rounds it to that tensor's dtype.
+        ``_group_lr`` rounds it to that tensor's dtype. A rate the step would refuse is left for the
+        step to refuse.
         """
         scheduler = self._compat_lr_scheduler
-        if scheduler is None:
+        if scheduler is None or not (at_step or _is_valid_lr(float(scheduler()))):
             return
         lr = _scheduled_lr(scheduler)
         for group in self.param_groups:
@@ -357,8 +373,24 @@ class Optimizer(torch.optim.Optimizer):
         """Paddle's dygraph ``minimize``: the gradients already exist (no backward is run).
 
         ``parameters`` restricts the update to those tensors and ``no_grad_set`` excludes some.
-        Returns ``(None, params_grads)`` with the gradients actually applied.
+        Returns ``(None, params_grads)`` with the gradients actually applied. torch.optim's step
+        hooks run (with the arguments of a ``step()`` call), and the profiler range opens, as in ``step``.
         """
+        work = _torch_step.run_selected(self, self._minimize_selection(loss, parameters, no_grad_set))
+        return None, [pair for _, pairs in work for pair in pairs]
+
+    def _skipped_minimize(self, *args: Any, **kwargs: Any) -> tuple[None, ParamsGrads]:
+        """What ``minimize(*args, **kwargs)`` returns on a step a GradScaler skips, which does not
+        call it here: Paddle's scaler calls it and its kernels skip, so its ``scaler.minimize``
+        still returns ``(None, params_grads)``. Nothing is updated and no step hook runs."""
+        given = inspect.signature(Optimizer.minimize).bind(self, *args, **kwargs).arguments
+        selected = self._minimize_selection(given["loss"], given.get("parameters"), given.get("no_grad_set"))
+        return None, [pair for _, pairs in self._work(selected) for pair in pairs]
+
+    def _minimize_selection(
+        self, loss: Any, parameters: Iterable[Tensor] | None, no_grad_set: Iterable[Tensor] | None
+    ) -> set[int] | None:
+        """The ids of the parameters ``minimize`` steps (``None``: all), its arguments checked."""
         if not isinstance(loss, Tensor):
             raise TypeError("The loss should be an Tensor.")
         selected = None
@@ -368,7 +400,7 @@ class Optimizer(torch.optim.Optimizer):
             excluded = {id(p) for p in no_grad_set}
             every = selected if selected is not None else {id(p) for g in self.param_groups for p in g["params"]}
             selected = every - excluded
-        return None, [pair for _, pairs in self._apply_optimize(selected) for pair in pairs]
+        return selected
 
     @never_traced
     def _apply_optimize(self, selected: set[int] | None) -> list[tuple[dict[str, Any], ParamsGrads]]:
@@ -714,6 +746,10 @@ class Optimizer(torch.optim.Optimizer):
                 state[key] = value
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        _drive_by(self.__dict__.get("_compat_lr_scheduler"), self)  # the scheduler does not keep it
+
     def set_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Paddle's name for ``load_state_dict``."""
         self.load_state_dict(state_dict)
@@ -774,6 +810,13 @@ def _listed(item: Any) -> Any:
     if isinstance(item, dict) and not isinstance(item.get("params"), (Tensor, set)):
         return {**item, "params": list(item.get("params", []))}
     return item
+
+
+def _drive_by(scheduler: Any, optimizer: Optimizer) -> None:
+    """Tell one of our schedulers that it drives ``optimizer`` (torch's protocol: ``optimizer``,
+    ``get_last_lr``, the groups' ``lr`` set at its ``step``); other schedulers are only read."""
+    if isinstance(scheduler, LRScheduler):
+        scheduler._drive(optimizer)
 
 
 def _scheduled_lr(scheduler: Any) -> float:

@@ -35,8 +35,8 @@ def distributed_scaler(scaler: AmpScaler, *, group: Any = None) -> AmpScaler:
         scaler = paddle_compat.amp.GradScaler(init_loss_scaling=1024)
         scaler = fleet.distributed_scaler(scaler)
 
-    Differences from Paddle: the scaler is configured, not patched; it also works with torch's
-    fused optimizers without a host sync.
+    Differences from Paddle: the scaler is configured, not patched; it also works with fused
+    optimizers (torch's, and ours with ``fused=True``) without a host sync.
     """
     if not isinstance(scaler, AmpScaler):
         raise TypeError(f"scaler must be a paddle_compat.amp.GradScaler or AmpScaler, got {type(scaler).__name__}")
