@@ -24,7 +24,6 @@ forms run: the same bits, a few times slower on large models.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import math
 import os
 import threading
@@ -255,13 +254,16 @@ class _FloatEnvironment:
     def __init__(self) -> None:
         self._libm: Any = None
         self._env = ctypes.create_string_buffer(1024)  # larger than any platform's fenv_t
-        name = ctypes.util.find_library("m")
-        try:
-            libm = ctypes.CDLL(name) if name else ctypes.CDLL(None)
-            if libm.fegetenv(self._env) == 0:
-                self._libm = libm
-        except (OSError, AttributeError):
-            pass
+        # the C library the interpreter has loaded, else glibc's libm by name (ctypes.util's search
+        # for a library would start ldconfig or a C compiler)
+        for name in (None, "libm.so.6"):
+            try:
+                libm = ctypes.CDLL(name)
+                if libm.fegetenv(self._env) == 0:
+                    self._libm = libm
+                    return
+            except (OSError, AttributeError):
+                continue
 
     def restore(self) -> None:
         if self._libm is not None:
