@@ -56,3 +56,10 @@ def test_the_wheel_installs_and_runs_the_compiled_kernels(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() in {level.name for level in _native_build.LEVELS}
     assert _native_build.find_libraries(installed)  # the libraries came in the wheel
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """``.ci/run`` is the README's test command, as a user on a fresh machine types it."""
+    readme = (ROOT / "README.md").read_text().splitlines()
+    (command,) = [line for line in readme if "'.[test]'" in line and line.startswith("python3 -m venv")]
+    assert command in (ROOT / ".ci" / "run").read_text().splitlines()
