@@ -27,6 +27,7 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -42,6 +43,12 @@ from paddle_compat.amp.unscale import all_reduce_max  # noqa: E402
 SIZES = {"1M": 1_000_000, "10M": 10_000_000, "100M": 100_000_000}
 DEPTH, BATCH = 4, 32
 VARIANTS = ("no collective", "no collective (A/A)", "process_group=WORLD")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def make_model(params: int, device: torch.device) -> torch.nn.Module:
@@ -100,8 +107,65 @@ def collective_latency(device: torch.device, repeats: int = 200) -> tuple[float,
 
 
 def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
-    torch.set_num_threads(1)
     amp_global_state().amp_dtype = "float16"  # as if auto_cast had run: dynamic scaling stays on
+    device = join(rank, args, port)
+    backend = dist.get_backend()
+    latency = collective_latency(device)
+    rows = []
+    for size in args.sizes.split(","):
+        for setting in ("local", "ddp"):
+            setups = [Setup(v, setting, SIZES[size], device, rank) for v in VARIANTS]
+            rows.append((size, setting, interleaved([s.run for s in setups], args.rounds, args.steps)))
+            del setups
+    if rank == 0:
+        median, mean = latency
+        print(f"found_inf all-reduce alone ({backend}, 2 ranks): median {median * 1e6:.0f} us, mean {mean * 1e6:.0f} us per call\n")
+        header = ["size", "setting", *VARIANTS, "with / without", "A/A control", "added per step"]
+        table = [
+            [size, setting, f"{plain:.3f}", f"{control:.3f}", f"{reduced:.3f}", f"{reduced / plain:.3f}",
+             f"{control / plain:.3f}", f"{(reduced - plain) * 1e3:+.0f} us"]
+            for size, setting, (plain, control, reduced) in rows
+        ]
+        print(markdown_table(header, table))
+    dist.destroy_process_group()
+
+
+def interleaved(runs: list[Callable[[int], list[float]]], rounds: int, steps: int) -> list[float]:
+    """Milliseconds, the median single step of each of ``runs`` (``run(steps)`` gives the seconds
+    of ``steps`` steps): after two warm-up steps each, ``rounds`` rounds in rotating order, the same
+    on every rank so that their collectives pair up."""
+    for run in runs:
+        run(2)
+    times: list[list[float]] = [[] for _ in runs]
+    for r in range(rounds):
+        for i in range(len(runs)):
+            j = (i + r) % len(runs)
+            times[j].extend(runs[j](steps))
+    return [statistics.median(t) * 1e3 for t in times]
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def launch(doc: str, rank_main: Callable[[int, argparse.Namespace, int], None], rounds: int) -> None:
+    """Parse the options (``doc`` is the help) and run ``rank_main(rank, args, port)`` as two ranks."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1M,10M")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    args = parser.parse_args()
+    if args.device == "cuda" and torch.cuda.device_count() < 2:
+        parser.error("--device cuda needs two GPUs")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.start_processes(rank_main, args=(args, free_port()), nprocs=2, start_method="spawn")
+
+
+def join(rank: int, args: argparse.Namespace, port: int) -> torch.device:
+    """This rank's device, after joining the two-rank group (gloo on CPU, NCCL on CUDA)."""
+    torch.set_num_threads(1)
     if args.device == "cuda":
         torch.cuda.set_device(rank)
         device, backend = torch.device("cuda", rank), "nccl"
@@ -110,47 +174,11 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(minutes=5)
     )
-    latency = collective_latency(device)
-    rows = []
-    for size in args.sizes.split(","):
-        for setting in ("local", "ddp"):
-            setups = [Setup(v, setting, SIZES[size], device, rank) for v in VARIANTS]
-            for s in setups:
-                s.run(2)  # warm-up
-            times: list[list[float]] = [[] for _ in setups]
-            for r in range(args.rounds):
-                for i in range(len(setups)):
-                    j = (i + r) % len(setups)  # the same rotation on both ranks: collectives pair up
-                    times[j].extend(setups[j].run(args.steps))
-            rows.append((size, setting, [statistics.median(t) * 1e3 for t in times]))
-            del setups
-    if rank == 0:
-        median, mean = latency
-        print(f"found_inf all-reduce alone ({backend}, 2 ranks): median {median * 1e6:.0f} us, mean {mean * 1e6:.0f} us per call\n")
-        print("| size | setting | " + " | ".join(VARIANTS) + " | with / without | A/A control | added per step |")
-        print("|---|---|" + "---|" * (len(VARIANTS) + 3))
-        for size, setting, (plain, control, reduced) in rows:
-            print(
-                f"| {size} | {setting} | {plain:.3f} | {control:.3f} | {reduced:.3f} | {reduced / plain:.3f} | "
-                f"{control / plain:.3f} | {(reduced - plain) * 1e3:+.0f} us |"
-            )
-    dist.destroy_process_group()
+    return device
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1M,10M")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    args = parser.parse_args()
-    if args.device == "cuda" and torch.cuda.device_count() < 2:
-        parser.error("--device cuda needs two GPUs")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.start_processes(rank_main, args=(args, port), nprocs=2, start_method="spawn")
+    launch(__doc__, rank_main, rounds=9)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ On CPU the squared L2 norms are summed in the order of Paddle's CPU kernel (Eige
 8 float32 or 4 float64 lanes, two accumulators, halving above 1024 packets), so fp32/fp64 clipping is
 bit-exact to Paddle on CPU. On CUDA Paddle reduces with cub, whose order is not reproduced: there the
 norm can differ from Paddle's by a few ulps.
+
+DTensor gradients (FSDP2, tensor parallelism) are clipped by the norm of the whole tensors: each rank
+sums the squares of its shards, the sums are all-reduced over the groups the shards are spread on
+(``_dtensor.shard_groups``), and each rank scales its own shards. The partial sums add up in another
+order than one process's, as in Paddle's sharded clip: a few ulps apart.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from .. import _checks, _native
+from .._dtensor import any_dtensor, local, shard_groups, wrap_like
 from .._numerics import sqrt_rn
 
 __all__ = ["ClipGradBase", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "GradientClipBase"]
@@ -156,6 +163,28 @@ def _squared_l2_norm_torch(x: Tensor) -> Tensor:
     return (xa * xa).sum().to(x.dtype)
 
 
+def _total(grads: Sequence[Tensor], sum_dtype: torch.dtype) -> Tensor:
+    """The sum of the squares of ``grads`` (plain tensors) in Paddle's order: per tensor in its
+    dtype, per dtype group (fp16+bf16, fp32, fp64), then the groups, in ``sum_dtype``."""
+    low: list[Tensor] = []
+    fp32: list[Tensor] = []
+    fp64: list[Tensor] = []
+    for sq in squared_l2_norms(grads):
+        bucket = low if sq.dtype in (torch.float16, torch.bfloat16) else fp32 if sq.dtype == torch.float32 else fp64
+        bucket.append(sq)
+    device = grads[0].device
+    parts = []
+    if low:
+        dtypes = {t.dtype for t in low}
+        low_dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32  # fp16 and bf16: float32
+        parts.append(_sum(torch.stack([t.to(low_dtype) for t in low])).to(sum_dtype))
+    if fp32:
+        parts.append(_sum(torch.stack(fp32)).to(sum_dtype))
+    if fp64:
+        parts.append(_sum(torch.stack(fp64)))
+    return _sum(torch.stack([t.to(device) for t in parts]))
+
+
 class ClipGradBase:
     """Base class of the gradient clips an optimizer accepts as ``grad_clip``."""
 
@@ -229,11 +258,19 @@ class ClipGradByNorm(ClipGradBase):
     def _clip_one(self, g: Tensor) -> Tensor:
         # Paddle's kernel, in g's dtype: scaling = 1 when norm <= clip_norm, else
         # clip_norm / (norm + eps) with eps = 1e-6 only when norm <= 1e-30.
-        norm = sqrt_rn(squared_l2_norm(g))
-        max_norm = torch.full((), self.clip_norm, dtype=torch.float32, device=g.device).to(g.dtype)
-        eps = (norm <= 1e-30).to(g.dtype) * 1e-6
+        # A DTensor's norm is the whole tensor's (its shards' squares summed over the ranks);
+        # each rank scales its own shard.
+        shard = local(g)
+        sq = squared_l2_norm(shard)
+        for group in shard_groups(g, "the gradient"):
+            sq = sq.reshape(1)
+            dist.all_reduce(sq, group=group)
+            sq = sq.reshape(())
+        norm = sqrt_rn(sq)
+        max_norm = torch.full((), self.clip_norm, dtype=torch.float32, device=shard.device).to(shard.dtype)
+        eps = (norm <= 1e-30).to(shard.dtype) * 1e-6
         scaling = torch.where(norm <= max_norm, torch.ones_like(norm), max_norm / (norm + eps))
-        return g * scaling
+        return wrap_like(shard * scaling, g) if shard is not g else g * scaling
 
 
 class ClipGradByGlobalNorm(ClipGradBase):
@@ -262,26 +299,27 @@ class ClipGradByGlobalNorm(ClipGradBase):
         return f"Gradient Clip By GlobalNorm, global_norm={self.clip_norm:f}"
 
     def global_norm(self, grads: Sequence[Tensor]) -> Tensor:
-        """The global norm Paddle would compute for these gradients (a 0-D tensor)."""
-        low: list[Tensor] = []
-        fp32: list[Tensor] = []
-        fp64: list[Tensor] = []
-        for sq in squared_l2_norms(grads):
-            bucket = low if sq.dtype in (torch.float16, torch.bfloat16) else fp32 if sq.dtype == torch.float32 else fp64
-            bucket.append(sq)
-        sum_dtype = torch.float64 if fp64 else torch.float32
-        device = grads[0].device
-        parts = []
-        if low:
-            dtypes = {t.dtype for t in low}
-            low_dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32  # fp16 and bf16: float32
-            parts.append(_sum(torch.stack([t.to(low_dtype) for t in low])).to(sum_dtype))
-        if fp32:
-            parts.append(_sum(torch.stack(fp32)).to(sum_dtype))
-        if fp64:
-            parts.append(_sum(torch.stack(fp64)))
-        total = _sum(torch.stack([t.to(device) for t in parts]))
-        return sqrt_rn(total)
+        """The global norm Paddle would compute for these gradients (a 0-D tensor).
+
+        DTensor gradients (FSDP2, tensor parallelism) count whole: the squares of each rank's
+        shards are summed as above, that sum is all-reduced over the groups the shards are spread
+        on, and the sum of the plain or replicated gradients is added once. The partial sums thus
+        add up in another order than one process's sum over whole tensors (as in Paddle's sharded
+        clip): the norm can differ from one process's by a few ulps.
+        """
+        sum_dtype = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+        if not any_dtensor(grads):
+            return sqrt_rn(_total(grads, sum_dtype))
+        spread: dict[tuple[Any, ...], list[Tensor]] = {}  # shard groups -> local shards
+        for i, g in enumerate(grads):
+            spread.setdefault(shard_groups(g, f"gradient {i}"), []).append(local(g))
+        totals = []
+        for groups, shards in spread.items():
+            total = _total(shards, sum_dtype).reshape(1)
+            for group in groups:
+                dist.all_reduce(total, group=group)
+            totals.append(total.reshape(()))
+        return sqrt_rn(totals[0] if len(totals) == 1 else _sum(torch.stack(totals)))
 
     def _clip(self, params_grads: Sequence[tuple[Tensor, Tensor | None]]) -> ParamsGrads:
         """Scale the gradients in place, as Paddle does, also on a step a GradScaler skips (its
@@ -299,7 +337,7 @@ class ClipGradByGlobalNorm(ClipGradBase):
         else:
             factor = max_norm / torch.maximum(norm, max_norm)
         buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
-        for g in grads:
+        for g in map(local, grads):  # a DTensor's shard is scaled where it lies
             buckets.setdefault((g.device, g.dtype), []).append(g)
         for (device, dtype), bucket in buckets.items():  # in place, as Paddle; one pass per bucket
             torch._foreach_mul_(bucket, factor.to(device=device, dtype=dtype))

@@ -141,12 +141,14 @@ def _defines(opt: Optimizer, *hooks: str) -> bool:
 
 
 class Engine:
-    """One optimizer's plans (per parameter group) and scratch buffers (per slot, dtype, device)."""
+    """One optimizer's plans (per parameter group), scratch buffers (per slot, dtype, device) and
+    view of its state on local shards."""
 
     def __init__(self) -> None:
         self._plans: dict[int, _Plan | None] = {}
         self._scratch: dict[tuple[Any, ...], Tensor] = {}
         self._views: dict[tuple[Any, ...], Tensor] = {}
+        self.shard_view: Any = None  # the state as DTensor groups' steps see it (``_sharded.local_shards``)
 
     def __reduce__(self) -> tuple[type[Engine], tuple[()]]:
         # caches: a copy starts empty (plans hold addresses of the original's tensors)

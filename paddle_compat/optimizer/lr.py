@@ -212,10 +212,6 @@ class LRScheduler(_TorchLRScheduler):
         optimizer = self.optimizer
         return [self.last_lr] * (len(optimizer.param_groups) if optimizer is not None else 1)
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """torch's name for ``set_state_dict``."""
-        self.set_state_dict(state_dict)
-
     def _driven(self) -> list[Any]:  # paddle_compat's optimizers (which import this module)
         alive = [optimizer for ref in self._compat_optimizers if (optimizer := ref()) is not None]
         return [optimizer for optimizer in alive if getattr(optimizer, "_compat_lr_scheduler", None) is self]
@@ -273,6 +269,11 @@ class LRScheduler(_TorchLRScheduler):
 
     def set_dict(self, state_dict: dict[str, Any]) -> None:
         """Paddle's other name for ``set_state_dict``."""
+        self.set_state_dict(state_dict)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's name for ``set_state_dict`` (not in Paddle): with ``state_dict`` it makes a
+        scheduler a ``Stateful`` entry of a ``torch.distributed.checkpoint`` state dict."""
         self.set_state_dict(state_dict)
 
     def _nested_state_keys(self) -> tuple[str, ...]:

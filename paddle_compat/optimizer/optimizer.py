@@ -34,15 +34,17 @@ import torch
 from torch import Tensor
 
 from .. import _checks, _native, _numerics
+from .._dtensor import any_dtensor, distribute_like, is_dtensor, local
 from .._numerics import round_to
 from ..amp import unscale
 from ..amp._args import user_stacklevel
 from ..amp.compile_boundary import never_traced
 from ..amp.master_grad import clear_grads, grad_of
-from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, ParamsGrads
+from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _multi_tensor, _torch_step
 from ._engine import Engine, Item, optional_form, same_layout
+from ._sharded import local_shards
 from .lr import LambdaDecay, LRScheduler
 
 __all__ = ["Optimizer"]
@@ -419,8 +421,17 @@ class Optimizer(torch.optim.Optimizer):
         grad_enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
+            at_rate_zero = not self.state and all(group["lr"] == 0 for group in self.param_groups)
             self._read_lr_scheduler()
             work = self._work(selected)
+            if at_rate_zero and not any(bool(local(g).any()) for _, pairs in work for _, g in pairs):
+                # How torch.distributed.checkpoint's get/set_state_dict create an optimizer's state:
+                # a step at rate 0 on zero gradients. A scheduler's rate, weight decay or Adam's beta
+                # powers would still move something: create the state, change nothing.
+                for group, pairs in work:
+                    for p, _ in pairs:
+                        self._prepare_state(p, group)
+                return work
             skip, device_flag = self._scaler_handover(work)
             if skip:
                 _clip_skipped(work)
@@ -464,7 +475,8 @@ class Optimizer(torch.optim.Optimizer):
         scale = getattr(self, "grad_scale", None)
         if scale is not None and work:
             inverse = torch.reciprocal(scale.detach().to(torch.float32).reshape(()))
-            unscale.unscale_([g for _, pairs in work for _, g in pairs], inverse, None, check_output=False)
+            # a DTensor's own shard: each element is unscaled alone (no flag, so no collective)
+            unscale.unscale_([local(g) for _, pairs in work for _, g in pairs], inverse, None, check_output=False)
         found_inf = getattr(self, "found_inf", None)
         if found_inf is None:
             return False, None
@@ -478,6 +490,10 @@ class Optimizer(torch.optim.Optimizer):
         clip = group["grad_clip"]
         if clip is not None:
             pairs = clip(pairs)  # ClipGradByGlobalNorm scales in place, on a skipped step too, as Paddle
+        if any_dtensor(p for p, _ in pairs):  # FSDP2, tensor parallel: each rank updates its local shards
+            with local_shards(self, group, pairs) as local_pairs:
+                self._compat_engine.update(self, group, local_pairs, found_inf)
+            return
         self._compat_engine.update(self, group, pairs, found_inf)
 
     # --- the update: the torch form (required), the kernels' forms (optional speed-ups) ---------
@@ -629,7 +645,10 @@ class Optimizer(torch.optim.Optimizer):
         (finite, >= 0; ``ValueError``), each state tensor's shape (the parameter's, ``[1]`` for
         Adam's beta powers; ``ValueError``) and dtype (the parameter's, or float32 for fp16/bf16
         parameters and master weights; ``TypeError``), and the ``"LR_Scheduler"`` entry, required
-        when a scheduler other than ``LambdaDecay`` drives the rate, as in Paddle (``KeyError``).
+        when a scheduler other than ``LambdaDecay`` drives the rate, as in Paddle (``KeyError``),
+        except in a sharded checkpoint (DTensor state): ``torch.distributed.checkpoint`` keeps only
+        ``"state"`` and ``"param_groups"``, and the scheduler is checkpointed beside it. A whole
+        tensor loaded for a DTensor parameter is sharded as the parameter.
         """
         decoded = self._check_state_dict(state_dict)
         scheduler = self._compat_lr_scheduler
@@ -643,7 +662,10 @@ class Optimizer(torch.optim.Optimizer):
             for key, value in state_dict["state"].get(saved_id, {}).items():
                 if isinstance(value, Tensor):
                     device = torch.device("cpu") if key in self._host_state else p.device
-                    self.state[p][key] = value.detach().to(device=device, copy=True)
+                    value = value.detach().to(device=device, copy=True)
+                    if key not in self._host_state and is_dtensor(p) and not is_dtensor(value):
+                        value = distribute_like(value, p)  # a whole tensor: this rank keeps its shard
+                    self.state[p][key] = value
         self._read_lr_scheduler()
 
     def _check_state_dict(self, state_dict: Any) -> list[dict[str, Any]]:
@@ -692,7 +714,7 @@ class Optimizer(torch.optim.Optimizer):
         if scheduler is None:
             return decoded
         if "LR_Scheduler" not in state_dict:
-            if not isinstance(scheduler, LambdaDecay):
+            if not isinstance(scheduler, LambdaDecay) and not any_dtensor(_state_tensors(state_dict)):
                 raise KeyError("LR_Scheduler state must be included in the state dict except LambdaDecay")
             return decoded
         check = getattr(scheduler, "_check_state_dict", None)  # ours check without loading
@@ -774,7 +796,7 @@ def _decode(value: Any, where: str) -> Any:
     (a ``clip_norm`` of NaN would turn every parameter NaN); errors name ``where``."""
     if not (isinstance(value, dict) and _TAG in value):
         return value
-    known = {c.__name__: c for c in (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, L1Decay, L2Decay)}
+    known: dict[str, type[Any]] = {c.__name__: c for c in (*_subclasses(ClipGradBase), L1Decay, L2Decay)}
     fields = dict(value)
     name = fields.pop(_TAG)
     if name not in known:
@@ -783,6 +805,18 @@ def _decode(value: Any, where: str) -> Any:
         return known[name](**{key.lstrip("_"): field for key, field in fields.items()})
     except (TypeError, ValueError) as error:
         raise type(error)(f"{where}: {error}") from None
+
+
+def _state_tensors(state_dict: dict[str, Any]) -> list[Any]:
+    return [v for per_param in state_dict["state"].values() for v in per_param.values()]
+
+
+def _subclasses(cls: type[Any]) -> list[type[Any]]:
+    """``cls``'s subclasses, theirs too (fleet's hybrid clip among the clips, once imported)."""
+    found: list[type[Any]] = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
 
 
 def _is_valid_lr(value: Any) -> bool:

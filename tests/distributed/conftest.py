@@ -18,8 +18,11 @@ from .launcher import Launch, launch
 
 DEADLINE = 240.0  # seconds for a whole launch, start-up included, on a busy 2-core machine
 
-GLOO_2 = ["ddp_needs_nothing", "explicit_group", "fsdp2", "checkpoint", "paddle_script", "peer_hangs", "rank_raises"]
-GLOO_4 = ["hybrid"]
+GLOO_2 = [
+    "ddp_needs_nothing", "explicit_group", "fsdp2", "paddle_optimizers_fsdp2", "checkpoint", "paddle_script",
+    "recipe", "peer_hangs", "rank_raises",
+]
+GLOO_4 = ["hybrid", "dcp_reshard", "hybrid_clip", "recipe"]  # recipe: after gloo_2's
 NCCL_2 = ["ddp_needs_nothing", "explicit_group", "fsdp2", "nccl_paths"]
 
 
@@ -63,7 +66,8 @@ def gloo_2(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 @pytest.fixture(scope="session")
-def gloo_4(tmp_path_factory: pytest.TempPathFactory) -> Run:
+def gloo_4(tmp_path_factory: pytest.TempPathFactory, gloo_2: Run) -> Run:
+    # after gloo_2: its recipe scenario leaves the checkpoint this launch resumes on 4 ranks
     return _run(tmp_path_factory, "gloo4", "cpu", "fleet:2,2", GLOO_4, 4)
 
 

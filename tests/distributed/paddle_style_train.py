@@ -62,11 +62,10 @@ def main(bad_rank: int = 1, bad_step: int = 3, steps: int = 6) -> dict[str, list
     # -- group sharded (ZeRO-2) ------------------------------------------------------------------
     torch.manual_seed(rank)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    # Paddle: paddle.optimizer.AdamW(...); paddle_compat's optimizers cannot step FSDP2 params yet.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
     scaler = paddle.amp.GradScaler(init_loss_scaling=1024)
     model, optimizer, scaler = group_sharded_parallel(model, optimizer, "os_g", scaler=scaler)
-    group_sharded = train(model, optimizer, scaler, optimizer.zero_grad)  # Paddle: optimizer.clear_grad
+    group_sharded = train(model, optimizer, scaler, optimizer.clear_grad)
     return {"data_parallel": data_parallel, "group_sharded": group_sharded}
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import paddle_compat as paddle
 import paddle_compat.distributed as pdist
 from paddle_compat.amp import GradScaler, unscale
 from paddle_compat.distributed import fleet
@@ -265,8 +266,11 @@ def test_group_sharded_parallel_checks_its_arguments(no_launcher):
         group_sharded_parallel(model, opt, "os", segment_size=0)
     with pytest.raises(TypeError, match="^offload should be a bool, but received str$"):
         group_sharded_parallel(model, opt, "os", offload="no")
-    with pytest.raises(NotImplementedError, match="cannot step FSDP2's DTensor parameters"):
+    with pytest.raises(RuntimeError, match="needs a process group"):  # ours pass the optimizer check
         group_sharded_parallel(model, AdamW(parameters=model.parameters()), "os")
+    decorated = paddle.amp.decorate(torch.nn.Linear(4, 2), level="O2", dtype="bfloat16", master_grad=True)
+    with pytest.raises(NotImplementedError, match="master_grad=True"):
+        group_sharded_parallel(decorated, AdamW(parameters=decorated.parameters()), "os")
     with pytest.raises(ValueError, match="not the model's"):
         group_sharded_parallel(model, torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1), "os")
     with pytest.raises(RuntimeError, match="needs a process group"):
@@ -279,3 +283,131 @@ def test_a_scaler_bound_to_another_group_refuses_to_pickle(one_rank):
         pickle.dumps(scaler)
     scaler.process_group = None
     assert pickle.loads(pickle.dumps(scaler)).process_group is None
+
+
+def test_checkpoints_state_creation_step_changes_nothing(no_launcher):
+    """torch.distributed.checkpoint's get_state_dict creates a fresh optimizer's state with a
+    step at rate 0 on zero gradients; a scheduler's rate and weight decay must not move the
+    parameters, nor the step advance Adam's beta powers."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from paddle_compat import optimizer as popt
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = popt.AdamW(popt.lr.StepDecay(0.5, 2), parameters=model.parameters(), weight_decay=0.1)
+    _, optim_sd = get_state_dict(model, opt)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    state = optim_sd["state"]["weight"]
+    assert float(state["beta1_pow_acc"]) == pytest.approx(0.9) and not state["moment1"].any()
+    assert opt.param_groups[0]["lr"] == 0.5  # the scheduler's rate is back
+
+
+def test_a_whole_state_loaded_into_a_sharded_optimizer_is_sharded(one_rank):
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from paddle_compat import optimizer as popt
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = popt.Momentum(0.1, parameters=model.parameters())
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    saved = opt.state_dict()
+    fully_shard(model)
+    sharded = popt.Momentum(0.1, parameters=model.parameters())
+    sharded.load_state_dict(saved)
+    for p, whole in zip(model.parameters(), saved["state"].values()):
+        velocity = sharded.state[p]["velocity"]
+        assert isinstance(velocity, DTensor) and velocity.placements == p.placements
+        assert torch.equal(velocity.full_tensor(), whole["velocity"])
+
+
+def test_fleet_mesh_and_a_hybrid_clip_in_one_process(one_rank):
+    import io
+
+    from paddle_compat import optimizer as popt
+    from paddle_compat.distributed.fleet.hybrid_parallel_optimizer import HybridParallelClipGrad
+    from paddle_compat.nn import ClipGradByGlobalNorm
+
+    hcg = fleet.get_hybrid_communicate_group()
+    mesh = hcg.get_device_mesh()
+    assert mesh.mesh_dim_names == ("dp", "pp", "sharding", "sep", "mp") and mesh.mesh.shape == (1, 1, 1, 1, 1)
+    param = torch.nn.Parameter(torch.ones(3))
+    clip = ClipGradByGlobalNorm(0.5)
+    opt = popt.SGD(0.1, parameters=[param], grad_clip=clip)
+    assert fleet.distributed_optimizer(opt)._grad_clip is clip  # one process: left alone, as Paddle
+    with pytest.raises(TypeError, match="clip should be a ClipGradByGlobalNorm"):
+        HybridParallelClipGrad(0.5, hcg)
+    opt._grad_clip = HybridParallelClipGrad(clip, hcg)
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    buffer.seek(0)
+    again = popt.SGD(0.1, parameters=[param])
+    again.set_state_dict(torch.load(buffer, weights_only=True))
+    loaded = again.param_groups[0]["grad_clip"]
+    assert type(loaded) is HybridParallelClipGrad and loaded.clip_norm == 0.5 and loaded._hcg is hcg
+    param.grad = torch.full((3,), 2.0)  # norm sqrt(12): scaled by 0.5 / (sqrt(12) + 1e-6)
+    again.step()
+    expected = 1 - 0.1 * 2.0 * (0.5 / (12**0.5 + 1e-6))
+    torch.testing.assert_close(param.detach(), torch.full((3,), expected), rtol=1e-6, atol=0)
+
+
+def test_a_sharded_step_keeps_its_plan_and_shows_the_real_state_after(one_rank):
+    """On a one-rank mesh: DTensor parameters step as plain ones, bit for bit; the optimizer's
+    state is its own between steps (DTensors), and the kernels' plan is kept from step to step
+    while nothing changes, made again after load_state_dict."""
+    from collections import defaultdict
+
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from paddle_compat import optimizer as popt
+
+    torch.manual_seed(0)
+    model, plain = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    plain.load_state_dict(model.state_dict())
+    fully_shard(model)
+    opt = popt.AdamW(0.01, parameters=model.parameters(), weight_decay=0.1)
+    ref = popt.AdamW(0.01, parameters=plain.parameters(), weight_decay=0.1)
+    plans = []
+    for step in range(3):
+        grads = [torch.randn(p.shape, generator=torch.Generator().manual_seed(step)) for p in plain.parameters()]
+        for p, q, g in zip(model.parameters(), plain.parameters(), grads):
+            p.grad, q.grad = DTensor.from_local(g.clone(), p.device_mesh, p.placements), g.clone()
+        opt.step()
+        ref.step()
+        plans.append(opt._compat_engine._plans[id(opt.param_groups[0])])
+        assert type(opt.state) is defaultdict
+        if step == 1:
+            opt.load_state_dict(opt.state_dict())
+    assert plans[0] is not None and plans[1] is plans[0] and plans[2] is not plans[1]
+    for p, q in zip(model.parameters(), plain.parameters()):
+        assert torch.equal(p.full_tensor(), q.detach())
+        assert isinstance(opt.state[p]["moment1"], DTensor)
+        assert torch.equal(opt.state[p]["moment2"].full_tensor(), ref.state[q]["moment2"])
+
+
+def test_clips_on_dtensor_gradients(one_rank):
+    """On a one-rank mesh a DTensor is its whole tensor: every clip gives the plain tensor's
+    result; a Partial gradient (addends, not slices) is refused, naming it, before any change."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Partial, Shard
+
+    from paddle_compat.nn import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
+
+    mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+    grads = [torch.randn(5, 3, generator=torch.Generator().manual_seed(i)) * 4 for i in range(2)]
+    params = [torch.nn.Parameter(torch.zeros(5, 3)) for _ in grads]
+    for clip in (ClipGradByGlobalNorm(1.0), ClipGradByNorm(1.0), ClipGradByValue(0.5)):
+        plain = clip([(p, g.clone()) for p, g in zip(params, grads)])
+        sharded = clip([(p, DTensor.from_local(g.clone(), mesh, [Shard(0)])) for p, g in zip(params, grads)])
+        for (_, a), (_, b) in zip(plain, sharded):
+            assert isinstance(b, DTensor) and torch.equal(b.full_tensor(), a), type(clip).__name__
+    partial = DTensor.from_local(grads[0].clone(), mesh, [Partial()])
+    for clip in (ClipGradByGlobalNorm(1.0), ClipGradByNorm(1.0)):
+        with pytest.raises(ValueError, match="is a DTensor with a Partial placement"):
+            clip([(params[0], partial)])
+    assert torch.equal(partial.to_local(), grads[0])

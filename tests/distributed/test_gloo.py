@@ -4,6 +4,8 @@ a Paddle-style script and failures; 4 ranks for fleet's hybrid groups. One launc
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -79,7 +81,49 @@ def test_group_sharded_levels_map_to_fsdp_units(gloo_2):
     assert (result["os"]["units"], result["os_g"]["units"], result["p_g_os"]["units"]) == (1, 1, 2)
 
 
-@pytest.mark.parametrize("kind", ["ddp", "sharded"])
+PADDLE_ON_SHARDS = [
+    "sgd", "momentum", "adam", "adamw", "adamw_bf16_master", "adamw_torch_forms", "adamw_os", "adamw_os_g",
+    "adamw_p_g_os", "momentum_uneven", "adamw_uneven",
+]
+
+
+def ulps(a: torch.Tensor, b: torch.Tensor) -> int:
+    from paddle_compat.parity._arrays import ulp_distance
+
+    dtype = str(a.dtype).removeprefix("torch.")
+    return int(ulp_distance(a.float().numpy(), b.float().numpy(), "float32").max()) if dtype == "bfloat16" else int(
+        ulp_distance(a.numpy(), b.numpy(), dtype).max()
+    )
+
+
+@pytest.mark.parametrize("case", PADDLE_ON_SHARDS)
+def test_paddle_optimizers_step_fsdp2_shards_bitwise_as_one_process(gloo_2, case):
+    """Each rank updates its shards; gathered, they are one process's tensors after the same
+    steps from the same whole gradients, bit for bit; an inf in one rank's shard is skipped on
+    every rank; the state is DTensors placed as their parameter (the beta powers: plain)."""
+    runs = [result[case] for result in gloo_2.results("paddle_optimizers_fsdp2")]
+    assert_ranks_agree_and_skip_the_union([run["trajectory"] for run in runs])
+    for run in runs:
+        assert run["trajectory"] == run["reference"]["trajectory"]
+        for p, q in zip(run["params"], run["reference"]["params"], strict=True):
+            assert p.dtype == q.dtype and torch.equal(p, q)
+        for key, kind, placed in run["layout"]:
+            assert (kind, placed) == (("Tensor", None) if key.endswith("_pow_acc") else ("DTensor", True)), key
+
+
+def test_global_norm_clip_sums_every_shard_on_every_rank(gloo_2):
+    runs = [result["adamw_clip"] for result in gloo_2.results("paddle_optimizers_fsdp2")]
+    assert_ranks_agree_and_skip_the_union([run["trajectory"] for run in runs])
+    for run in runs:
+        sharded, whole, local_only = run["norms"]
+        assert torch.equal(sharded, runs[0]["norms"][0])  # one all-reduced norm on every rank
+        assert ulps(sharded, whole) <= 4  # the partial sums add up in another order than one process's
+        assert abs(local_only - float(whole)) > 0.1 * float(whole)  # this rank's shards alone: a wrong norm
+        for p, q in zip(run["params"], run["reference"]["params"], strict=True):
+            assert ulps(p, q) <= 4
+
+
+@pytest.mark.parametrize("kind", ["ddp", "sharded", "sharded_paddle"])
 def test_checkpoint_on_rank_0_resumes_the_same_run_on_every_rank(gloo_2, kind):
     for result in gloo_2.results("checkpoint"):
         straight, resumed = result[f"{kind}_straight"], result[f"{kind}_resumed"]
@@ -140,3 +184,57 @@ def test_hybrid_without_distributed_scaler_only_dp_partners_agree(gloo_4):
     runs = [result["none"] for result in gloo_4.results("hybrid")]
     # An inf on rank 3 at step 2 reaches rank 1 (its dp partner); on rank 0 at step 5, rank 2.
     assert [skipped(run["trajectory"]) for run in runs] == [[5], [2], [5], [2]]
+
+
+@pytest.mark.parametrize("saved_on, resumed_on", [(2, 4), (4, 2)])
+def test_sharded_checkpoint_resumes_on_another_world_size_bitwise(gloo_4, saved_on, resumed_on):
+    """torch.distributed.checkpoint saves model, Paddle AdamW (DTensor moments, beta powers),
+    scheduler and scaler on one world size; the run resumed on another continues as the run
+    without the break, bit for bit: parameters, moments, beta powers, rate, scale and skips."""
+    results = gloo_4.results("dcp_reshard")
+    for rank in range(resumed_on):
+        straight = results[rank][f"straight_{resumed_on}"]
+        resumed = results[rank][f"resumed_{saved_on}_to_{resumed_on}"]
+        if rank < saved_on:
+            assert resumed["first"] + resumed["trajectory"] == straight["trajectory"]
+        assert resumed["trajectory"] == straight["trajectory"][3:]
+        assert skipped(straight["trajectory"]) == [3]
+        for key in ("params", "moments"):
+            assert all(torch.equal(p, q) for p, q in zip(resumed[key], straight[key], strict=True)), key
+        assert resumed["pows"] == straight["pows"] and resumed["lr"] == straight["lr"]
+        assert resumed["scaler"] == straight["scaler"] | {"scale": resumed["scaler"]["scale"]}
+        assert torch.equal(resumed["scaler"]["scale"], straight["scaler"]["scale"])
+    # The gradients are the same on any world size, and so is every update: 2 ranks = 4 ranks.
+    two, four = results[0]["straight_2"], results[0]["straight_4"]
+    assert all(torch.equal(p, q) for p, q in zip(two["params"], four["params"], strict=True))
+
+
+@pytest.mark.parametrize("layout", ["dp2_mp2", "pp2_mp2", "sharding2_mp2", "dp2_mp2_dtensor"])
+def test_hybrid_clip_takes_the_whole_models_norm_counting_replicas_once(gloo_4, layout):
+    """fleet.distributed_optimizer installs Paddle's hybrid clip: the norm is the whole model's
+    (split weights summed over mp, stages over pp, shards over sharding; the bias replicated on
+    the mp ranks counted once), with Paddle's ``clip_norm / (max(norm, clip_norm) + 1e-6)``; and
+    fleet.distributed_scaler makes an inf on one rank skip the step on all four."""
+    for run in (result[layout] for result in gloo_4.results("hybrid_clip")):
+        assert run["clip"] == "HybridParallelClipGrad"
+        assert run["mesh"] == ("dp", "pp", "sharding", "sep", "mp")
+        for seen in run["seen"]:
+            torch.testing.assert_close(seen.double(), torch.full_like(seen, run["expected"], dtype=torch.float64),
+                                       rtol=2e-7, atol=0)
+        assert abs(run["bias_counted_mp_times"] / run["expected"] - 1) > 1e-3  # what counting it twice gives
+        assert run["scaler_skipped"] == (True, True)  # distributed_scaler: rank 3's inf skips every rank
+
+
+def test_the_large_model_recipe_runs_and_resumes_on_another_world_size(gloo_2, gloo_4):
+    """docs/distributed.md's recipe: 4 steps on 2 ranks, then 4 more resumed on 4 ranks; its
+    step-4 checkpoint loads into either world size as the same state, bit for bit."""
+    two, four = gloo_2.results("recipe"), gloo_4.results("recipe")
+    for run in two + four:
+        assert len(run["losses"]) == 4 and all(math.isfinite(loss) for loss in run["losses"])
+        assert run["units"] == 5  # one FSDP unit per block, and the root
+        assert run["lr"] == four[0]["lr"] and run["lr"][0] == 4
+        for key in ("params", "masters", "moments"):
+            assert all(torch.equal(p, q) for p, q in zip(run[key], two[0][key], strict=True)), key
+        assert all(p.dtype == torch.bfloat16 for p in run["params"])
+        assert all(m.dtype == torch.float32 and torch.equal(m.to(torch.bfloat16), p)
+                   for m, p in zip(run["masters"], run["params"], strict=True))

@@ -1,36 +1,47 @@
-"""``fleet.distributed_optimizer``: nothing to wrap on torch."""
+"""``fleet.distributed_optimizer``: the optimizer, with Paddle's hybrid-parallel clip."""
 
 from __future__ import annotations
 
 import copy
+import logging
 import warnings
 from typing import Any
 
 import torch
 
+from ...nn.clip import ClipGradByGlobalNorm
 from .distributed_strategy import DistributedStrategy
 from .fleet import _fleet, fleet_state
+from .hybrid_parallel_optimizer import HybridParallelClipGrad
+from .topology import ParallelMode
 
 __all__ = ["distributed_optimizer"]
 
+logger = logging.getLogger("paddle_compat.distributed")
+
 
 def distributed_optimizer(optimizer: torch.optim.Optimizer, strategy: DistributedStrategy | None = None) -> Any:
-    """Return ``optimizer`` itself: it needs no wrapper on torch.
+    """Return ``optimizer`` itself, its global-norm clip made hybrid-parallel as Paddle's.
 
-    Paddle wraps it in ``HybridParallelOptimizer``, which all-reduces the dp gradients in
-    ``step`` (here ``distributed_model``'s DDP does that in ``backward``) and sums the global
-    norm of ``ClipGradByGlobalNorm`` over the model-parallel ranks. The latter is not done: with
-    ``mp_degree``/``pp_degree`` > 1 a global-norm clip sees this rank's gradients only, and a
-    warning says so.
+    Paddle wraps the optimizer in ``HybridParallelOptimizer``, which all-reduces the dp gradients
+    in ``step`` (here ``distributed_model``'s DDP does that in ``backward``) and, outside pure data
+    parallelism, replaces a ``ClipGradByGlobalNorm`` with ``HybridParallelClipGrad``: the norm
+    summed over the model-parallel, pipeline and sharding ranks, a replicated parameter counted
+    once. That replacement is made here too, on the optimizer itself (every parameter group's clip,
+    as Paddle), with Paddle's warning, logged.
 
     Args:
-        optimizer: a ``torch.optim.Optimizer`` (``paddle_compat.optimizer``'s included).
+        optimizer: a ``torch.optim.Optimizer`` (``paddle_compat.optimizer``'s included; the clip is
+            that of ours: ``torch.optim``'s have none).
         strategy: as in Paddle, replaces the strategy given to ``fleet.init`` (with Paddle's
             warning); the process groups stay those ``fleet.init`` built.
 
     Example::
 
         optimizer = fleet.distributed_optimizer(optimizer)
+
+    Differences from Paddle: no wrapper object (the optimizer is returned); sharding stage 1
+    (Paddle's ``DygraphShardingOptimizer``) is not made here: shard with ``group_sharded_parallel``.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
@@ -45,15 +56,20 @@ def distributed_optimizer(optimizer: torch.optim.Optimizer, strategy: Distribute
             stacklevel=2,
         )
         _fleet.strategy = copy.deepcopy(strategy)
-    if hcg.get_model_parallel_world_size() > 1 or hcg.get_pipe_parallel_world_size() > 1:
-        if any(_is_global_norm_clip(group.get("grad_clip")) for group in optimizer.param_groups):
-            warnings.warn(
-                "distributed_optimizer: ClipGradByGlobalNorm computes the norm of this rank's gradients "
-                "only; Paddle sums it over the model-parallel and pipeline ranks",
-                stacklevel=2,
-            )
+    clip = getattr(optimizer, "_grad_clip", None)
+    if (  # Paddle: in a single process the optimizer comes back as it is
+        isinstance(clip, ClipGradByGlobalNorm)
+        and not isinstance(clip, HybridParallelClipGrad)
+        and hcg.get_parallel_mode() not in (ParallelMode.DATA_PARALLEL, None)
+    ):
+        logger.warning(
+            "While using ClipGradByGlobalNorm in TensorParallel, PipelineParallel or Sharding, the grad clip "
+            "of original optimizer will be changed."
+        )
+        split_norm_comm = fleet_state()[0].hybrid_configs["split_norm_comm"]
+        hybrid = HybridParallelClipGrad(clip, hcg, split_norm_comm)
+        optimizer._grad_clip = hybrid  # type: ignore[attr-defined]
+        if getattr(optimizer, "_compat_grouped", False):
+            for group in optimizer.param_groups:
+                group["grad_clip"] = hybrid
     return optimizer
-
-
-def _is_global_norm_clip(clip: Any) -> bool:
-    return type(clip).__name__ == "ClipGradByGlobalNorm"

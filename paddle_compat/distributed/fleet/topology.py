@@ -233,6 +233,21 @@ class HybridCommunicateGroup:
         # Paddle's check groups (inf/NaN, global norm): every rank with this rank's dp (sharding) index.
         self._check_comm_group = self._across("data")
         self.sharding_check_comm_group = self._across("sharding") if topology.get_dim("sharding") > 1 else None
+        self._mesh = self._device_mesh()
+
+    def _device_mesh(self) -> Any:
+        """The topology as a torch ``DeviceMesh`` over the groups built above (see ``get_device_mesh``)."""
+        import torch
+        from torch.distributed.device_mesh import DeviceMesh
+
+        names = self._topo.get_hybrid_group_names()
+        # one group per axis, this rank's; the sep axis gets its own even at degree 1 (not Paddle's getter)
+        groups = [self._group.get(axis) or self._axis_group(self._topo.get_comm_list(axis)) for axis in names]
+        dims = [self._topo.get_dim(axis) for axis in names]
+        device_type = "cuda" if "cuda" in str(dist.get_backend_config()) and torch.cuda.is_available() else "cpu"
+        shorts = {full: short for short, full in AXIS_NAMES.items()}
+        layout = torch.arange(self.nranks, dtype=torch.int).reshape(dims)
+        return DeviceMesh.from_group(groups, device_type, layout, mesh_dim_names=tuple(shorts[a] for a in names))
 
     def _axis_group(self, rank_lists: list[list[int]]) -> Any:
         """The process group of the list holding this rank. Every list's group is created: that is
@@ -391,6 +406,19 @@ class HybridCommunicateGroup:
                 raise RuntimeError("the sharding check group exists only when sharding_degree > 1")
             return self.sharding_check_comm_group
         return self._check_comm_group
+
+    def get_device_mesh(self) -> Any:
+        """The topology as a torch ``DeviceMesh`` (ours; Paddle has no such getter): one dimension
+        per axis, in the strategy's order, named ``"dp"``, ``"pp"``, ``"sharding"``, ``"sep"``,
+        ``"mp"``, its groups those of the getters above. Slice it by name for torch's parallel
+        APIs: ``mesh["mp"]`` for ``parallelize_module``, ``mesh["sharding"]`` for ``fully_shard``.
+
+        Example::
+
+            mesh = fleet.get_hybrid_communicate_group().get_device_mesh()
+            fully_shard(model, mesh=mesh["sharding"])
+        """
+        return self._mesh
 
     def __repr__(self) -> str:
         axes = ("dp", "mp", "pp", "sharding", "sep")

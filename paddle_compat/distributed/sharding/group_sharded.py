@@ -55,7 +55,8 @@ def group_sharded_parallel(
 
     Args:
         model: the model, on its device.
-        optimizer: a ``torch.optim`` optimizer over ``model``'s parameters.
+        optimizer: a ``paddle_compat.optimizer`` or ``torch.optim`` optimizer over ``model``'s
+            parameters (ours step each rank's shards with Paddle's formulas).
         level: ``"os"``, ``"os_g"`` or ``"p_g_os"``.
         scaler: a ``paddle_compat.amp.GradScaler``/``AmpScaler``, or ``None``.
         group: the process group to shard over (default: the whole world).
@@ -74,9 +75,8 @@ def group_sharded_parallel(
         fleet.init(is_collective=True)
         model, optimizer, scaler = group_sharded_parallel(model, optimizer, "os_g", scaler=scaler)
 
-    Differences from Paddle: works on CPU (gloo) too; ``paddle_compat.optimizer``'s optimizers
-    cannot step DTensor parameters yet (use ``torch.optim``'s); no hybrid ``dp_group``; layers
-    cannot be excluded.
+    Differences from Paddle: works on CPU (gloo) too; no hybrid ``dp_group``; layers cannot be
+    excluded; a model decorated with ``master_grad=True`` is refused.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"The model must be the instance of torch.nn.Module, got {type(model).__name__}")
@@ -92,6 +92,11 @@ def group_sharded_parallel(
     if dp_group is not None or exclude_layer is not None:
         raise NotImplementedError("group_sharded_parallel: dp_group and exclude_layer are not supported")
     _check_optimizer(model, optimizer)
+    if any(getattr(p, "_paddle_compat_master_grad", False) for p in model.parameters()):
+        raise NotImplementedError(
+            "group_sharded_parallel: decorate(..., master_grad=True) keeps float32 gradients through hooks on "
+            "the parameters, which FSDP2 replaces; decorate without master_grad"
+        )
     if not parallel.is_initialized():
         raise RuntimeError("group_sharded_parallel needs a process group: call fleet.init() or init_parallel_env() first")
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
@@ -139,9 +144,9 @@ def save_group_sharded_model(model: nn.Module, output: str, optimizer: torch.opt
 
     Every rank must call it (the shards are gathered); global rank 0 writes
     ``output/model.pdmodel`` (the model's ``state_dict``) and ``output/model.pdopt`` (the
-    optimizer's, in ``torch.optim``'s own format) with ``torch.save``; all ranks return once
-    the files exist. To resume, load them into the unsharded model and optimizer, then call
-    ``group_sharded_parallel`` (as Paddle documents).
+    optimizer's, in ``torch.optim``'s own format, with our optimizers' ``"LR_Scheduler"``) with
+    ``torch.save``; all ranks return once the files exist. To resume, load them into the
+    unsharded model and optimizer, then call ``group_sharded_parallel`` (as Paddle documents).
 
     Args:
         model: a model returned by ``group_sharded_parallel``.
@@ -172,18 +177,20 @@ def save_group_sharded_model(model: nn.Module, output: str, optimizer: torch.opt
     if dist.get_rank() == 0:
         os.makedirs(output, exist_ok=True)
         torch.save(model_state, os.path.join(output, "model.pdmodel"))
-        if optim_state is not None:
-            torch.save(_indexed(optim_state), os.path.join(output, "model.pdopt"))
+        if optimizer is not None and optim_state is not None:
+            # torch's gathered dict keeps only "state" and "param_groups": the optimizer's other
+            # entries (our optimizers' "LR_Scheduler", as in Paddle's .pdopt) are added back
+            own = {k: v for k, v in optimizer.state_dict().items() if k not in ("state", "param_groups")}
+            torch.save({**_indexed(optim_state), **own}, os.path.join(output, "model.pdopt"))
     dist.barrier()
 
 
 def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    from ...optimizer import Optimizer as PaddleStyleOptimizer
-
-    if isinstance(optimizer, PaddleStyleOptimizer) or hasattr(optimizer, "_paddle_compat_grads"):
+    if hasattr(optimizer, "_paddle_compat_grads"):
         raise NotImplementedError(
-            "group_sharded_parallel: paddle_compat.optimizer's optimizers (and decorate's master-weight "
-            "optimizers) cannot step FSDP2's DTensor parameters yet; use a torch.optim optimizer"
+            "group_sharded_parallel: decorate's master-weight wrapper of a torch.optim optimizer steps float32 "
+            "copies of the parameters, which FSDP2 does not shard; use paddle_compat.optimizer's optimizers "
+            "with multi_precision=True"
         )
     in_model = {id(p) for p in model.parameters()}
     if any(id(p) not in in_model for g in optimizer.param_groups for p in g["params"]):
