@@ -65,7 +65,9 @@ class Kernels:
     def momentum(self, rows: array[int], per: array[float], mu: float, coeff: float, nesterov: bool) -> None:
         self._momentum(len(rows) // ROW, _addr(rows), _addr(per), mu, coeff, int(nesterov), torch.get_num_threads())
 
-    def adam(self, rows: array[int], per: array[float], b1: float, b2: float, eps: float, fused: bool, amsgrad: bool) -> None:
+    def adam(
+        self, rows: array[int], per: array[float], b1: float, b2: float, eps: float, fused: bool, amsgrad: bool
+    ) -> None:
         scratch = array("d", bytes(16 * (len(rows) // ROW)))
         self._adam(
             len(rows) // ROW, _addr(rows), _addr(per), _addr(scratch), b1, b2, eps, int(fused), int(amsgrad),

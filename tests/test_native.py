@@ -242,7 +242,8 @@ FIRST_STEP = """
     import paddle_compat.optimizer as popt
     gen = torch.Generator().manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(n, generator=gen)) for n in (1000, 37)]
-    opts = [popt.SGD(0.1, parameters=params), popt.Momentum(0.1, parameters=params), popt.AdamW(0.01, parameters=params)]
+    opts = [popt.SGD(0.1, parameters=params), popt.Momentum(0.1, parameters=params),
+            popt.AdamW(0.01, parameters=params)]
     for step in range(3):
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen)
