@@ -46,6 +46,8 @@ PER = 4  # lr, decay, l2, (unused)
 DTYPE = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
 NO_DTYPE = 15
 
+# where the libraries are: the package's own directory (resolved: a strict editable install links
+# this file, and the libraries built in place, from a tree of links)
 _DIRECTORY = Path(__file__).resolve().parent
 
 
