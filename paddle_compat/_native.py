@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from . import _native_build
+from ._devices import addressable
 from .amp._args import user_stacklevel
 
 __all__ = ["DTYPE", "NO_DTYPE", "PER", "ROW", "Batch", "Kernels", "NativeStatus", "enabled", "kernels", "status"]
@@ -122,6 +123,8 @@ class Batch:
         device (for the CPU kernels: the CPU).
         """
         slots = [s for s in states if s is not None]
+        if not all(addressable(t) for t in (value, grad, *slots, *pows, *([param] if param is not None else []))):
+            raise TypeError("the compiled kernels read only plain dense tensors (see _devices.addressable)")
         state_ptrs = [s.data_ptr() for s in slots] + [0] * (3 - len(slots))
         pow_ptrs = [t.data_ptr() for t in pows] + [0] * (2 - len(pows))
         dtypes = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -28,7 +29,7 @@ except ImportError:  # pragma: no cover - numpy comes with nearly every torch in
     _np = None
 
 __all__ = [
-    "CHUNK", "chunks", "cpu_kernels_use_fma", "fma", "fma_into", "gpu_kernels", "round_f32", "round_to", "sqrt_rn",
+    "CHUNK", "chunks", "cpu_kernels_use_fma", "fma", "fma_into", "fma_scalar", "round_f32", "round_to", "sqrt_rn",
     "sqrt_rn_into",
 ]
 
@@ -51,11 +52,6 @@ def round_to(dtype: torch.dtype) -> Callable[[float], float]:
     return float if dtype == torch.float64 else round_f32
 
 
-def gpu_kernels(t: Tensor) -> bool:
-    """Whether updates of ``t`` follow Paddle's GPU kernels (CUDA tensors) rather than its CPU ones."""
-    return t.is_cuda
-
-
 def fma(a: Tensor | float, b: Tensor | float, c: Tensor) -> Tensor:
     """``a*b + c`` with one rounding to ``c``'s dtype (float32 or lower), as an FMA instruction.
 
@@ -63,14 +59,10 @@ def fma(a: Tensor | float, b: Tensor | float, c: Tensor) -> Tensor:
     sum (``_sum_round_to_odd``); rounding that sum "to odd" before the final rounding to float32
     makes the two roundings one: the result is the correctly rounded ``fma``, bit for bit.
     Python-float scalars are used as given: callers pass values already rounded to the dtype.
-    A float64 ``c`` is computed as ``a*b + c`` in float64, two roundings (no float64 FMA).
+    A float64 ``c`` takes ``_fma64``: one rounding too, whatever torch's own kernels would fuse.
     """
     if c.dtype == torch.float64:
-        if isinstance(a, Tensor) and isinstance(b, Tensor):
-            return torch.addcmul(c, a, b)
-        if isinstance(a, Tensor):
-            a, b = b, a
-        return torch.add(c, b, alpha=float(a)) if isinstance(b, Tensor) else c + float(a) * float(b)
+        return _fma64(a, b, c)
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         product = a.double() * b.double()
     else:
@@ -81,6 +73,51 @@ def fma(a: Tensor | float, b: Tensor | float, c: Tensor) -> Tensor:
         else:
             product = torch.tensor(float(a) * float(b), dtype=torch.float64)
     return _narrow(_sum_round_to_odd(product, c.double()), c.dtype)
+
+
+def _fma64(a: Tensor | float, b: Tensor | float, c: Tensor) -> Tensor:
+    """``a*b + c`` in float64 with one rounding (Boldo and Melquiond's emulation of an FMA).
+
+    The product is split exactly into ``uh + ul`` (Dekker), ``c + uh`` into ``th + tl`` (TwoSum),
+    and ``tl + ul`` is rounded to odd before the last addition, which then rounds once. Where the
+    splitting over- or underflows (magnitudes beyond 2**996, or a product below 2**-969) or a value
+    is not finite, it is ``a*b + c`` with two roundings, which for inf and NaN is the FMA's result.
+    """
+    a_t = torch.as_tensor(a, dtype=torch.float64, device=c.device)
+    b_t = torch.as_tensor(b, dtype=torch.float64, device=c.device)
+    uh = a_t * b_t
+    ah, al = _split(a_t)
+    bh, bl = _split(b_t)
+    ul = ((ah * bh - uh) + ah * bl + al * bh) + al * bl
+    th = c + uh
+    c_part = th - uh
+    tl = (c - c_part) + (uh - (th - c_part))
+    z = th + _sum_round_to_odd(tl, ul)
+    exact = torch.isfinite(ul) & torch.isfinite(tl) & ((uh == 0) | (uh.abs() >= 2.0**-969))
+    return torch.where(exact, z, th)
+
+
+def _split(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Veltkamp's splitting: ``x = hi + lo`` exactly, each with at most 26 significant bits."""
+    scaled = x * 134217729.0  # 2**27 + 1
+    hi = scaled - (scaled - x)
+    return hi, x - hi
+
+
+def fma_scalar(a: float, b: float, c: float, dtype: torch.dtype) -> float:
+    """``a*b + c`` for Python floats holding ``dtype`` values (float32 or float64), rounded once to
+    ``dtype``: an FMA instruction's result, computed exactly (``Fraction``).
+
+    For float32 the exact value is rounded to odd in float64 first, which then rounds to float32
+    as the exact value would.
+    """
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    nearest = float(exact)  # correctly rounded to float64
+    if dtype == torch.float64 or not math.isfinite(nearest) or Fraction(nearest) == exact:
+        return nearest if dtype == torch.float64 else round_f32(nearest)
+    if struct.unpack("<q", struct.pack("<d", nearest))[0] & 1 == 0:  # even: the odd neighbour toward exact
+        nearest = math.nextafter(nearest, math.inf if exact > Fraction(nearest) else -math.inf)
+    return round_f32(nearest)
 
 
 def _narrow(odd: Tensor, dtype: torch.dtype) -> Tensor:

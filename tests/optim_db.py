@@ -87,12 +87,22 @@ def decay_weights_only(name: str) -> bool:
     return name.startswith("w")
 
 
-# --- Paddle's GPU formulas in NumPy: float32 arithmetic, fused multiply-adds done in float64 -------
+# --- Paddle's GPU formulas in NumPy: float32 arithmetic, the FMAs nvcc contracts rounded once -----
 f32 = np.float32
 
 
 def np_fma(a: Any, b: Any, c: Any) -> Any:
-    return (np.float64(a) * np.float64(b) + np.float64(c)).astype(f32)
+    """``a*b + c`` of float32 values rounded once to float32: the float64 product is exact, the
+    float64 sum is rounded to odd (its exact error from TwoSum), then to float32."""
+    a, b, c = np.broadcast_arrays(np.float64(a), np.float64(b), np.float64(c))
+    p = a * b
+    s = p + c
+    p_part = s - c
+    error = (p - p_part) + (c - (s - p_part))
+    bits = s.view(np.int64)
+    nudge = (error != 0) & ((bits & 1) == 0) & np.isfinite(s)
+    bits = bits + np.where(nudge, np.where((error > 0) == (s > 0), 1, -1), 0)
+    return bits.view(np.float64).astype(f32)
 
 
 def _sgd_gpu(p, g, st, lr):
@@ -110,8 +120,8 @@ def _momentum_gpu(p, g, st, lr, mu=0.9, coeff=0.01, rescale=0.5, nesterov=True):
 def _adam_gpu(p, g, st, lr, b1=0.9, b2=0.999, eps=1e-8, coeff=None):
     b1, b2, eps, lr = f32(b1), f32(b2), f32(eps), f32(lr)
     b1p, b2p = st.get("b1p", b1), st.get("b2p", b2)
-    if coeff is not None:
-        p = p * (f32(1) - lr * f32(coeff))
+    if coeff is not None:  # 1 - lr*coeff, one FMA
+        p = p * np_fma(-lr, f32(coeff), f32(1))
     m = np_fma(b1, st.get("m", np.zeros_like(p)), (f32(1) - b1) * g)
     v = np_fma(b2, st.get("v", np.zeros_like(p)), ((f32(1) - b2) * g) * g)
     denom = np.sqrt(v) / np.sqrt(f32(1) - b2p) + eps
@@ -235,8 +245,9 @@ OPTIM_DB: list[OptimizerInfo] = [
             _in("adamw_master_handover", lambda api, ps, **kw: api.optimizer.AdamW(
                 0.01, parameters=ps, multi_precision=True, grad_clip=api.nn.ClipGradByGlobalNorm(1.0), **kw),
                 "handover", dtype=torch.bfloat16),
+            # a rate where 1 - lr*0.1 rounded once (an FMA) and twice differ
             _in("adamw_gpu_formula", lambda api, ps, **kw: api.optimizer.AdamW(
-                0.01, parameters=ps, weight_decay=0.1, **kw), "gpu_formula"),
+                0.005612671375274658, parameters=ps, weight_decay=0.1, **kw), "gpu_formula", "gpu"),
             _in("adamw_globalnorm_decayfun_scaler", lambda api, ps, **kw: api.optimizer.AdamW(
                 0.01, parameters=ps, weight_decay=0.1, apply_decay_param_fun=decay_weights_only,
                 grad_clip=api.nn.ClipGradByGlobalNorm(0.5), **kw), "parity", scaler=True),

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import paddle_compat.nn as pnn
-from paddle_compat import _numerics
+from paddle_compat import _devices
 from paddle_compat.optimizer import _multi_tensor
 
 from .optim_db import CLASSES, cases, ids
@@ -24,7 +24,7 @@ GPU_FORMULA = cases("gpu_formula")
 @pytest.mark.parametrize(("info", "inp"), GPU_FORMULA, ids=ids(GPU_FORMULA))
 def test_gpu_formulas(info, inp, monkeypatch: pytest.MonkeyPatch) -> None:
     name, make, reference = inp.desc, inp.make, info.gpu_reference
-    monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
+    monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
     rng = np.random.default_rng(0)
     p0 = rng.standard_normal(500).astype(np.float32)
     p = torch.nn.Parameter(torch.from_numpy(p0.copy()))

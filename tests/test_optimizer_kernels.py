@@ -5,7 +5,7 @@
   (``_plain_update``, taken when layouts differ, forced here), for every optimizer, dtype mix and
   option (their loading and checks: ``test_native.py``).
 - GPU formulas: the Triton multi-tensor kernels, run on CPU tensors in Triton's interpreter,
-  against the per-tensor GPU formulas (``_numerics.gpu_kernels`` forced on, as in
+  against the per-tensor GPU formulas (``_devices.gpu_kernels`` forced on, as in
   ``test_optimizer_gpu_formulas.py``).
 - The GradScaler hand-over (``grad_scale``/``found_inf``) on every path.
 Where both results are NaN the payloads are not compared (they depend on operand order, which
@@ -23,7 +23,7 @@ import torch
 
 import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
-from paddle_compat import _native, _numerics
+from paddle_compat import _devices, _native, _numerics
 from paddle_compat.nn.clip import _eigen_sum, squared_l2_norms
 from paddle_compat.optimizer import _multi_tensor
 from paddle_compat.optimizer.optimizer import Optimizer
@@ -288,7 +288,7 @@ def interpreted_gpu_path(monkeypatch: pytest.MonkeyPatch):
     Triton kernels run in Triton's interpreter."""
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
+    monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
     if _multi_tensor.kernels(torch.device("cpu")) is None:
         pytest.skip("this Triton cannot interpret the kernels")
     return spy(monkeypatch, _multi_tensor, ["sgd", "momentum", "adam"])
@@ -362,7 +362,8 @@ def test_gpu_kernels_compile_with_ieee_arithmetic(name, fmas_per_element, extra,
     mod = _multi_tensor._load(interpret=False)
     if mod is None:
         pytest.skip("this Triton cannot build the kernels")
-    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "per": "*fp32", "found": "*fp32", **extra}
+    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "grads": "*i64", "per": "*fp32", "found": "*fp32",
+                 **extra}
     ptx = _ptx(getattr(mod, name), signature,
                {**constexprs, "HAS_FOUND": True, "ALIGNED": aligned, "BLOCK": _multi_tensor.BLOCK})
     elements_per_thread = _multi_tensor.BLOCK // (8 * 32)
@@ -459,7 +460,7 @@ def test_handover_with_a_device_flag(name, found, interpreted_gpu_path) -> None:
 
 def test_handover_with_a_device_flag_on_the_per_tensor_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the multi-tensor kernels the per-tensor GPU path reads the flag (one sync)."""
-    monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
+    monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
     use_native(monkeypatch, False)
     for name in HANDOVER:
         for found in (0.0, 1.0):

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks
+from .._devices import copy_to
 from . import scaler_args, unscale
 from ._args import user_stacklevel
 from .amp_state import amp_global_state
@@ -418,7 +419,7 @@ class AmpScaler:
         if step.scaled_with is not None and step.scaled_with[0] != tracker.generation:
             # Another thread moved the scale since this one scaled its loss: unscale with the
             # scale that was used (the tracker never writes a scale tensor in place).
-            scale, own = step.scaled_with[1].to(device, non_blocking=True), False
+            scale, own = copy_to(step.scaled_with[1], device), False
         found_inf, inv_scale = torch.zeros_like(scale), tracker.reciprocal(scale)
         if grads and fused and own and self._optimizer_unscales_exactly(optimizer, grads):
             unscale.any_nonfinite(grads, inv_scale, found_inf)  # read only

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._devices import copy_to, copy_to_host_async
 from .loss_scale import DEVICE, HOST, LossScalePolicy, LossScaleState, next_state, round_f32
 
 __all__ = ["FoundInf", "ScaleTracker"]
@@ -56,11 +57,7 @@ class FoundInf:
         """Start copying a device flag to the host without waiting for it."""
         flag = cls(tensor=tensor)
         if tensor.device.type == "cuda":
-            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-            host.copy_(tensor, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            flag._host, flag._event = host, event
+            flag._host, flag._event = copy_to_host_async(tensor)
         else:  # the host is the device: reading it costs nothing
             flag._value = bool(tensor.item())
         return flag
@@ -139,7 +136,7 @@ class ScaleTracker:
         with self._lock:
             if device is None or device == self._scale.device:
                 return self._scale
-            return self._scale.to(device, non_blocking=True)
+            return copy_to(self._scale, device)
 
     def claim(self, device: torch.device) -> Tensor:
         """Move the device copy to ``device`` if nothing has fixed its home yet; return it there."""
@@ -242,7 +239,7 @@ class ScaleTracker:
                 self._device_count(self._host.decr_count, p.decr_every_n_nan_or_inf),
             )
         incr_count, decr_count = self._device_counters
-        found_inf = found_inf.to(self._scale.device, non_blocking=True)
+        found_inf = copy_to(found_inf, self._scale.device)
         self.generation += 1
         if p.decr_every_n_nan_or_inf == 1:
             # With one overflow per decrease Paddle's rule is torch's update kernel, given

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._devices import copy_to, on_device
 from .master_grad import grad_of
 
 # Flags stay exactly 0 or 1: torch's fused optimizers skip only when found_inf == 1.
@@ -45,14 +46,6 @@ def _buckets(grads: Iterable[Tensor]) -> dict[tuple[torch.device, torch.dtype], 
     return buckets
 
 
-def _on(t: Tensor, device: torch.device, cache: dict[torch.device, Tensor]) -> Tensor:
-    """``t`` on ``device``; without a host sync onto a GPU (stream-ordered), with one onto the host,
-    where the value is read as soon as the call returns."""
-    if device not in cache:
-        cache[device] = t.to(device, non_blocking=device.type != "cpu")
-    return cache[device]
-
-
 def _flag_on(found_inf: Tensor, device: torch.device, flags: dict[torch.device, Tensor]) -> Tensor:
     """The flag for grads on ``device``: ``found_inf`` itself on its own device, a zeroed one
     elsewhere (``_gather`` folds those in). Made only when missing: this runs every step."""
@@ -73,7 +66,7 @@ def unscale_(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor | None, c
     for (device, _), bucket in _buckets(grads).items():
         found = _flag_on(flag, device, found_by_device)
         # 0-d views: with FSDP2's DTensor grads, a shape-[1] operand makes DTensor warn.
-        inv = _on(inv_scale, device, inv_by_device).view(())
+        inv = on_device(inv_scale, device, inv_by_device).view(())
         torch._amp_foreach_non_finite_check_and_unscale_(bucket, found.view(()), inv)
     if found_inf is None:
         return
@@ -97,7 +90,7 @@ def any_nonfinite(grads: list[Tensor], inv_scale: Tensor, found_inf: Tensor) -> 
             continue
         # Widened to float32 as Paddle's kernel does (float64 grads stay float64).
         peaks = peaks.to(torch.promote_types(dtype, torch.float32))
-        unscaled = (peaks * _on(inv_scale, device, inv_by_device).view(())).to(dtype)
+        unscaled = (peaks * on_device(inv_scale, device, inv_by_device).view(())).to(dtype)
         # Magnitudes (or NaN): finite exactly when at most the dtype's largest value (NaN
         # compares false). One comparison where isfinite decomposes into four operations.
         bad = (unscaled <= torch.finfo(dtype).max).all().logical_not()
@@ -122,7 +115,7 @@ def _peaks(bucket: list[Tensor]) -> Tensor | None:
 def _gather(found_by_device: dict[torch.device, Tensor], found_inf: Tensor) -> None:
     for device, found in found_by_device.items():
         if device != found_inf.device:
-            torch.maximum(found_inf, found.to(found_inf.device, non_blocking=True), out=found_inf)
+            torch.maximum(found_inf, copy_to(found, found_inf.device), out=found_inf)
 
 
 def all_reduce_max(found_inf: Tensor, group: Any) -> None:

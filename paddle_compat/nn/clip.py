@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .. import _checks, _native
+from .._devices import PLAIN_TYPES
 from .._dtensor import any_dtensor, local, shard_groups, wrap_like
 from .._numerics import sqrt_rn
 
@@ -136,7 +137,12 @@ def squared_l2_norms(xs: Sequence[Tensor]) -> list[Tensor]:
     kern = _native.kernels()
     if kern is not None:
         for dtype in (torch.float32, torch.float64):
-            picked = [i for i, x in enumerate(xs) if x.is_cpu and x.dtype == dtype and x.is_contiguous()]
+            # plain CPU tensors (``_devices.addressable``, checked cheaply at every step: a meta tensor is
+            # not on the CPU, and a lazily negated one squares to the same sum)
+            picked = [
+                i for i, x in enumerate(xs)
+                if type(x) in PLAIN_TYPES and x.is_cpu and x.dtype == dtype and x.is_contiguous()
+            ]
             if picked:
                 rows = array("q")
                 for i in picked:

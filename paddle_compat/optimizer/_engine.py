@@ -13,14 +13,13 @@ buffers of the torch forms; a copy or pickle of the optimizer gets a fresh, empt
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
 
-from .. import _native, _numerics
+from .. import _devices, _native, _numerics
 from ..nn.clip import ParamsGrads
 from . import _multi_tensor
 
@@ -37,6 +36,8 @@ def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Te
     """Whether the compiled CPU kernels (the GPU kernels with ``gpu``) take ``value`` updated from
     ``grad`` at rate ``lr``, with ``tensors`` beside it: all dense, of ``value``'s size, on its
     device (the CPU for the compiled kernels), in dtypes the kernels compute with."""
+    if not all(_devices.addressable(t) for t in (value, grad, *tensors)):
+        return False  # the torch forms take it
     if gpu:
         return _dense_like(value, grad, *tensors) and _gpu_dtypes(value, grad, lr)
     return _dense_cpu(value.numel(), value, grad, *tensors) and _native_dtypes(value, grad)
@@ -93,6 +94,22 @@ def same_layout(*tensors: Tensor) -> bool:
     return dense and all(t.stride() == first.stride() for t in tensors[1:])
 
 
+def _layout(pairs: ParamsGrads) -> list[tuple[int, torch.dtype, bool]]:
+    """The parameters' addresses with the gradients' dtypes and layouts (a plan's key)."""
+    try:
+        return [(p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs]
+    except RuntimeError:  # a tensor with no pointer to give: see _devices.address
+        return [(_devices.address(p), g.dtype, g.is_contiguous()) for p, g in pairs]
+
+
+def _addresses(pairs: ParamsGrads) -> list[int]:
+    """The gradients' addresses (``_devices.address``)."""
+    try:
+        return [g.data_ptr() for _, g in pairs]
+    except RuntimeError:
+        return [_devices.address(g) for _, g in pairs]
+
+
 class _Plan:
     """The kernels' share of a group's step (see ``Engine.update``), and what it was made for."""
 
@@ -108,14 +125,14 @@ class _Plan:
 
     def point_at(self, pairs: ParamsGrads) -> None:
         """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
-        addresses = [g.data_ptr() for _, g in pairs]
+        addresses = _addresses(pairs)
         if addresses == self.grads:
             return
         for address, slot in zip(addresses, self.slots):
             if slot is not None:
                 batch, row = slot
                 batch.rows[row * _native.ROW + 2] = address
-                batch.launches = None  # the GPU tables are made again from the rows
+                _multi_tensor.grads_moved(batch)  # the GPU tables rewrite their gradient offsets
         self.grads = addresses
 
     def release_grads(self) -> None:
@@ -138,6 +155,16 @@ def optional_form(stub: _F) -> _F:
 def _defines(opt: Optimizer, *hooks: str) -> bool:
     """Whether ``opt``'s class defines each of the optional ``hooks`` (see ``optional_form``)."""
     return not any(getattr(getattr(type(opt), hook), "_paddle_compat_stub", False) for hook in hooks)
+
+
+def _describe(opt: Optimizer, group: dict[str, Any], p: Tensor, g: Tensor) -> str:
+    """The parameter, for an error: its place in the optimizer, its name if it has one, its kind."""
+    index = next(i for i, q in enumerate(group["params"]) if q is p)
+    where = f"parameter {index} of parameter group {opt.param_groups.index(group)}"
+    names = group.get("param_names")
+    name = names[index] if names else getattr(p, "name", None)
+    kinds = {f"{type(t).__name__} ({t.layout}, {t.device})" for t in (p, g)}
+    return f"{where}{f' ({name!r})' if isinstance(name, str) else ''}, a {' with a '.join(sorted(kinds))}"
 
 
 class Engine:
@@ -166,7 +193,7 @@ class Engine:
         # line here runs at each step, on caches a forward and backward pass have just emptied.
         key = (
             [v for k, v in group.items() if k != "params"],
-            [(p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs],
+            _layout(pairs),
             opt._dtype,
             opt._multi_precision,
             found_inf is not None,
@@ -191,8 +218,13 @@ class Engine:
         for i in sorted(rest):
             p, g = pairs[i]
             state, master = opt._prepare_state(p, group)
-            g = opt._regularize(p, g, group)
-            new = opt._kernel(p, master if master is not None else p.detach(), g, state, group, plan.lr)
+            try:
+                g = opt._regularize(p, g, group)
+                new = opt._kernel(p, master if master is not None else p.detach(), g, state, group, plan.lr)
+            except Exception as error:
+                if _devices.addressable(p) and _devices.addressable(g):
+                    raise
+                raise TypeError(f"{type(opt).__name__} cannot update {_describe(opt, group, p, g)}: {error}") from error
             # When the kernel updated its input in place, new *is* the master weight, or a view of
             # p's own data: copy_ then returns at once.
             if master is not None:
@@ -206,7 +238,7 @@ class Engine:
         parameters into the rows of the compiled CPU kernel (``_native``), the rows of the GPU
         multi-tensor kernels per device (``_multi_tensor``), and the rest, for the per-tensor
         ``_kernel``. Which formulas apply (Paddle's GPU or CPU kernels) follows
-        ``_numerics.gpu_kernels`` of the parameter; a form the optimizer does not define is not used.
+        ``_devices.gpu_kernels`` of the parameter; a form the optimizer does not define is not used.
         """
         lr = opt._group_lr(group)
         has_compiled = _defines(opt, "_compiled_row", "_compiled_call")
@@ -221,7 +253,7 @@ class Engine:
             item = (p, g, state, master)
             batch: _native.Batch | None
             indices: list[int] | None
-            if _numerics.gpu_kernels(p):
+            if _devices.gpu_kernels(p):
                 device = p.device
                 if device not in kernels:
                     kernels[device] = _multi_tensor.kernels(device) if has_gpu else None
@@ -242,27 +274,32 @@ class Engine:
                 if indices is not None:
                     indices.append(i)
         multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
-        grads = [g.data_ptr() for _, g in pairs]
+        grads = _addresses(pairs)
         return _Plan(
             key, opt.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
         )
 
     @staticmethod
     def _run_multi_tensor(opt: Optimizer, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
-        """Launch the GPU kernels of ``plan``; ``False`` if they failed before updating anything."""
-        launched = False
+        """Launch the GPU kernels of ``plan``, all or nothing: the device tables of every launch are
+        made and every kernel variant the step needs is compiled before the first launch; a failure
+        there returns ``False`` (the caller falls back) with nothing written. Each launch reads the
+        flag on its own device. (A launch failing once everything is compiled is raised.)"""
+        flags: dict[torch.device, Tensor] = {}
         try:
+            work = []
             for device, (batch, _) in plan.multi_tensor.items():
-                with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-                    for launch in _multi_tensor.launches(batch, device):
-                        if launch.grid[0]:
-                            opt._multi_tensor_call(plan.kernels[device], launch, group, found_inf)
-                            launched = True
+                flag = _devices.on_device(found_inf, device, flags) if found_inf is not None else None
+                work += [(device, launch, flag) for launch in _multi_tensor.launches(batch, device) if launch.grid[0]]
+            for device, launch, flag in work:
+                with _devices.device_of(device):
+                    opt._multi_tensor_call(_multi_tensor.Compiling(plan.kernels[device]), launch, group, flag)
         except Exception:
-            if launched:  # some tensors are updated already: nothing to fall back to
-                raise
             _multi_tensor.disable()  # logs the error
             return False
+        for device, launch, flag in work:
+            with _devices.device_of(device):
+                opt._multi_tensor_call(plan.kernels[device], launch, group, flag)
         return True
 
     def scratch(self, like: Tensor, dtype: torch.dtype, slot: str) -> Tensor:

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native
+from .. import _devices, _native
 
-__all__ = ["BLOCK", "Launch", "disable", "kernels", "launches"]
+__all__ = ["BLOCK", "Compiling", "Launch", "disable", "grads_moved", "kernels", "launches"]
 
 logger = logging.getLogger("paddle_compat")
 
@@ -83,15 +83,46 @@ def _load(interpret: bool) -> ModuleType | None:
         return None
 
 
-class Launch:
-    """The device tables of one kernel launch: rows (pointers as byte offsets from ``base``),
-    per-tensor numbers, blocks; the dtypes, whether every tensor is aligned for vector access, and
-    Adam's beta powers (the first ones, the second ones)."""
+class Compiling:
+    """Stands for the kernels' module in a step's first pass: each launch made through it compiles
+    the kernel variant it needs (Triton's ``warmup``; nothing to do in the interpreter) and runs
+    nothing, so that a step finds every compile failure before it writes anything."""
 
-    __slots__ = ("aligned", "base", "blocks", "dtypes", "grid", "per", "pows", "rows")
+    def __init__(self, module: ModuleType | None) -> None:
+        if module is None:
+            raise RuntimeError("the GPU kernels are unavailable")
+        self.module = module
+
+    def __getattr__(self, name: str) -> _Warmup:
+        return _Warmup(getattr(self.module, name))
+
+
+class _Warmup:
+    """A Triton kernel whose ``kernel[grid](...)`` compiles only."""
+
+    def __init__(self, kernel: Any) -> None:
+        self._kernel = kernel
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., Any]:
+        return lambda *args, **kwargs: self._kernel.warmup(*args, grid=grid, **kwargs)
+
+
+Kernels = ModuleType | Compiling  # what the launch functions below take
+
+
+class Launch:
+    """The device tables of one kernel launch: rows (pointers as byte offsets from ``base``), the
+    gradients' offsets apart (``grads``: new gradient tensors, as after ``zero_grad(set_to_none=True)``
+    or in a captured CUDA graph, rewrite only these, in place), per-tensor numbers, blocks; the
+    dtypes, whether every tensor is aligned for vector access, Adam's beta powers (the first ones,
+    the second ones), and which rows of the batch it launches (``members``)."""
+
+    __slots__ = ("aligned", "base", "blocks", "dtypes", "grads", "grid", "members", "per", "pows", "rows",
+                 "stale", "staging")
 
     def __init__(
-        self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], aligned: bool, device: torch.device
+        self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], aligned: bool, device: torch.device,
+        members: list[int],
     ) -> None:
         count = len(rows) // _native.ROW
         self.base = torch.empty(16, dtype=torch.uint8, device=device)  # allocations are 16-byte aligned
@@ -102,6 +133,10 @@ class Launch:
                 i = t * _native.ROW + slot
                 if relative[i]:
                     relative[i] -= origin
+        self.members, self.stale = members, False
+        # pinned host memory for the gradient offsets of a step being captured (see ``point_grads``)
+        self.staging: Tensor | None = torch.empty(count, dtype=torch.int64, pin_memory=device.type == "cuda")
+        self.grads = _devices.upload(torch.tensor(relative[2 :: _native.ROW], dtype=torch.int64), device)
         # (tensor, block) for every block of every tensor, made with torch: a large model has
         # hundreds of thousands of blocks
         per_tensor = -(-torch.tensor(rows[:: _native.ROW], dtype=torch.int64) // BLOCK)
@@ -112,17 +147,37 @@ class Launch:
         packed = rows[_native.ROW - 1]
         self.dtypes = (packed & 15, (packed >> 4) & 15, (packed >> 8) & 15, (packed >> 12) & 15)
         self.aligned = aligned
-        self.rows = _upload(torch.tensor(relative, dtype=torch.int64), device)
-        self.per = _upload(torch.tensor(per, dtype=torch.float32), device)
-        self.blocks = _upload(blocks, device)
+        self.rows = _devices.upload(torch.tensor(relative, dtype=torch.int64), device)
+        self.per = _devices.upload(torch.tensor(per, dtype=torch.float32), device)
+        self.blocks = _devices.upload(blocks, device)
         self.pows = ([a for a, _ in pows], [b for _, b in pows])
 
+    def point_grads(self, batch: _native.Batch) -> bool:
+        """Rewrite the gradient offsets from the batch's rows, in place on the device (one copy, no
+        host sync); ``False`` when a gradient lost the alignment the launch was made for.
 
-def _upload(t: Tensor, device: torch.device) -> Tensor:
-    """To the device without a host sync (from pinned memory, asynchronously)."""
-    if device.type != "cuda":
-        return t
-    return t.pin_memory().to(device, non_blocking=True)
+        A step being captured into a CUDA graph copies from the launch's own pinned buffer, which
+        the graph then owns (replays copy the same offsets): the launch takes a new one.
+        """
+        addresses = [batch.rows[i * _native.ROW + 2] for i in self.members]
+        if self.aligned and any(a % 16 for a in addresses):
+            return False
+        origin = self.base.data_ptr()
+        offsets = [a - origin for a in addresses]
+        if self.grads.device.type != "cuda":
+            self.grads.copy_(torch.tensor(offsets, dtype=torch.int64))
+        elif torch.cuda.is_current_stream_capturing():  # no allocation while capturing
+            if self.staging is None:
+                raise RuntimeError("a second CUDA graph capture of this step without an eager step between")
+            self.staging.copy_(torch.tensor(offsets, dtype=torch.int64))
+            self.grads.copy_(self.staging, non_blocking=True)
+            self.staging = None  # the graph's now; the next eager step pins another
+        else:  # pinned by torch's caching host allocator, which keeps it until the copy is done
+            self.grads.copy_(torch.tensor(offsets, dtype=torch.int64).pin_memory(), non_blocking=True)
+            if self.staging is None:
+                self.staging = torch.empty(len(offsets), dtype=torch.int64, pin_memory=True)
+        self.stale = False
+        return True
 
 
 def _aligned(row: list[int]) -> bool:
@@ -131,21 +186,31 @@ def _aligned(row: list[int]) -> bool:
 
 
 def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
-    """The batch's rows split by dtype combination and alignment, as device tables (kept on the batch)."""
+    """The batch's rows split by dtype combination and alignment, as device tables (kept on the
+    batch; after ``grads_moved`` only the gradients' offsets are rewritten)."""
     if batch.launches is not None:
-        return batch.launches
-    groups: dict[tuple[int, bool], tuple[list[int], list[float], list[Any]]] = {}
+        if all(launch.point_grads(batch) for launch in batch.launches if launch.stale):
+            return batch.launches
+        batch.launches = None  # a gradient lost its alignment: new tables
+    groups: dict[tuple[int, bool], tuple[list[int], list[float], list[Any], list[int]]] = {}
     rows, per = batch.rows, batch.per
     for t in range(len(batch)):
         row = list(rows[t * _native.ROW : (t + 1) * _native.ROW])
-        rows_, per_, pows_ = groups.setdefault((row[-1], _aligned(row)), ([], [], []))
+        rows_, per_, pows_, members = groups.setdefault((row[-1], _aligned(row)), ([], [], [], []))
         rows_ += row
         per_ += per[t * _native.PER : (t + 1) * _native.PER]
+        members.append(t)
         if batch.pows:
             pows_.append(batch.pows[t])
-    launches = [Launch(r, p, w, aligned, device) for (_, aligned), (r, p, w) in groups.items()]
+    launches = [Launch(r, p, w, aligned, device, m) for (_, aligned), (r, p, w, m) in groups.items()]
     batch.launches = launches
     return launches
+
+
+def grads_moved(batch: _native.Batch) -> None:
+    """The batch's rows point at new gradients: the next ``launches`` rewrites their offsets."""
+    for launch in batch.launches or ():
+        launch.stale = True
 
 
 _OPTIONS = {"BLOCK": BLOCK, "num_warps": 8, "enable_fp_fusion": False}
@@ -154,17 +219,18 @@ _OPTIONS = {"BLOCK": BLOCK, "num_warps": 8, "enable_fp_fusion": False}
 def _common(found_inf: Tensor | None, launch: Launch) -> dict[str, Any]:
     # without a flag the kernels never read its pointer: any tensor will do
     found = found_inf if found_inf is not None else launch.per
-    return {"base": launch.base, "blocks": launch.blocks, "rows": launch.rows, "per": launch.per, "found": found,
+    return {"base": launch.base, "blocks": launch.blocks, "rows": launch.rows, "grads": launch.grads,
+            "per": launch.per, "found": found,
             "HAS_FOUND": found_inf is not None, "ALIGNED": launch.aligned, **_OPTIONS}
 
 
-def sgd(mod: ModuleType, launch: Launch, found_inf: Tensor | None) -> None:
+def sgd(mod: Kernels, launch: Launch, found_inf: Tensor | None) -> None:
     w, g, p, _ = launch.dtypes
     mod.sgd_kernel[launch.grid](W=w, G=g, P=p, **_common(found_inf, launch))
 
 
 def momentum(
-    mod: ModuleType, launch: Launch, found_inf: Tensor | None, mu: float, coeff: float, rescale: float, nesterov: bool
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, mu: float, coeff: float, rescale: float, nesterov: bool
 ) -> None:
     w, g, p, _ = launch.dtypes
     mod.momentum_kernel[launch.grid](
@@ -174,7 +240,7 @@ def momentum(
 
 
 def adam(
-    mod: ModuleType, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, amsgrad: bool,
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, amsgrad: bool,
     round_: Callable[[float], float],
 ) -> None:
     """Adam's kernel, then the beta powers times ``b1``/``b2`` (times 1 where ``found_inf`` is set).
@@ -187,6 +253,8 @@ def adam(
         b1=b1, b2=b2, c1=round_(1 - b1), c2=round_(1 - b2), eps=round_(eps), W=w, G=g, P=p, S=s,
         AMSGRAD=bool(amsgrad), **_common(found_inf, launch),
     )
+    if isinstance(mod, Compiling):
+        return
     first, second = launch.pows
     if found_inf is None:
         torch._foreach_mul_(first, b1)

@@ -5,11 +5,12 @@ that tests can run the kernels in Triton's interpreter on CPU tensors.
 
 The tensors are described by the rows of ``_native.Batch`` (element count, data pointers, packed
 dtypes), uploaded as an int64 table with each pointer as a byte offset from ``base`` (a small
-device tensor), with a float32 table of per-tensor numbers and a table of blocks: program ``i``
+device tensor; the gradients' offsets in a table of their own, rewritten alone when new gradient
+tensors arrive), with a float32 table of per-tensor numbers and a table of blocks: program ``i``
 updates ``BLOCK`` elements of one tensor. Offsets from a real tensor argument, rather than bare
 addresses, let Triton know the alignment: with ``ALIGNED`` (every tensor 16-byte aligned, every
 size a multiple of 4, checked by the caller) the loads and stores are vectorised. The formulas are those of the
-per-tensor GPU forms (``_kernel`` with ``_numerics.gpu_kernels``): float32 arithmetic, ``tl.fma``
+per-tensor GPU forms (``_kernel`` with ``_devices.gpu_kernels``): float32 arithmetic, ``tl.fma``
 where nvcc contracts Paddle's kernels, IEEE division and square root (``div_rn``, ``sqrt_rn``);
 the launches pass ``enable_fp_fusion=False`` so that nothing else is contracted. bfloat16 values are
 handled as their bits: widened exactly, narrowed to nearest even here (NaN as torch's CUDA cast).
@@ -42,6 +43,12 @@ def _ptr(base, row, slot, DT: tl.constexpr, ALIGNED: tl.constexpr):
         return (base + offset).to(tl.pointer_type(tl.float16))
     else:
         return (base + offset).to(tl.pointer_type(tl.float32))
+
+
+@triton.jit
+def _grad_ptr(base, grads, t, DT: tl.constexpr, ALIGNED: tl.constexpr):
+    """The gradient of tensor ``t``: its offset is in the launch's gradient table, not its row."""
+    return _ptr(base, grads + t, 0, DT, ALIGNED)
 
 
 @triton.jit
@@ -102,20 +109,20 @@ def _store_w(base, row, w_ptr, offs, w, mask, W: tl.constexpr, P: tl.constexpr, 
 
 
 @triton.jit
-def sgd_kernel(base, blocks, rows, per, found, W: tl.constexpr, G: tl.constexpr, P: tl.constexpr,
+def sgd_kernel(base, blocks, rows, grads, per, found, W: tl.constexpr, G: tl.constexpr, P: tl.constexpr,
                HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
     """w = fma(-lr, g, w); with L2 decay first g = g + w*coeff (two roundings)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
     lr = tl.load(per + t * PER)
     w_ptr = _ptr(base, row, 1, W, ALIGNED)
     w = _load(w_ptr, offs, mask, W)
-    g = _with_l2(_load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G), w, per, t)
+    g = _with_l2(_load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G), w, per, t)
     w = tl.fma(-lr, g, w)
     _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
 
 
 @triton.jit
-def momentum_kernel(base, blocks, rows, per, found, mu, coeff, rescale, W: tl.constexpr, G: tl.constexpr,
+def momentum_kernel(base, blocks, rows, grads, per, found, mu, coeff, rescale, W: tl.constexpr, G: tl.constexpr,
                     P: tl.constexpr, HAS_COEFF: tl.constexpr, NESTEROV: tl.constexpr,
                     HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
     """g = g*rescale; g = fma(coeff, w, g); v = fma(v, mu, g);
@@ -125,7 +132,7 @@ def momentum_kernel(base, blocks, rows, per, found, mu, coeff, rescale, W: tl.co
     w_ptr = _ptr(base, row, 1, W, ALIGNED)
     v_ptr = _ptr(base, row, 4, W, ALIGNED)
     w = _load(w_ptr, offs, mask, W)
-    g = _load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G) * rescale
+    g = _load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G) * rescale
     if HAS_COEFF:
         g = tl.fma(coeff, w, g)
     v = tl.fma(_load(v_ptr, offs, mask, W), mu, g)
@@ -138,7 +145,7 @@ def momentum_kernel(base, blocks, rows, per, found, mu, coeff, rescale, W: tl.co
 
 
 @triton.jit
-def adam_kernel(base, blocks, rows, per, found, b1, b2, c1, c2, eps, W: tl.constexpr, G: tl.constexpr,
+def adam_kernel(base, blocks, rows, grads, per, found, b1, b2, c1, c2, eps, W: tl.constexpr, G: tl.constexpr,
                 P: tl.constexpr, S: tl.constexpr, AMSGRAD: tl.constexpr, HAS_FOUND: tl.constexpr,
                 ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
     """Paddle's GPU Adam/AdamW: w = w*(1 - decay) (AdamW; per-tensor factor, 1 without decay);
@@ -154,7 +161,7 @@ def adam_kernel(base, blocks, rows, per, found, b1, b2, c1, c2, eps, W: tl.const
     m_ptr = _ptr(base, row, 4, S, ALIGNED)
     v_ptr = _ptr(base, row, 5, S, ALIGNED)
     w = _load(w_ptr, offs, mask, W)
-    g = _with_l2(_load(_ptr(base, row, 2, G, ALIGNED), offs, mask, G), w, per, t)
+    g = _with_l2(_load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G), w, per, t)
     w = w * keep
     m = tl.fma(b1, _load(m_ptr, offs, mask, S), g * c1)
     v = tl.fma(b2, _load(v_ptr, offs, mask, S), (g * c2) * g)

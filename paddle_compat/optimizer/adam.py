@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks, _native, _numerics
+from .. import _checks, _devices, _native, _numerics
 from .._numerics import fma, fma_into, round_to, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
 from . import _multi_tensor
@@ -111,23 +111,29 @@ class Adam(Optimizer):
             and (moments[0].dtype == mt or low_moments)
             and pows[0].dtype == pows[1].dtype == mt
             and pows[0].numel() == pows[1].numel() == 1
+            and _devices.addressable(pows[0]) and _devices.addressable(pows[1])
             and kernels_take(value, g, lr, gpu, p, *present)
         ):
             return None
         if gpu:  # the beta powers on the device: a step reads nothing on the host
-            pows = tuple(t if t.device == value.device else t.to(value.device) for t in pows)
+            pows = (_devices.copy_to(pows[0], value.device), _devices.copy_to(pows[1], value.device))
             state["beta1_pow_acc"], state["beta2_pow_acc"] = pows
         elif not (pows[0].is_cpu and pows[1].is_cpu):
             return None
         g, l2, fresh = self._grad_for_kernel(p, g, group)
         decay, lr_t = self._decay_rate(p, group, lr, round_to(mt))
-        if gpu:  # Paddle's GPU kernel scales by (1 - decay): 1 for none, which leaves the bits
-            decay = _f32(1 - decay) if decay is not None else 1.0
+        if gpu:  # Paddle's GPU kernel scales by a factor: 1 for none, which leaves the bits
+            decay = self._gpu_decay_factor(p, group, lr, mt)
         batch.add(
             value, g, p if master is not None else None, moments, pows, lr=lr_t,
             decay=math.nan if decay is None else decay, l2=l2,
         )
         return not (fresh or self._per_param_rates())
+
+    def _gpu_decay_factor(self, param: Tensor, group: dict[str, Any], lr: float, dtype: torch.dtype) -> float:
+        """The factor Paddle's GPU kernel scales the parameter by before the update (AdamW's
+        decay; 1 for none, which leaves the bits)."""
+        return 1.0
 
     def _per_param_rates(self) -> bool:
         """Whether ``_decay_rate`` depends on the parameter (AdamW's callbacks), not just its dtype."""
@@ -150,33 +156,65 @@ class Adam(Optimizer):
         mt = compute_dtype(value)
         rnd = round_to(mt)
         b1, b2, eps = rnd(group["beta1"]), rnd(group["beta2"]), rnd(group["epsilon"])
-        b1p, b2p = state["beta1_pow_acc"].item(), state["beta2_pow_acc"].item()
-        decay, lr = self._decay_rate(param, group, lr, rnd)
-        cuda = _numerics.gpu_kernels(value)
-        # Paddle's AVX-512 kernel is float32 only; double and non-AVX-512 hosts use the reference one.
-        fused = not cuda and mt == torch.float32 and _numerics.cpu_kernels_use_fma()
-        moments = [state[k] for k in ("moment1", "moment2", "moment2_max") if k in state]
-        if not cuda and self._same_layout(value, grad, *moments):
-            w = self._cpu_update(value, grad, state, mt, fused, b1, b2, eps, b1p, b2p, decay, lr, rnd)
+        if _devices.gpu_kernels(value):
+            w = self._gpu_update(param, value, grad, state, group, mt, b1, b2, eps, lr)
         else:
-            w = self._plain_update(value, grad, state, mt, cuda, fused, b1, b2, eps, b1p, b2p, decay, lr, rnd)
+            b1p, b2p = state["beta1_pow_acc"].item(), state["beta2_pow_acc"].item()  # host tensors
+            decay, lr = self._decay_rate(param, group, lr, rnd)
+            # Paddle's AVX-512 kernel is float32 only; double and non-AVX-512 hosts use the reference one.
+            fused = mt == torch.float32 and _numerics.cpu_kernels_use_fma()
+            moments = [state[k] for k in ("moment1", "moment2", "moment2_max") if k in state]
+            if self._same_layout(value, grad, *moments):
+                w = self._cpu_update(value, grad, state, mt, fused, b1, b2, eps, b1p, b2p, decay, lr, rnd)
+            else:
+                w = self._plain_update(value, grad, state, mt, fused, b1, b2, eps, b1p, b2p, decay, lr, rnd)
         state["beta1_pow_acc"].mul_(b1)
         state["beta2_pow_acc"].mul_(b2)
         return w
 
+    def _gpu_update(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any],
+        mt: torch.dtype, b1: float, b2: float, eps: float, lr: float,
+    ) -> Tensor:
+        """Paddle's GPU formula, per tensor, with nvcc's contractions:
+        ``w*(1 - lr*coeff)`` (AdamW), ``m = fma(b1, m, g*(1-b1))``, ``v = fma(b2, v, (g*(1-b2))*g)``,
+        ``w = fma(m / (sqrt(v)/sqrt(1-b2^t) + eps), -(lr/(1-b1^t)), w)``. The beta powers are read
+        where they are (on the device once the GPU kernels have run: no host sync)."""
+        rnd = round_to(mt)
+        keep = self._gpu_decay_factor(param, group, lr, mt)
+        lr = self._decay_rate(param, group, lr, rnd)[1]
+        b1p, b2p = state["beta1_pow_acc"], state["beta2_pow_acc"]
+        w, g = value.to(mt), grad.to(mt)
+        m, v = state["moment1"].to(mt), state["moment2"].to(mt)
+        if keep != 1.0:
+            w = w * keep
+        m = fma(b1, m, g * rnd(1 - b1))
+        v = fma(b2, v, (g * rnd(1 - b2)) * g)
+        v_used = v
+        if self._amsgrad:
+            v_used = torch.maximum(v, state["moment2_max"].to(mt))
+            state["moment2_max"].copy_(v_used)
+        denom = sqrt_rn(v_used) / sqrt_rn(1 - b2p.to(w.device, mt)) + eps
+        c1 = 1 - b1p.to(w.device, mt)
+        # a tensor divided by a tensor: torch computes ``float / tensor`` as a reciprocal times the float
+        w = fma(m / denom, -(torch.full_like(c1, lr) / c1), w)
+        state["moment1"].copy_(m)
+        state["moment2"].copy_(v)
+        return w
+
     def _plain_update(
-        self, value: Tensor, grad: Tensor, state: dict[str, Any], mt: torch.dtype, cuda: bool, fused: bool,
+        self, value: Tensor, grad: Tensor, state: dict[str, Any], mt: torch.dtype, fused: bool,
         b1: float, b2: float, eps: float, b1p: float, b2p: float, decay: float | None, lr: float, rnd: Any,
     ) -> Tensor:
-        """The update as plain expressions: GPU, and CPU when the tensors' layouts differ (see
-        ``_same_layout``). ``_cpu_update`` computes the same CPU expressions in place."""
+        """Paddle's CPU formulas as plain expressions, taken when the tensors' layouts differ (see
+        ``_same_layout``). ``_cpu_update`` computes the same expressions in place."""
         w, g = value.to(mt), grad.to(mt)
         m, v = state["moment1"].to(mt), state["moment2"].to(mt)
         if decay is not None:
-            w = w * rnd(1 - decay) if cuda else fma(-decay, w, w) if fused else w - w * decay
-        if cuda or fused:
+            w = fma(-decay, w, w) if fused else w - w * decay
+        if fused:
             m = fma(b1, m, g * rnd(1 - b1))
-            v = fma(b2, v, (g * rnd(1 - b2)) * g) if cuda else fma(b2, v, (g * g) * rnd(1 - b2))
+            v = fma(b2, v, (g * g) * rnd(1 - b2))
         else:
             m = m * b1 + g * rnd(1 - b1)
             v = v * b2 + (g * rnd(1 - b2)) * g
@@ -184,15 +222,11 @@ class Adam(Optimizer):
         if self._amsgrad:
             v_used = torch.maximum(v, state["moment2_max"].to(mt))
             state["moment2_max"].copy_(v_used)
-        if cuda:
-            denom = sqrt_rn(v_used) / rnd(math.sqrt(rnd(1 - b2p))) + eps
-            w = fma(m / denom, -rnd(lr / rnd(1 - b1p)), w)
-        else:
-            root = rnd(math.sqrt(rnd(1 - b2p)))
-            lr_t = rnd(lr * rnd(root / rnd(1 - b1p)))
-            eps_t = rnd(eps * root)
-            step = m / (sqrt_rn(v_used) + eps_t)
-            w = fma(step, -lr_t, w) if fused else w + step * -lr_t
+        root = rnd(math.sqrt(rnd(1 - b2p)))
+        lr_t = rnd(lr * rnd(root / rnd(1 - b1p)))
+        eps_t = rnd(eps * root)
+        step = m / (sqrt_rn(v_used) + eps_t)
+        w = fma(step, -lr_t, w) if fused else w + step * -lr_t
         state["moment1"].copy_(m)
         state["moment2"].copy_(v)
         return w

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks
-from .._numerics import round_to
+from .._numerics import fma_scalar, round_to
 from .adam import Adam
 
 __all__ = ["AdamW"]
@@ -27,7 +27,8 @@ class AdamW(Adam):
 
     - CPU (bit-exact to Paddle 3.3.1 for fp32): ``param - (lr*lr_ratio*coeff)*param`` (one fused
       multiply-add on AVX-512F hosts), then Adam's CPU update.
-    - CUDA: ``param * (1 - lr'*coeff)`` with ``lr' = lr*lr_ratio``, then Adam's GPU update with ``lr'``.
+    - CUDA: ``param * (1 - lr'*coeff)`` with ``lr' = lr*lr_ratio`` (the factor one fused multiply-add,
+      as nvcc contracts Paddle's kernel), then Adam's GPU update with ``lr'``.
 
     Paddle refuses ``lr_ratio`` on CPU (``NotImplementedError``); here it works on CPU with the GPU
     kernel's meaning (the ratio scales both the decay and the Adam step).
@@ -98,11 +99,19 @@ class AdamW(Adam):
     def _per_param_rates(self) -> bool:
         return self._lr_ratio is not None or self._apply_decay_param_fun is not None
 
-    def _decay_rate(self, param: Tensor, group: dict[str, Any], lr: float, rnd: Any) -> tuple[float | None, float]:
+    def _decay_terms(self, param: Tensor, group: dict[str, Any], lr: float, rnd: Any) -> tuple[float, float]:
+        """The parameter's rate ``lr * lr_ratio`` and its decay coefficient (0: no decay)."""
         # Paddle passes lr_ratio and the coefficient as float32 attributes, whatever the dtype.
         ratio = _f32(float(self._lr_ratio(param))) if self._lr_ratio is not None else 1.0
-        lr_scaled = rnd(lr * ratio)
         with_decay = self._apply_decay_param_fun is None or self._apply_decay_param_fun(self._param_name(param, group))
-        coeff = _f32(group["weight_decay"]) if with_decay else 0.0
+        return rnd(lr * ratio), _f32(group["weight_decay"]) if with_decay else 0.0
+
+    def _decay_rate(self, param: Tensor, group: dict[str, Any], lr: float, rnd: Any) -> tuple[float | None, float]:
+        lr_scaled, coeff = self._decay_terms(param, group, lr, rnd)
         # Only a zero coefficient skips the decay: a rate that rounds to 0 still runs it (-0 becomes +0).
         return (rnd(lr_scaled * coeff) if coeff else None), lr_scaled
+
+    def _gpu_decay_factor(self, param: Tensor, group: dict[str, Any], lr: float, dtype: torch.dtype) -> float:
+        # ``1 - lr*coeff``, which nvcc contracts into one FMA in Paddle's kernel
+        lr_scaled, coeff = self._decay_terms(param, group, lr, round_to(dtype))
+        return fma_scalar(-lr_scaled, coeff, 1.0, dtype) if coeff else 1.0

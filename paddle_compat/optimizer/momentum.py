@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks, _native, _numerics
+from .. import _checks, _devices, _native
 from .._numerics import fma, round_to
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
@@ -114,7 +114,7 @@ class Momentum(Optimizer):
         mu = _f32(group["momentum"])
         coeff = self._fused_decay(group)
         nesterov = group["use_nesterov"]
-        if _numerics.gpu_kernels(w):
+        if _devices.gpu_kernels(w):
             g = g * _f32(group["rescale_grad"])
             if coeff:
                 g = fma(coeff, w, g)

@@ -27,13 +27,12 @@ import inspect
 import math
 import warnings
 from collections.abc import Callable, Iterable
-from types import ModuleType
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .. import _checks, _native, _numerics
+from .. import _checks, _devices, _native
 from .._dtensor import any_dtensor, distribute_like, is_dtensor, local
 from .._numerics import round_to
 from ..amp import unscale
@@ -199,6 +198,13 @@ class Optimizer(torch.optim.Optimizer):
             group["learning_rate"] = float(ratio)
         if group.get("grad_clip") is not None and not isinstance(group["grad_clip"], ClipGradBase):
             raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
+        params = group.get("params")
+        for index, p in enumerate([params] if isinstance(params, Tensor) else params or []):
+            if isinstance(p, Tensor) and p.layout != torch.strided:
+                raise TypeError(
+                    f"parameter {index} of parameter group {len(self.param_groups)} is a {p.layout} tensor: "
+                    "paddle_compat optimizers update dense (strided) parameters"
+                )
         self._check_group(group)
         super().add_param_group(group)
 
@@ -480,7 +486,7 @@ class Optimizer(torch.optim.Optimizer):
         found_inf = getattr(self, "found_inf", None)
         if found_inf is None:
             return False, None
-        if not _numerics.gpu_kernels(found_inf):
+        if not _devices.gpu_kernels(found_inf):
             return bool(found_inf.item()), None
         return False, found_inf
 
@@ -507,7 +513,7 @@ class Optimizer(torch.optim.Optimizer):
         torch form, which every optimizer defines, and the reference of its other forms.
 
         ``grad`` is regularized already and read only; ``lr`` is the group's rate as Paddle's LR
-        tensor holds it. Paddle's GPU formulas apply where ``_numerics.gpu_kernels(value)``, its CPU
+        tensor holds it. Paddle's GPU formulas apply where ``_devices.gpu_kernels(value)``, its CPU
         ones elsewhere. A kernel may update ``value`` in place and return it.
         """
         raise NotImplementedError
@@ -528,9 +534,12 @@ class Optimizer(torch.optim.Optimizer):
 
     @optional_form
     def _multi_tensor_call(
-        self, kern: ModuleType, launch: _multi_tensor.Launch, group: dict[str, Any], found_inf: Tensor | None
+        self, kern: _multi_tensor.Kernels, launch: _multi_tensor.Launch, group: dict[str, Any],
+        found_inf: Tensor | None,
     ) -> None:
-        """Optional: run the optimizer's Triton kernel on ``launch``."""
+        """Optional: run the optimizer's Triton kernel on ``launch`` through ``kern`` (the kernels'
+        module, or a ``_multi_tensor.Compiling`` stand-in: the step's compile-only first pass, in
+        which nothing else may run); ``found_inf`` is on the launch's device."""
         raise NotImplementedError
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer | None:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native, _numerics
+from .. import _devices, _native
 from .._numerics import fma
 from . import _multi_tensor
 from ._engine import kernels_take
@@ -65,7 +65,7 @@ class SGD(Optimizer):
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
-        if _numerics.gpu_kernels(value):
+        if _devices.gpu_kernels(value):
             w = value.to(compute_dtype(value))
             return fma(-lr, grad.to(w.dtype), w)
         rate = torch.tensor(lr, dtype=value.dtype)  # Paddle's CPU kernel casts the rate to the dtype

@@ -752,7 +752,7 @@ def test_gradients_after_a_skipped_step(clip_name, opt_name, path, bad, monkeypa
     kernel's semantics (its CPU kernel zeroes the tensors from the first bad one on, see
     docs/grad_scaler.md)."""
     from paddle_compat import nn as pnn, optimizer as popt, regularizer as preg
-    from paddle_compat import _numerics
+    from paddle_compat import _devices
 
     scale = 1024.0
     grads = [np.array(g, np.float32) for g in ([[4, 5], [6, 7]], [[1, bad], [2, 3]], [[1, 2], [3, 4]])]
@@ -765,7 +765,7 @@ def test_gradients_after_a_skipped_step(clip_name, opt_name, path, bad, monkeypa
     clip = _SKIP_CLIPS[clip_name]
     cls = getattr(popt, cls_name)
     if path == "device_flag":
-        monkeypatch.setattr(_numerics, "gpu_kernels", lambda t: True)
+        monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
     extra = {"momentum": 0.9} if cls_name == "Momentum" else {}
     opt = cls(
         learning_rate=0.1,

@@ -1,0 +1,354 @@
+"""``python -m paddle_compat.selfcheck [--device cpu|cuda] [--json PATH]``: does this machine compute
+what paddle_compat promises? The first thing to run on a new GPU machine.
+
+A fixed battery, one verdict per line (``PASS``, ``FAIL``, or ``SKIP`` where the machine lacks what a
+check needs), exit status 0 only without a ``FAIL``:
+
+- the kernels in use and the versions (Triton, the compiled CPU kernels: informational);
+- every optimizer configuration against its exact emulation, bit for bit: on ``cpu`` the compiled
+  kernels against the torch forms; on ``cuda`` the GPU kernels (Triton, or the per-tensor path)
+  against Paddle's GPU formulas emulated exactly on the CPU, float64 included;
+- the GradScaler's scale and skip count through injected overflows against Paddle's policy replayed
+  on the host;
+- on ``cuda``: host syncs per step (0 with our optimizers made with ``fused=True``, which skip on
+  the device; 1 otherwise), a whole training step (forward, backward, scaler, optimizer) captured
+  in a CUDA graph and replayed against eager steps, and parameters on a second device that is not
+  the current one, when there is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import __version__, _devices, _native
+from .amp import GradScaler, auto_cast
+from .amp.loss_scale import HOST, LossScaleState, next_state
+from .nn import ClipGradByGlobalNorm, ClipGradByNorm
+from .optimizer import SGD, Adam, AdamW, Momentum
+from .optimizer import _multi_tensor
+from .regularizer import L1Decay
+
+__all__ = ["Result", "main", "run"]
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+
+@dataclass
+class Result:
+    check: str
+    verdict: str
+    detail: str = ""
+
+
+# --- the optimizer configurations -----------------------------------------------------------------
+_Make = Callable[[Any, bool], torch.optim.Optimizer]
+
+CONFIGS: dict[str, _Make] = {
+    "SGD": lambda ps, mp: SGD(0.1, parameters=ps, multi_precision=mp),
+    "SGD L2": lambda ps, mp: SGD(0.1, parameters=ps, multi_precision=mp, weight_decay=0.01),
+    "SGD L1, groups": lambda ps, mp: SGD(
+        0.1, parameters=[{"params": ps[:1]}, {"params": ps[1:], "learning_rate": 0.3}], multi_precision=mp,
+        weight_decay=L1Decay(0.01),
+    ),
+    "Momentum": lambda ps, mp: Momentum(0.1, parameters=ps, multi_precision=mp),
+    "Momentum Nesterov L2": lambda ps, mp: Momentum(
+        0.1, 0.8, parameters=ps, use_nesterov=True, multi_precision=mp, weight_decay=0.01, rescale_grad=0.5
+    ),
+    "Adam": lambda ps, mp: Adam(0.01, parameters=ps, multi_precision=mp),
+    "Adam L2 AMSGrad, global norm": lambda ps, mp: Adam(
+        0.01, 0.8, 0.99, 1e-6, parameters=ps, multi_precision=mp, weight_decay=0.01, amsgrad=True,
+        grad_clip=ClipGradByGlobalNorm(1.0),
+    ),
+    "AdamW": lambda ps, mp: AdamW(0.01, parameters=ps, multi_precision=mp),
+    "AdamW lr_ratio, low-precision moments": lambda ps, mp: AdamW(
+        0.005612671375274658, parameters=ps, multi_precision=mp, weight_decay=0.1,
+        lr_ratio=lambda p: 0.5 if p.numel() > 100 else 1.0, use_lowprecision_moment=True, amsgrad=True,
+        grad_clip=ClipGradByNorm(1.0),
+    ),
+}
+
+# (parameter dtype, gradient dtype, multi_precision, gradient in main_grad)
+DTYPES = {
+    "fp32": (torch.float32, torch.float32, False, False),
+    "bf16+master": (torch.bfloat16, torch.bfloat16, True, False),
+    "fp16+master, fp32 main_grad": (torch.float16, torch.float32, True, True),
+    "fp64": (torch.float64, torch.float64, False, False),
+}
+SIZES = (4096, 7, 3001)  # an aligned, a tiny and an unaligned tensor
+
+
+def _train(make: _Make, dtypes: tuple[Any, ...], device: str, steps: int = 3) -> list[Tensor]:
+    """Steps with fixed random gradients (drawn on the CPU); the parameters and states, on the CPU."""
+    dtype, grad_dtype, mp, main_grad = dtypes
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(n, generator=gen).to(dtype).to(device)) for n in SIZES]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Paddle's warning on low-precision accumulators
+        opt = make(params, mp)
+        for _ in range(steps):
+            for p in params:
+                g = (torch.randn(p.shape, generator=gen) * 0.1).to(grad_dtype).to(device)
+                if main_grad:
+                    p.main_grad = g  # type: ignore[attr-defined]
+                else:
+                    p.grad = g
+            opt.step()
+    out = [p.detach().cpu() for p in params]
+    for p in params:
+        out += [v.detach().cpu() for v in opt.state[p].values() if isinstance(v, Tensor)]
+    return out
+
+
+def _same_bits(a: list[Tensor], b: list[Tensor]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        nan_x, nan_y = torch.isnan(x.float()), torch.isnan(y.float())
+        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+        if not (torch.equal(nan_x, nan_y) and torch.equal(x.view(ints)[~nan_x], y.view(ints)[~nan_y])):
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _compiled_kernels(on: bool) -> Iterator[None]:
+    """The compiled CPU kernels switched on or off (``PADDLE_COMPAT_NATIVE``) for a while."""
+    saved = _native._enabled
+    _native._enabled = on
+    try:
+        yield
+    finally:
+        _native._enabled = saved
+
+
+@contextlib.contextmanager
+def _gpu_formulas_on_cpu() -> Iterator[None]:
+    """CPU tensors follow Paddle's GPU formulas: their exact emulation (``_numerics``)."""
+    saved = _devices.gpu_kernels
+    _devices.gpu_kernels = lambda t: True
+    try:
+        yield
+    finally:
+        _devices.gpu_kernels = saved
+
+
+def _optimizer_checks(device: str) -> list[Result]:
+    results = []
+    for name, make in CONFIGS.items():
+        for label, dtypes in DTYPES.items():
+            check = f"{name} [{label}]"
+            if device == "cpu":
+                with _compiled_kernels(False):
+                    reference = _train(make, dtypes, "cpu")
+                got = _train(make, dtypes, "cpu")
+                what = "compiled kernels vs torch forms"
+            else:
+                with _gpu_formulas_on_cpu(), _compiled_kernels(False):
+                    reference = _train(make, dtypes, "cpu")
+                got = _train(make, dtypes, device)
+                what = "GPU kernels vs exact emulation"
+            results.append(Result(check, PASS if _same_bits(got, reference) else FAIL, what))
+    return results
+
+
+# --- the GradScaler ---------------------------------------------------------------------------------
+_OVERFLOWS = {2, 3, 9, 14, 15, 16}
+
+
+def _scaler_check(device: str) -> Result:
+    """The scale and skip count through injected overflows, against Paddle's policy on the host."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4).to(device)
+    opt = AdamW(0.001, parameters=model.parameters())
+    scaler = GradScaler(init_loss_scaling=1024.0, incr_every_n_steps=3, decr_every_n_nan_or_inf=2, decr_ratio=0.3)
+    policy = scaler._tracker.policy
+    expected, state = [], LossScaleState(1024.0, 0, 0)
+    got = []
+    for step in range(24):
+        x = torch.randn(8, 16)
+        if step in _OVERFLOWS:
+            x[0, 0] = float("inf")
+        with auto_cast(dtype="float16"):  # the scaler scales for float16 training, as Paddle's
+            loss = model(x.to(device)).float().pow(2).mean()
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        scaler.minimize(opt, scaled)
+        opt.clear_grad()
+        got.append(scaler.get_scale())
+        state, _ = next_state(state, step in _OVERFLOWS, policy, HOST)
+        expected.append(state.scale)
+    skipped = scaler.get_skipped_steps()
+    ok = got == expected and skipped == len(_OVERFLOWS)
+    return Result("GradScaler trajectory with injected overflow", PASS if ok else FAIL,
+                  f"{len(got)} steps, {skipped} skipped" + ("" if ok else f"; scales {got} != {expected}"))
+
+
+# --- CUDA only ----------------------------------------------------------------------------------------
+def _sync_check(device: str) -> list[Result]:
+    results = []
+    for name, make, target in (
+        ("AdamW(fused=True) (ours, skips on the device)", lambda ps: AdamW(0.01, parameters=ps, fused=True), 0),
+        ("AdamW (ours, the scaler skips it)", lambda ps: AdamW(0.01, parameters=ps), 1),
+        ("torch.optim.SGD (not fused)", lambda ps: torch.optim.SGD(ps, lr=0.01), 1),
+    ):
+        params = [torch.nn.Parameter(torch.randn(1000, device=device)) for _ in range(3)]
+        opt, scaler = make(params), GradScaler()
+        counts = []
+        for step in range(4):
+            for p in params:
+                p.grad = torch.randn_like(p)
+            with auto_cast(dtype="float16"):
+                scaled = scaler.scale(torch.zeros((), device=device))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    scaler.minimize(opt, scaled)
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            if step:
+                counts.append(sum("synchroniz" in str(w.message) for w in caught))
+        ok = all(c == target for c in counts)
+        results.append(Result(f"host syncs per step: {name}", PASS if ok else FAIL, f"{counts} (target {target})"))
+    return results
+
+
+def _graph_check(device: str, with_scaler: bool = True) -> Result:
+    """torch's whole-network capture: forward, backward, (scaler,) optimizer in one CUDA graph."""
+
+    def build() -> tuple[torch.nn.Module, AdamW, GradScaler]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(device)
+        opt = AdamW(0.01, parameters=model.parameters(), fused=True)  # skips on the device: nothing to read
+        return model, opt, GradScaler(init_loss_scaling=1024.0)
+
+    xs = [torch.randn(16, 32, device=device, generator=None) for _ in range(6)]
+
+    def step(model: torch.nn.Module, opt: AdamW, scaler: GradScaler, x: Tensor) -> None:
+        opt.clear_grad(set_to_zero=False)
+        if not with_scaler:
+            model(x).pow(2).mean().backward()
+            opt.step()
+            return
+        with auto_cast(dtype="float16"):
+            loss = model(x).float().pow(2).mean()
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        scaler.minimize(opt, scaled)
+
+    eager = build()
+    graphed = build()
+    static_x = xs[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for x in xs[:3]:  # warm-up: state, tables, kernels
+            static_x.copy_(x)
+            step(*graphed, static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    for x in xs[:3]:
+        step(*eager, x)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(*graphed, static_x)
+    for x in xs[3:]:
+        static_x.copy_(x)
+        graph.replay()
+        step(*eager, x)
+    torch.cuda.synchronize()
+    same = _same_bits([p.detach().cpu() for p in graphed[0].parameters()],
+                      [p.detach().cpu() for p in eager[0].parameters()])
+    name = "CUDA graph of a whole training step" + (" with a GradScaler" if with_scaler else " (torch's recipe)")
+    return Result(name, PASS if same else FAIL, "3 replays against eager steps")
+
+
+def _second_device_check() -> Result:
+    if torch.cuda.device_count() < 2:
+        return Result("parameters on a second, non-current GPU", SKIP, "one GPU")
+    make = CONFIGS["Adam L2 AMSGrad, global norm"]
+    with _gpu_formulas_on_cpu(), _compiled_kernels(False):
+        reference = _train(make, DTYPES["bf16+master"], "cpu")
+    with torch.cuda.device(0):
+        got = _train(make, DTYPES["bf16+master"], "cuda:1")
+    return Result("parameters on a second, non-current GPU", PASS if _same_bits(got, reference) else FAIL,
+                  "Adam on cuda:1 while cuda:0 is current")
+
+
+# --- the battery ------------------------------------------------------------------------------------
+def _environment(device: str) -> list[Result]:
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "not installed"
+    compiled = _native.kernels() is not None
+    results = [
+        Result("versions", PASS, f"paddle_compat {__version__}, torch {torch.__version__}, Triton {triton_version}, "
+                                 f"Python {platform.python_version()}"),
+        Result("compiled CPU kernels", PASS if compiled else SKIP,
+               "loaded" if compiled else "unavailable: the torch forms run (same bits, slower)"),
+    ]
+    if device == "cuda":
+        gpu = _multi_tensor.kernels(torch.device(device)) is not None
+        results.append(Result("Triton GPU kernels", PASS if gpu else SKIP,
+                              f"{torch.cuda.get_device_name()}; " + ("in use" if gpu else "unavailable: per-tensor path")))
+    return results
+
+
+def run(device: str) -> list[Result]:
+    """The battery for ``device`` (``"cpu"`` or ``"cuda"``); a check that raises is a ``FAIL``."""
+    steps: list[Callable[[], list[Result]]] = [lambda: _environment(device), lambda: _optimizer_checks(device),
+                                               lambda: [_scaler_check(device)]]
+    if device == "cuda":
+        steps += [lambda: _sync_check(device), lambda: [_graph_check(device, with_scaler=False)],
+                  lambda: [_graph_check(device)], lambda: [_second_device_check()]]
+    results: list[Result] = []
+    for index, step in enumerate(steps):
+        try:
+            results += step()
+        except Exception as error:  # a crash is a verdict too
+            last = traceback.format_exception_only(type(error), error)[-1].strip()
+            results.append(Result(f"battery part {index + 1}", FAIL, last))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m paddle_compat.selfcheck", description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                        help="the battery to run (default: cuda when a GPU is visible, else cpu)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible to torch")
+    start = time.perf_counter()
+    results = run(device)
+    width = max(len(r.check) for r in results)
+    for r in results:
+        print(f"{r.check:<{width}}  {r.verdict:<4}  {r.detail}")
+    failed = sum(r.verdict == FAIL for r in results)
+    print(f"\n{len(results)} checks on {device}: {failed} failed ({time.perf_counter() - start:.1f} s)")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"device": device, "passed": not failed, "results": [asdict(r) for r in results]}, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""``python -m paddle_compat.selfcheck``: green on this machine's CPU, red when a check fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from paddle_compat import selfcheck
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_cpu_battery_passes_in_a_fresh_process(tmp_path: Path) -> None:
+    out = tmp_path / "selfcheck.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "paddle_compat.selfcheck", "--device", "cpu", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["passed"] is True
+    checks = {r["check"]: r["verdict"] for r in report["results"]}
+    for name in selfcheck.CONFIGS:
+        for label in selfcheck.DTYPES:
+            assert checks[f"{name} [{label}]"] == "PASS"
+    assert checks["GradScaler trajectory with injected overflow"] == "PASS"
+    assert "0 failed" in proc.stdout
+
+
+def test_a_failing_check_makes_the_exit_status_1(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setattr(selfcheck, "CONFIGS", {"SGD": selfcheck.CONFIGS["SGD"]})
+    monkeypatch.setattr(selfcheck, "DTYPES", {"fp32": selfcheck.DTYPES["fp32"]})
+    monkeypatch.setattr(selfcheck, "_same_bits", lambda a, b: False)
+    assert selfcheck.main(["--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert "SGD [fp32]" in out and "FAIL" in out
+
+
+def test_a_crashing_check_is_a_failure_not_a_crash(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setattr(selfcheck, "CONFIGS", {})
+
+    def broken(device):
+        raise RuntimeError("no such kernel")
+
+    monkeypatch.setattr(selfcheck, "_scaler_check", broken)
+    assert selfcheck.main(["--device", "cpu"]) == 1
+    assert "RuntimeError: no such kernel" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+def test_cuda_without_a_gpu_is_refused() -> None:
+    with pytest.raises(SystemExit) as info:
+        selfcheck.main(["--device", "cuda"])
+    assert info.value.code == 2
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_cuda_battery_passes() -> None:
+    results = selfcheck.run("cuda")
+    assert [r for r in results if r.verdict == "FAIL"] == []
