@@ -110,3 +110,62 @@ def test_module_entry_point(traces, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         runpy.run_module("paddle_compat.parity", run_name="__main__")
     assert e.value.code == 1 and "first divergence at step 1" in capsys.readouterr().out
+
+
+def test_damaged_trace_exits_2(traces, capsys):
+    """The documented status for an unreadable trace is 2 (1 means: the runs diverge)."""
+    data = (traces / "b.npz").read_bytes()
+    (traces / "b.npz").write_bytes(data[: len(data) // 2])
+    assert main(["compare", str(traces / "a"), str(traces / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "b.npz is not this trace's data" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("rtol", ["nan", "-1", "inf"])
+def test_bad_tolerance_exits_2(traces, capsys, rtol):
+    assert main(["compare", str(traces / "a"), str(traces / "a"), "--rtol", rtol, "--atol", "0"]) == 2
+    assert "rtol should be" in capsys.readouterr().err
+
+
+def test_tolerance_and_baseline_flags(traces, capsys):
+    a, b = str(traces / "a"), str(traces / "b")
+    assert main(["compare", a, b, "--exact"]) == 1
+    assert main(["compare", a, b, "--tolerance", "param=1e-6"]) == 0  # 1 ulp: 1e-7 of the norm
+    assert main(["compare", a, b, "--tolerance", "param=1e-9"]) == 1
+    assert main(["compare", a, b, "--baseline", b, "--tolerance", "0"]) == 0  # b is its own noise floor
+    assert main(["compare", a, b, "--tolerance", "grad=x"]) == 2
+    assert "--tolerance: a number, or NAME=BOUND pairs" in capsys.readouterr().err
+
+
+RUN_SCRIPT = """
+import torch
+from paddle_compat import optimizer
+from paddle_compat.parity import TraceRecorder
+
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 2)
+opt = optimizer.SGD(learning_rate={lr}, parameters=model.parameters())
+rec = TraceRecorder(model, opt)
+for step in range(3):
+    loss = model(torch.ones(4, 3) * step).pow(2).mean()
+    loss.backward()
+    opt.step()
+    rec.record(loss)
+    opt.clear_grad()
+rec.save()
+"""
+
+
+def test_run_records_both_scripts_and_compares(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    for name, lr in (("reference.py", 0.1), ("same.py", 0.1), ("other.py", 0.2)):
+        (tmp_path / name).write_text(RUN_SCRIPT.format(lr=lr))
+    out = str(tmp_path / "traces")
+    assert main(["run", str(tmp_path / "reference.py"), str(tmp_path / "same.py"), "-o", out, "--exact"]) == 0
+    assert (tmp_path / "traces" / "paddle.json").exists() and (tmp_path / "traces" / "port.json").exists()
+    assert main(["run", str(tmp_path / "reference.py"), str(tmp_path / "other.py"), "-o", out, "--exact"]) == 1
+    assert "first divergence at step 0, lr" in capsys.readouterr().out
+    (tmp_path / "broken.py").write_text("raise SystemExit(3)")
+    assert main(["run", str(tmp_path / "reference.py"), str(tmp_path / "broken.py"), "-o", out]) == 1
+    assert "recording the port script failed" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "missing.py"), str(tmp_path / "same.py"), "-o", out]) == 2

@@ -128,12 +128,19 @@ def test_first_divergence_names_step_tensor_element_and_ulps():
 
 
 def test_causal_order_within_a_step():
-    """found_inf is checked before the parameters it made differ; gradients before found_inf."""
+    """found_inf, the scale and the rate are checked before the gradients (an update-path bug is never
+    hidden behind gradient noise), and the parameters after them; differing gradients are named as
+    the cause of a differing skip."""
     a = trace([(scal(), {"grad/w": W, "param/w": W})])
     b = trace([(scal(found_inf=True), {"grad/w": W, "param/w": W + 1})])
     assert compare(a, b).first_divergence.name == "found_inf"
+    assert compare(a, b).first_divergence.causes == []
     c = trace([(scal(found_inf=True), {"grad/w": W + 1, "param/w": W + 1})])
-    assert compare(a, c).first_divergence.name == "grad/w"
+    d = compare(a, c).first_divergence
+    assert d.name == "found_inf"
+    assert d.causes == ["the gradients differ at this step too (grad/w): the skip decision follows from them"]
+    lr = trace([(scal(lr=0.5), {"grad/w": W + 1, "param/w": W + 1})])
+    assert compare(a, lr, tolerance={"grad": 1.0}).first_divergence.name == "lr"
     d = trace([(scal(incr_count=2), {"grad/w": W, "param/w": W})])
     assert compare(a, d).first_divergence.name == "incr_count"  # counters: exact even with tolerances
 
@@ -203,6 +210,18 @@ def test_argument_checks():
         compare(a, trace([(scal(), {})], layout="paddle"))
     loose = trace([(scal(loss=1.01), {})])
     assert not compare(a, loose).ok and compare(a, loose, rtol=0.1, atol=0.0).ok
+    for bad, why in ((float("nan"), "a finite number"), (-1, ">= 0"), (float("inf"), "a finite number")):
+        # NaN and -1 once passed and made equal traces diverge
+        with pytest.raises(ValueError, match=f"rtol should be {why}, but received {bad}"):
+            compare(a, a, rtol=bad, atol=0.0)
+        with pytest.raises(ValueError, match=f"atol should be {why}, but received {bad}"):
+            compare(a, a, rtol=0.0, atol=bad)
+    with pytest.raises(TypeError, match="rtol should be a float or an int, but received str"):
+        compare(a, a, rtol="0.1", atol=0.0)
+    with pytest.raises(TypeError, match="reference should be a Trace or the path of a saved one, but received int"):
+        compare(42, a)
+    with pytest.raises(TypeError, match="exact should be a bool"):
+        compare(a, a, exact="yes")
 
 
 # ---------------------------------------------------------------------------------------- report
@@ -256,6 +275,110 @@ def test_dtypes_differ():
     b = trace([(scal(), {"param/w": W.astype(np.float64)})])
     assert compare(a, b, exact=True).first_divergence.reason == "dtypes differ: reference float32, candidate float64"
     assert compare(a, b).ok  # the same values, within tolerance
+
+
+# --------------------------------------------------------------------- norm tolerances, baseline, causes
+
+
+def test_norm_tolerance_does_not_saturate_near_zero():
+    """0 against 1e-9 is a billion ulps, and nothing at the tensor's scale."""
+    w = np.array([0.0, 1.0, -2.0, 0.5], np.float32)
+    near = w.copy()
+    near[0] = 1e-9
+    a, b = trace([(scal(), {"grad/w": w})]), trace([(scal(), {"grad/w": near})])
+    assert compare(a, b, exact=True).first_divergence.ulps > 1e8
+    assert not compare(a, b, rtol=1e-6, atol=0.0).ok
+    result = compare(a, b, tolerance={"grad": 1e-6})
+    assert result.ok and result.tensors[0].rel_l2 == pytest.approx(1e-9 / math.sqrt(5.25), rel=1e-3)
+    off = trace([(scal(), {"grad/w": w * np.float32(1.001)})])
+    d = compare(a, off, tolerance={"grad": 1e-6}).first_divergence
+    assert d.name == "grad/w" and d.reason.startswith("norm-relative error 0.001 over the bound 1e-06")
+    inf = w.copy()
+    inf[1] = np.inf
+    assert compare(a, trace([(scal(), {"grad/w": inf})]), tolerance=1.0).first_divergence.reason == (
+        "inf/NaN in different places"
+    )
+
+
+def test_tolerance_keys_resolve_from_the_most_specific():
+    a = trace([(scal(), {"grad/x.w": W, "grad/y.w": W, "param/x.w": W})])
+    b = trace([(scal(loss=1.01), {"grad/x.w": W * 1.01, "grad/y.w": W * 1.0001, "param/x.w": W * 1.0001})])
+    tol = {"*": 1e-3, "grad": 1e-3, "grad/x.*": 0.1, "loss": 0.1}
+    assert compare(a, b, tolerance=tol).ok
+    d = compare(a, b, tolerance={**tol, "grad/x.w": 1e-3}).first_divergence
+    assert d.name == "grad/x.w"  # an exact name beats a glob
+    assert compare(a, b, tolerance={"loss": 0.1, "grad": 0.1}).first_divergence.name == "param/x.w"  # exact mode
+    with pytest.raises(ValueError, match=r"tolerance\['grad'\] should be >= 0, but received -1"):
+        compare(a, b, tolerance={"grad": -1})
+
+
+def test_baseline_separates_noise_from_a_bug():
+    """A second reference, an ulp away, shows how much noise each tensor carries at each step."""
+    rng = np.random.default_rng(0)
+    noise = [rng.standard_normal(W.shape).astype(np.float32) * 1e-4 for _ in range(3)]
+    ref = trace([(scal(), {"grad/w": W + k}) for k in range(3)])
+    base = trace([(scal(), {"grad/w": W + k + noise[k]}) for k in range(3)])
+    port = trace([(scal(), {"grad/w": W + k - 3 * noise[k]}) for k in range(3)])
+    assert not compare(ref, port).ok  # torch.testing's float32 tolerance calls the noise a divergence
+    assert compare(ref, port, baseline=base).ok
+    buggy = trace([(scal(), {"grad/w": W + k + (1e-2 if k == 2 else 0)}) for k in range(3)])
+    d = compare(ref, buggy, baseline=base).first_divergence
+    assert (d.step, d.name) == (2, "grad/w")
+    assert not compare(ref, port, baseline=base, baseline_factor=1.0).ok
+
+
+def test_layers_recorded_on_one_side_are_notes():
+    a = trace([(scal(), {"act/attn.q_proj": W, "act/attn": W, "act/extra": W, "param/w": W})])
+    b = trace([(scal(), {"act/attn": W, "param/w": W})])
+    result = compare(a, b, exact=True)
+    assert result.ok
+    inline = "act/attn.q_proj: Paddle's MultiHeadAttention calls its q/k/v/out projections"
+    assert any(inline in n for n in result.notes)
+    assert "only the reference recorded act/extra: layers without a counterpart, not compared" in result.notes
+
+
+def test_named_causes():
+    ahead = trace([(scal(lr=0.1 * 0.9**k), {}) for k in range(4)])
+    port = trace([(scal(lr=0.1 * 0.9 ** (k + 1)), {}) for k in range(4)])
+    d = compare(ahead, port, exact=True).first_divergence
+    assert (d.step, d.name) == (0, "lr") and "its schedule runs one step ahead of Paddle's" in d.causes[0]
+    skipped = trace([(scal(found_inf=True), {"grad/w": W * 0})])
+    unscaled = trace([(scal(found_inf=True), {"grad/w": W})])
+    d = compare(skipped, unscaled, exact=True).first_divergence
+    assert d.name == "grad/w" and "after a skipped step Paddle leaves every gradient multiplied by 0" in d.causes[0]
+    clipped = Trace({"layout": "torch", "framework": "paddle", "parameter_tensors": 38})
+    clipped.add_step(scal(clip_factor=0.5, pre_clip_norm=2.0), {"grad/w": W, "param/w": W})
+    port = Trace({"layout": "torch", "framework": "torch", "parameter_tensors": 30})
+    port.add_step(scal(clip_factor=0.5, pre_clip_norm=2.0), {"grad/w": W, "param/w": nudge(W, 0)})
+    d = compare(clipped, port, exact=True).first_divergence
+    assert d.name == "param/w" and "over 38 tensors in the reference and 30 in the candidate" in d.causes[0]
+    assert "cause: the global-norm clip engaged (factor 0.5, pre-clip norm 2.0)" in d.describe()
+
+
+def test_png_marks_nan_and_shows_the_layers(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from paddle_compat.parity.report import plot
+
+    nan = W.copy()
+    nan[0, 0] = np.nan
+    a = trace([(scal(), {"act/fc": W, "act/out": W, "grad/w": W})] * 2)
+    b = trace(
+        [(scal(), {"act/fc": W, "act/out": W, "grad/w": W}), (scal(), {"act/fc": W, "act/out": W * 2, "grad/w": nan})]
+    )
+    result = compare(a, b, exact=True)
+    assert result.first_divergence.step == 1
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    plot(result, tmp_path / "r.png")
+    (fig,) = drawn
+    _, middle, layers = fig.axes
+    ys = [y for line in middle.get_lines() for y in line.get_ydata() if line.get_label() == "gradients"]
+    assert ys == [0.0]  # step 1's NaN is not a point at 2**64 ...
+    marks = [c for c in middle.collections if c.get_label() == "gradients: inf/NaN against a number"]
+    assert len(marks) == 1 and marks[0].get_offsets()[0][0] == 1  # ... but a mark at step 1
+    assert layers.get_title() == "Step 1: per-layer divergence (outputs in forward order, then gradients)"
+    assert [t.get_text() for t in layers.get_yticklabels()] == ["fc", "out"]
 
 
 def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys):

@@ -486,3 +486,46 @@ def test_lr_scheduler_state_travels_with_the_optimizer_state():
     sd = optimizer_state_to_torch(pd, opt2, model, names)
     opt2.load_state_dict(sd)
     assert (sched2.last_epoch, sched2.last_lr) == (1, 0.05) and opt2.get_lr() == 0.05
+
+
+class FusedDense(torch.nn.Module):
+    """A user's layer: a [out, in] weight named w, a fused qkv weight, and a call counter buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+        self.qkv = torch.nn.Parameter(torch.randn(6, 4))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+
+
+def test_registered_rule_for_a_custom_layer():
+    from paddle_compat.parity import register_rule, unregister_rule
+
+    model = torch.nn.Sequential(FusedDense())
+    assert sorted(torch_to_paddle(model)) == ["0.calls", "0.qkv", "0.w"]  # no rule: as they are
+    register_rule(FusedDense, rename={"w": "weight"}, transpose=["w", "qkv"], split={"qkv": ("q", "k", "v")},
+                  torch_only=["calls"])
+    try:
+        state = torch_to_paddle(model)
+        assert sorted(state) == ["0.k", "0.q", "0.v", "0.weight"]
+        np.testing.assert_array_equal(state["0.weight"], model[0].w.detach().numpy().T)
+        np.testing.assert_array_equal(state["0.k"], model[0].qkv.detach().numpy()[2:4].T)
+        back = torch.nn.Sequential(FusedDense())
+        back[0].calls.fill_(7)
+        back.load_state_dict(paddle_to_torch(state, back))
+        assert torch.equal(back[0].w, model[0].w) and torch.equal(back[0].qkv, model[0].qkv)
+        assert int(back[0].calls) == 7  # torch-only: the module's own value
+        with pytest.raises(ValueError, match=r"shape mismatch for '0.weight'"):
+            paddle_to_torch({**state, "0.weight": state["0.weight"].T.copy()}, back)
+        register_rule(FusedDense, rename={"missing": "x"})
+        with pytest.raises(ValueError, match=r"names \['missing'\], which the module does not hold"):
+            torch_to_paddle(model)
+    finally:
+        unregister_rule(FusedDense)
+    assert sorted(torch_to_paddle(model)) == ["0.calls", "0.qkv", "0.w"]
+    with pytest.raises(TypeError, match="module_type must be a torch.nn.Module subclass"):
+        register_rule(int)
+    with pytest.raises(ValueError, match=r"\['w'\] given more than one role"):
+        register_rule(FusedDense, rename={"w": "weight"}, torch_only=["w"])
+    with pytest.raises(TypeError, match="transpose must be a list of names"):
+        register_rule(FusedDense, transpose="w")

@@ -173,3 +173,52 @@ def test_persistent_ids_are_refused():
     WithPid(buf, protocol=4).dump({"x": "ref"})
     with pytest.raises(UnsafePickleError, match="persistent id"):
         pdio.load(buf.getvalue())
+
+
+# ----------------------------------------------------------------------------------- damaged files
+
+
+def test_corrupt_frame_length_is_refused_before_allocating(tmp_path):
+    """A 30-byte file whose pickle frame claims 2**62 bytes: the unpickler would reserve them."""
+    path = tmp_path / "bad.pdparams"
+    path.write_bytes((b"\x80\x04\x95" + (2**62).to_bytes(8, "little") + b"}q\x00.").ljust(30, b"\x00"))
+    with pytest.raises(pdio.CorruptFileError, match=r"bad\.pdparams is not a whole paddle.save file.*a frame of"):
+        pdio.load(path)
+    with pytest.raises(ValueError, match="the given bytes"):  # CorruptFileError is a ValueError
+        pdio.load(path.read_bytes())
+
+
+@pytest.mark.parametrize("cut", [0, 1, 12, 0.5, -1])
+def test_truncated_files_name_the_file(tmp_path, cut):
+    data = _bytes({"w": np.ones((64, 64), np.float32), "b": np.zeros(3)})
+    path = tmp_path / "m.pdopt"
+    path.write_bytes(data[: int(len(data) * cut) if isinstance(cut, float) else cut])
+    with pytest.raises(pdio.CorruptFileError, match=r"m\.pdopt"):
+        pdio.load(path)
+    with pytest.raises(pdio.CorruptFileError, match=r"m\.pdopt"):
+        pdio.parameter_names(path)
+
+
+def test_array_larger_than_its_data_is_refused():
+    class Huge:
+        def __reduce__(self):
+            from numpy._core.multiarray import _reconstruct
+
+            return (_reconstruct, (np.ndarray, (0,), b"b"), (1, (2**40,), np.dtype("float32"), False, b"abcd"))
+
+    with pytest.raises(pdio.CorruptFileError, match="buffer size does not match"):
+        pdio.load(_bytes({"w": Huge()}))
+
+
+def test_unsafe_file_names_the_file(tmp_path):
+    path = tmp_path / "evil.pdparams"
+    path.write_bytes(_bytes({"x": collections.Counter(a=1)}))
+    with pytest.raises(UnsafePickleError, match=r"evil\.pdparams: refusing to load collections\.Counter"):
+        pdio.load(path)
+
+
+def test_source_type_is_checked():
+    with pytest.raises(TypeError, match="source must be a path, bytes or a binary file object"):
+        pdio.load(42)
+    with pytest.raises(TypeError, match="binary mode"):
+        pdio.load(io.StringIO("x"))

@@ -131,6 +131,65 @@ def test_load_refuses_other_files(tmp_path):
         Trace.load(tmp_path / "missing")
 
 
+def _two_traces(tmp_path):
+    for name, value in (("a", 1.0), ("b", 2.0)):
+        t = Trace({"layout": "torch"})
+        t.add_step({"loss": 1.0}, {"param/w": np.full(3, value, np.float32)})
+        t.save(tmp_path / name)
+    return tmp_path / "a.json", tmp_path / "a.npz", tmp_path / "b.npz"
+
+
+def _damage_npz(npz, tmp_path):
+    """The npz with one array's header claiming 2**40 elements (a zip that is otherwise valid)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
+    out = tmp_path / "forged.npz"
+    with zipfile.ZipFile(npz) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, buf.getvalue() if info.filename == "0.0.npy" else zin.read(info))
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("truncated npz", r"c\.npz is not this trace's data.*File is not a zip file"),
+        ("npz of another trace", r"c\.json and .*c\.npz are not the two files of one trace"),
+        ("forged npz header", r"c\.npz is not this trace's data.*its header needs 4398046511"),
+        ("json list", r"c\.json is not a paddle_compat parity trace"),
+        ("corrupt json", r"c\.json is not a parity trace \(not JSON"),
+        ("json missing steps", r"c\.json is damaged: 'steps' is not a list"),
+        ("json bad tensor entry", r"c\.json is damaged: tensor entry 0"),
+    ],
+)
+def test_load_refuses_damaged_files(tmp_path, damage, message):
+    """Each is a ValueError naming the file (the command line's exit status 2), before the arrays are read."""
+    jpath, npath, other = _two_traces(tmp_path)
+    doc = json.loads(jpath.read_text())
+    data, text = npath.read_bytes(), jpath.read_text()
+    if damage == "truncated npz":
+        data = data[: len(data) // 2]
+    elif damage == "npz of another trace":
+        data = other.read_bytes()
+    elif damage == "forged npz header":
+        data = _damage_npz(npath, tmp_path)
+    elif damage == "json list":
+        text = "[1, 2]"
+    elif damage == "corrupt json":
+        text = text[:-20]
+    elif damage == "json missing steps":
+        text = json.dumps({**doc, "steps": None})
+    else:
+        text = json.dumps({**doc, "tensors": [{**doc["tensors"][0], "shape": [-3]}]})
+    (tmp_path / "c.json").write_text(text)
+    (tmp_path / "c.npz").write_bytes(data)
+    with pytest.raises(ValueError, match=message):
+        Trace.load(tmp_path / "c")
+
+
 def test_sampled_storage_keeps_digests():
     full, small = run(), run(full_max_elements=8, sample=4)
     s = small.series["param/0.weight"]
@@ -241,3 +300,68 @@ def test_layer_called_twice_in_a_step():
     model(torch.ones(1, 2))
     rec.record()
     assert "act/0" not in {n for n, s in rec.trace.series.items() if 1 in s.steps}
+
+
+def test_pre_clip_norm_and_clip_factor():
+    """before_step() records the unscaled global norm before the clip and the factor the clip applies."""
+    from paddle_compat.nn import ClipGradByGlobalNorm
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = popt.SGD(learning_rate=0.1, parameters=model.parameters(), grad_clip=ClipGradByGlobalNorm(0.05))
+    sc = GradScaler(init_loss_scaling=256.0)
+    rec = TraceRecorder(model, opt, sc)
+    x = torch.randn(5, 4)
+    norms = []
+    for step in range(2):
+        scaled = sc.scale(model(x).pow(2).mean())
+        scaled.backward()
+        if step == 1:
+            model.weight.grad[0, 0] = float("inf")
+        unscaled = [p.grad.double() / 256.0 for p in model.parameters()]
+        norms.append(float(torch.sqrt(sum((g * g).sum() for g in unscaled))))
+        rec.before_step()
+        sc.minimize(opt, scaled)
+        rec.record()
+        opt.clear_grad()
+    first, second = rec.trace.steps
+    assert first["pre_clip_norm"] == pytest.approx(norms[0], rel=1e-12)
+    assert first["clip_factor"] == pytest.approx(0.05 / norms[0]) and first["clip_factor"] < 1
+    assert second["pre_clip_norm"] == math.inf and second["clip_factor"] is None
+    assert (first["found_inf"], second["found_inf"]) == (False, True)  # before_step() does not consume the verdict
+    assert rec.trace.meta["parameter_tensors"] == 2 and rec.trace.meta["unbiased_running_var"] == []
+
+
+def test_streaming_keeps_nothing_in_memory_and_reads_back_the_same(tmp_path):
+    in_memory = run()
+    streamed = run(path=tmp_path / "s")
+    assert streamed.streaming and (tmp_path / "s.npz").exists() and not (tmp_path / "s.json").exists()
+    assert all(len(s.data) == 0 and len(s.steps) == 7 for s in streamed.series.values())  # rows on disk only
+    np.testing.assert_array_equal(streamed.final("param/0.weight"), in_memory.final("param/0.weight"))
+    with pytest.raises(ValueError, match="still streaming"):
+        compare(streamed, in_memory)
+    with pytest.raises(ValueError, match="streams to"):
+        streamed.save(tmp_path / "elsewhere")
+    streamed.save()
+    assert not streamed.streaming and (tmp_path / "s.json").exists()
+    assert compare(in_memory, streamed, exact=True).ok
+    back = Trace.load(tmp_path / "s")
+    assert compare(in_memory, back, exact=True).ok
+    s = back.series["param/0.weight"]
+    assert type(s.data).__name__ == "_Rows"
+    assert s.data[3].tobytes() == in_memory.series["param/0.weight"].data[3].tobytes()
+    back.close()
+
+
+def test_every_and_patterns():
+    full = run()
+    sparse = run(every=3, include=["param/*", "grad/*"], exclude=["*.bias"])
+    assert sorted(sparse.series) == ["grad/0.weight", "grad/2.weight", "param/0.weight", "param/2.weight"]
+    assert sparse.series["param/0.weight"].steps == [0, 3, 6]
+    assert [s["loss"] for s in sparse.steps] == [s["loss"] for s in full.steps]  # scalars at every step
+    result = compare(full, sparse, exact=True)
+    assert result.ok and "left out by a trace's include/exclude patterns, not compared: grad/0.bias" in result.notes[-1]
+    with pytest.raises(ValueError, match="every should be >= 1, but received 0"):
+        run(every=0)
+    with pytest.raises(TypeError, match="include must be a list of glob patterns"):
+        run(include="param/*")

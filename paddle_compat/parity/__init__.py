@@ -7,6 +7,9 @@
   gradient norm, every parameter, gradient and optimizer accumulator, per step, from a torch run or
   (duck-typed) a Paddle one; saved as ``.json`` + ``.npz`` so CI can check against a golden trace
   without Paddle;
+- :func:`diff_layers`: one step of a Paddle layer and its torch port, layer by layer, forward and
+  backward, each torch layer fed the Paddle layer's input and output gradient (single-step mode);
+  layers aligned by name, layer map or type (:mod:`.align`);
 - :func:`compare` (first divergence, bitwise/ulp/abs/rel metrics, torch.testing's tolerances or
   exact), :func:`write_report` (JSON, Markdown, PNG), :func:`assert_same_trajectory`, the command
   line ``python -m paddle_compat.parity``, pytest fixtures in :mod:`.pytest_plugin`, and helpers for
@@ -18,7 +21,14 @@ child process (:func:`record_script`).
 
 from . import pdio
 from .compare import Comparison, Divergence, TensorMetrics, compare
-from .convert import Plan, paddle_to_torch, torch_to_paddle
+from .convert import (
+    Plan,
+    paddle_to_torch,
+    register_rule,
+    torch_to_paddle,
+    unregister_rule,
+)
+from .layer_diff import LayerDiff, diff_layers
 from .optimizer_state import (
     lr_scheduler_state_to_paddle,
     lr_scheduler_state_to_torch,
@@ -34,6 +44,7 @@ from .trace import Trace, TraceRecorder, load_trace
 __all__ = [
     "Comparison",
     "Divergence",
+    "LayerDiff",
     "Plan",
     "RecordingError",
     "TensorMetrics",
@@ -41,6 +52,7 @@ __all__ = [
     "TraceRecorder",
     "assert_same_trajectory",
     "compare",
+    "diff_layers",
     "load_trace",
     "lr_scheduler_state_to_paddle",
     "lr_scheduler_state_to_torch",
@@ -49,7 +61,9 @@ __all__ = [
     "paddle_to_torch",
     "pdio",
     "record_script",
+    "register_rule",
     "scaler_state_to_paddle",
     "torch_to_paddle",
+    "unregister_rule",
     "write_report",
 ]

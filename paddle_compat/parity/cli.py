@@ -3,6 +3,7 @@
     python -m paddle_compat.parity record -o traces/paddle paddle_side.py --steps 40
     python -m paddle_compat.parity compare traces/paddle traces/port --exact
     python -m paddle_compat.parity report traces/paddle traces/port -o parity-report
+    python -m paddle_compat.parity run paddle_train.py port_train.py -o traces --tolerance 1e-4
 
 Exit status: 0 when the runs agree (within tolerance, or bitwise with ``--exact``) or the recording
 succeeded; 1 when they diverge (the first divergence is printed) or the recorded script failed;
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .compare import Comparison, compare
 from .record import RecordingError, record_script
@@ -42,16 +44,33 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("script", help="the Python script (it calls TraceRecorder.save() with no path)")
     rec.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
 
-    report_help = f"compare and write a report ({', '.join(FORMATS)})"
-    for name, help_text in (("compare", "compare two traces"), ("report", report_help)):
+    commands = (
+        ("compare", "compare two traces"),
+        ("report", f"compare and write a report ({', '.join(FORMATS)})"),
+        ("run", "record a Paddle script and the port's script (child processes), then compare"),
+    )
+    for name, help_text in commands:
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("reference", help="the reference trace (Paddle)")
-        p.add_argument("candidate", help="the candidate trace (the port)")
+        if name == "run":
+            p.add_argument("reference", metavar="paddle_script", help="the Paddle script (saves its trace)")
+            p.add_argument("candidate", metavar="port_script", help="the port's script (saves its trace)")
+            p.add_argument("-o", "--out", default="parity-traces", help="folder for both traces (paddle, port)")
+            p.add_argument("--timeout", type=float, help="seconds before a script is stopped")
+        else:
+            p.add_argument("reference", help="the reference trace (Paddle)")
+            p.add_argument("candidate", help="the candidate trace (the port)")
         p.add_argument("--exact", action="store_true", help="bitwise comparison")
         p.add_argument("--rtol", type=float, help="relative tolerance (with --atol; default: per dtype)")
         p.add_argument("--atol", type=float, help="absolute tolerance (with --rtol)")
         p.add_argument("--steps", type=int, help="compare only the first STEPS steps")
-        if name == "compare":
+        p.add_argument(
+            "--tolerance",
+            help="norm-relative bounds: one number, or NAME=BOUND pairs by category, glob or name "
+            "(e.g. 'grad=1e-4,act/*=1e-5')",
+        )
+        p.add_argument("--baseline", help="a second reference trace: its distance from the reference is the noise")
+        p.add_argument("--baseline-factor", type=float, default=10.0, help="how far beyond that noise (default 10)")
+        if name != "report":
             p.add_argument("--json", metavar="FILE", help="also write the full comparison as JSON")
         else:
             p.add_argument("-o", "--out", default="parity-report", help="report folder (default: parity-report)")
@@ -68,10 +87,31 @@ def _compare(args: argparse.Namespace) -> Comparison:
         raise _Usage("give --rtol and --atol together")
     try:
         return compare(
-            args.reference, args.candidate, exact=args.exact, rtol=args.rtol, atol=args.atol, steps=args.steps
+            args.reference,
+            args.candidate,
+            exact=args.exact,
+            rtol=args.rtol,
+            atol=args.atol,
+            steps=args.steps,
+            tolerance=_tolerance(args.tolerance),
+            baseline=args.baseline,
+            baseline_factor=args.baseline_factor,
         )
     except (OSError, ValueError, KeyError) as e:
         raise _Usage(str(e)) from e
+
+
+def _tolerance(spec: str | None) -> float | dict[str, float] | None:
+    """``--tolerance``: one number, or ``NAME=BOUND`` pairs separated by commas."""
+    if spec is None:
+        return None
+    try:
+        if "=" not in spec:
+            return float(spec)
+        pairs = [item.split("=", 1) for item in spec.split(",") if item.strip()]
+        return {k.strip(): float(v) for k, v in pairs}
+    except ValueError:
+        raise _Usage(f"--tolerance: a number, or NAME=BOUND pairs separated by commas (got {spec!r})") from None
 
 
 def _formats(requested: str | None) -> list[str]:
@@ -111,8 +151,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             print(f"recorded {len(trace)} steps, {len(trace.series)} tensors -> {args.out}")
             return 0
+        if args.command == "run":
+            out = Path(args.out)
+            for side, script in (("paddle", args.reference), ("port", args.candidate)):
+                try:
+                    record_script(script, out / side, timeout=args.timeout)
+                except FileNotFoundError as e:
+                    raise _Usage(str(e)) from e
+                except RecordingError as e:
+                    print(f"recording the {side} script failed: {e}", file=sys.stderr)
+                    return 1
+            args.reference, args.candidate = str(out / "paddle"), str(out / "port")
         result = _compare(args)
-        if args.command == "compare":
+        if args.command != "report":
             if args.json:
                 with open(args.json, "w") as f:
                     f.write(to_json(result))

@@ -19,29 +19,36 @@ elements only, and marked so.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import math
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .. import _checks
-from ._arrays import as_float, bits, is_float, tolerances, ulp_distance
-from .trace import SCALARS, Series, Trace, json_float, load_trace
+from ._arrays import as_float, bits, closeness, is_float, tolerances, ulp_distance
+from .trace import SCALARS, Series, Trace, json_float, load_trace, selected
 
 __all__ = ["Comparison", "Divergence", "TensorMetrics", "compare"]
 
+# The update path's scalars (skip decision, scale, counters, rate) come before the gradients: an
+# update-path bug is never hidden behind gradient noise.
 ORDER = (
     "act",
     "loss",
-    "actgrad",
-    "grad",
-    "grad_norm",
     "found_inf",
     "scale",
     "incr_count",
     "decr_count",
     "lr",
+    "actgrad",
+    "pre_clip_norm",
+    "grad",
+    "grad_norm",
+    "clip_factor",
     "param",
     "opt",
 )
@@ -63,6 +70,8 @@ class TensorMetrics:
     compared: int = 0
     sampled: bool = False
     ok: bool = True
+    rel_l2: float | None = None  # ||candidate - reference|| / ||reference|| (norm mode, see compare)
+    bound: float | None = None  # the norm-relative bound applied (norm mode)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values (non-finite floats as strings)."""
@@ -82,6 +91,7 @@ class Divergence:
     candidate: Any = None
     ulps: float | None = None
     metrics: TensorMetrics | None = None
+    causes: list[str] = dataclasses.field(default_factory=list)  # known reasons, in words
 
     def describe(self) -> str:
         """One line for people: where, why, both values, how many ulps apart."""
@@ -100,6 +110,10 @@ class Divergence:
                 f"; over the tensor: {m.mismatched} of {m.compared} {scope} differ, max {fmt_ulps(m.max_ulps)} ulps, "
                 f"max abs {m.max_abs:.3g}, max rel {m.max_rel:.3g}"
             )
+            if m.rel_l2 is not None and m.bound is not None:
+                text += f", norm-relative {m.rel_l2:.3g} (bound {m.bound:.3g})"
+        for cause in self.causes:
+            text += f"\n  cause: {cause}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +126,7 @@ class Divergence:
             "reference": _json_value(self.reference),
             "candidate": _json_value(self.candidate),
             "ulps": json_float(self.ulps),
+            "causes": list(self.causes),
             "description": self.describe(),
         }
 
@@ -140,6 +155,7 @@ class Comparison:
     tensors: list[TensorMetrics]
     first_divergence: Divergence | None
     notes: list[str]
+    norm: str | None = None  # how the norm-relative mode was set (tolerance, baseline), in words
 
     @property
     def ok(self) -> bool:
@@ -150,10 +166,12 @@ class Comparison:
     def mode(self) -> str:
         """How values were compared, in words."""
         if self.exact:
-            return "exact (bitwise)"
-        if self.rtol is None:
-            return "torch.testing's per-dtype tolerances"
-        return f"rtol={self.rtol:g}, atol={self.atol:g}"
+            rest = "exact (bitwise)"
+        elif self.rtol is None:
+            rest = "torch.testing's per-dtype tolerances"
+        else:
+            rest = f"rtol={self.rtol:g}, atol={self.atol:g}"
+        return rest if self.norm is None else f"{self.norm}; the rest {rest}"
 
     def max_ulps_per_step(self, prefix: str = "param/") -> list[float | None]:
         """Per step, the largest ulp distance over some tensors (``None``: none compared).
@@ -166,6 +184,23 @@ class Comparison:
             if m.name.startswith(prefix) and m.max_ulps is not None:
                 out[m.step] = max(out[m.step] or 0.0, m.max_ulps)
         return out
+
+    def max_rel_l2_per_step(self, prefix: str = "param/") -> list[float | None]:
+        """Per step, the largest norm-relative error over some tensors (``None``: none judged by it).
+
+        Args:
+            prefix: the tensors whose name starts with it.
+        """
+        out: list[float | None] = [None] * self.steps
+        for m in self.tensors:
+            if m.name.startswith(prefix) and m.rel_l2 is not None:
+                out[m.step] = max(out[m.step] or 0.0, m.rel_l2)
+        return out
+
+    @property
+    def by_norm(self) -> bool:
+        """Whether tensors were judged by norm-relative bounds (``tolerance`` or ``baseline``)."""
+        return any(m.bound is not None for m in self.tensors)
 
     def summary(self) -> str:
         """A few lines: the verdict, how many tensors differ, the first divergence, the notes."""
@@ -187,6 +222,7 @@ class Comparison:
             "exact": self.exact,
             "rtol": self.rtol,
             "atol": self.atol,
+            "norm": self.norm,
             "steps": self.steps,
             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
             "notes": self.notes,
@@ -217,7 +253,9 @@ def fmt_ulps(u: float) -> str:
 # ------------------------------------------------------------------------------------- scalars
 
 
-def _scalar_ok(name: str, a: Any, b: Any, exact: bool, rtol: float | None, atol: float | None) -> bool:
+def _scalar_ok(
+    name: str, a: Any, b: Any, exact: bool, rtol: float | None, atol: float | None, bound: float | None = None
+) -> bool:
     if a is None or b is None:
         return a is None and b is None
     if name in _EXACT_SCALARS or isinstance(a, bool) or isinstance(b, bool):
@@ -225,17 +263,32 @@ def _scalar_ok(name: str, a: Any, b: Any, exact: bool, rtol: float | None, atol:
     a, b = float(a), float(b)
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
+    if bound is not None:
+        return a == b or (math.isfinite(a) and math.isfinite(b) and _scalar_rel(a, b) <= bound)
     if exact:
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
     r, t = tolerances("float32", rtol, atol)
     return abs(a - b) <= t + r * abs(a) if math.isfinite(a) else a == b
 
 
+def _scalar_rel(a: float, b: float) -> float:
+    return 0.0 if a == b else (abs(b - a) / abs(a) if a != 0 else math.inf)
+
+
 # ------------------------------------------------------------------------------------- tensors
 
 
 def _tensor(
-    step: int, name: str, r: Series, pr: int, c: Series, pc: int, exact: bool, rtol: float | None, atol: float | None
+    step: int,
+    name: str,
+    r: Series,
+    pr: int,
+    c: Series,
+    pc: int,
+    exact: bool,
+    rtol: float | None,
+    atol: float | None,
+    bound: float | None = None,
 ) -> tuple[TensorMetrics, Divergence | None]:
     same_dtype = r.dtype == c.dtype
     unlike = None
@@ -258,7 +311,7 @@ def _tensor(
         va, vb = r.elements(pr, index), c.elements(pc, index)
     if equal:
         n = 0 if va is None or vb is None else va.size
-        return TensorMetrics(step, name, True, 0.0, 0.0, 0.0, 0, n, sampled, True), None
+        return TensorMetrics(step, name, True, 0.0, 0.0, 0.0, 0, n, sampled, True, 0.0, bound), None
     if va is None or vb is None:
         m = TensorMetrics(step, name, False, None, None, None, None, 0, True, exact is False)
         return m, (
@@ -278,7 +331,12 @@ def _tensor(
     else:
         ulps = None
         differs = absd != 0
-    if exact:
+    rel_l2 = closeness(fa, fb)["rel_l2"] if is_float(r.dtype) else None
+    if bound is not None:  # norm mode: the tensor as a whole; inf/NaN must sit in the same places
+        nonfinite = ~(np.isfinite(fa) & np.isfinite(fb)) & ~both_nan & (fa != fb)
+        within = rel_l2 is not None and rel_l2 <= bound
+        bad = nonfinite | (differs if not within else np.zeros_like(differs))
+    elif exact:
         bad = differs
     else:
         rt, at = tolerances(r.dtype if same_dtype else "float32", rtol, atol)
@@ -295,7 +353,9 @@ def _tensor(
         int(va.size),
         sampled,
         # Exact mode with every value compared: only NaN payloads differ, which counts as equal.
-        not bool(bad.any()) and not (exact and sampled),
+        not bool(bad.any()) and not (exact and sampled and bound is None),
+        rel_l2,
+        bound,
     )
     if m.ok:
         return m, None
@@ -304,7 +364,12 @@ def _tensor(
     first = int(np.flatnonzero(bad)[0])
     flat = int(index[first]) if index is not None else first
     where = tuple(int(i) for i in np.unravel_index(flat, r.shape)) if r.shape else ()
-    reason = "bits differ" if exact else "out of tolerance"
+    if bound is not None:
+        reason = f"norm-relative error {rel_l2:.3g} over the bound {bound:.3g}" if rel_l2 is not None else "differs"
+        if rel_l2 is not None and rel_l2 <= bound:
+            reason = "inf/NaN in different places"
+    else:
+        reason = "bits differ" if exact else "out of tolerance"
     if not same_dtype:
         reason += f" (dtypes differ: reference {r.dtype}, candidate {c.dtype})"
     return m, Divergence(
@@ -327,8 +392,139 @@ def _scalar_of(x: Any, dtype: str) -> float | int | bool:
 # ------------------------------------------------------------------------------------- driver
 
 
+def _check_tolerance(arg: str, value: Any) -> None:
+    if value is not None:
+        _checks.at_least(arg, _checks.real(arg, value), 0)
+
+
 def _category(name: str) -> str:
     return name.split("/", 1)[0]
+
+
+Tolerance = float | Mapping[str, float]
+
+
+def _causes(d: Divergence, ref: Trace, cand: Trace, at_step: list[TensorMetrics]) -> list[str]:
+    """Known reasons for a divergence, from what both traces recorded at its step."""
+    out = []
+    step, cat = d.step, _category(d.name)
+    r, c = ref.steps[step], cand.steps[step]
+    grads_off = [m for m in at_step if m.name.startswith("grad/") and not m.ok]
+    if d.name in ("found_inf", "scale", "incr_count", "decr_count") and grads_off:
+        out.append(
+            f"the gradients differ at this step too ({', '.join(m.name for m in grads_off[:3])}): "
+            "the skip decision follows from them"
+        )
+    if d.name == "lr":
+        for shift, words in ((1, "one step ahead of"), (-1, "one step behind")):
+            k = step + shift
+            if 0 <= k < len(ref) and c.get("lr") is not None and c.get("lr") == ref.steps[k].get("lr"):
+                out.append(
+                    f"the candidate's rate is the reference's of step {k}: its schedule runs {words} Paddle's "
+                    "(scheduler.step() called at another point of the loop, or last_epoch off by one)"
+                )
+                break
+    if cat == "grad" and r.get("found_inf") and c.get("found_inf"):
+        out.append(
+            "both runs skipped this step: after a skipped step Paddle leaves every gradient multiplied by 0 "
+            "(0, and NaN where it held inf or NaN); a port that leaves them unscaled differs here, "
+            "without consequence for the parameters"
+        )
+    factor = r.get("clip_factor")
+    if cat in ("param", "opt") and not grads_off and isinstance(factor, float) and factor < 1.0:
+        n_r, n_c = ref.meta.get("parameter_tensors"), cand.meta.get("parameter_tensors")
+        text = f"the global-norm clip engaged (factor {factor:.6g}, pre-clip norm {r.get('pre_clip_norm')})"
+        if n_r is not None and n_c is not None and n_r != n_c:
+            text += (
+                f": its sum of squares runs over {n_r} tensors in the reference and {n_c} in the candidate "
+                "(Paddle's MultiHeadAttention keeps q/k/v apart, torch's packs them), so it cannot be bitwise"
+            )
+        elif ref.meta.get("framework") != cand.meta.get("framework"):
+            text += (
+                ": Paddle sums the squares of its Linear weights in [in, out] order, torch in [out, in] order, "
+                "so the factor can differ in its last bits"
+            )
+        out.append(text)
+    return out
+
+
+class _Bounds:
+    """The norm-relative bound of each tensor or scalar: from ``tolerance`` (an exact name, then the
+    longest matching glob, then its category, then ``"*"``), raised to ``factor`` times the
+    baseline's own distance from the reference where a baseline is given."""
+
+    def __init__(self, tolerance: Tolerance | None, baseline: Trace | None, reference: Trace, factor: float) -> None:
+        self.table = {"*": float(tolerance)} if isinstance(tolerance, (int, float)) else dict(tolerance or {})
+        self.baseline, self.reference, self.factor = baseline, reference, factor
+        self._noise: dict[str, list[float | None]] = {}
+        globs = [k for k in self.table if any(ch in k for ch in "*?[") and k != "*"]
+        self._globs = sorted(globs, key=len, reverse=True)
+
+    def configured(self, name: str) -> float | None:
+        if name in self.table:
+            return self.table[name]
+        for pattern in self._globs:
+            if fnmatch.fnmatchcase(name, pattern):
+                return self.table[pattern]
+        return self.table.get(_category(name), self.table.get("*"))
+
+    def noise(self, step: int, name: str) -> float | None:
+        """The largest norm-relative distance of the baseline from the reference up to this step
+        (``None``: not recorded). Noise grows as a run goes on; one step's value alone is a sample of
+        one, which can fall near zero by chance."""
+        seen = self._noise.setdefault(name, [])
+        while len(seen) <= step:
+            k = len(seen)
+            here = self._distance(k, name)
+            before = seen[-1] if seen else None
+            seen.append(here if before is None else (before if here is None else max(here, before)))
+        return seen[step]
+
+    def _distance(self, step: int, name: str) -> float | None:
+        b, r = self.baseline, self.reference
+        if b is None or step >= len(b):
+            return None
+        if name in SCALARS:
+            x, y = r.steps[step].get(name), b.steps[step].get(name)
+            if not isinstance(x, (int, float)) or not isinstance(y, (int, float)) or isinstance(x, bool):
+                return None
+            return _scalar_rel(float(x), float(y)) if math.isfinite(x) and math.isfinite(y) else None
+        rs, bs = r.series.get(name), b.series.get(name)
+        if rs is None or bs is None or rs.shape != bs.shape or not is_float(rs.dtype):
+            return None
+        pr, pb = rs.position(step), bs.position(step)
+        if pr is None or pb is None or (rs.index is None) != (bs.index is None):
+            return None
+        fr, fb = as_float(rs.data[pr], rs.dtype), as_float(bs.data[pb], bs.dtype)
+        return closeness(fr, fb)["rel_l2"]
+
+    def bound(self, step: int, name: str) -> float | None:
+        configured = self.configured(name)
+        noise = self.noise(step, name)
+        if noise is None:
+            return configured
+        return max(configured or 0.0, self.factor * noise)
+
+
+# Layers a torch port computes without calling a submodule (the reason a one-sided act/ tensor has).
+_INLINE = re.compile(r"\.(q|k|v|out)_proj(#\d+)?$")
+
+
+def _one_sided_layer_notes(only: dict[str, list[str]]) -> list[str]:
+    notes = []
+    for side, names in only.items():
+        if not names:
+            continue
+        inline = [n for n in names if _INLINE.search(n)]
+        rest = [n for n in names if not _INLINE.search(n)]
+        if inline:
+            notes.append(
+                f"only the {side} recorded {', '.join(inline)}: Paddle's MultiHeadAttention calls its q/k/v/out "
+                "projections as sublayers, torch's computes them inside one call (compared as part of it)"
+            )
+        if rest:
+            notes.append(f"only the {side} recorded {', '.join(rest)}: layers without a counterpart, not compared")
+    return notes
 
 
 def compare(
@@ -339,6 +535,9 @@ def compare(
     rtol: float | None = None,
     atol: float | None = None,
     steps: int | None = None,
+    tolerance: Tolerance | None = None,
+    baseline: Trace | str | os.PathLike[str] | None = None,
+    baseline_factor: float = 10.0,
 ) -> Comparison:
     """Compare a candidate run (the port) with a reference run (Paddle), step by step.
 
@@ -348,6 +547,16 @@ def compare(
         rtol, atol: override torch.testing's per-dtype defaults (give both); not with ``exact``.
         steps: compare only the first ``steps`` steps (both runs must have them); by default every
             step, and runs of different lengths diverge where the shorter one ends.
+        tolerance: norm-relative bounds, ``||candidate - reference|| / ||reference|| <= bound`` per
+            tensor (``|b - a| / |a|`` per scalar): one number for everything, or a dict keyed by
+            exact name (``"param/0.weight"``, ``"lr"``), glob (``"act/blocks.*"``), category
+            (``"grad"``, ``"act"``, ``"opt"``) or ``"*"``. What it covers is judged by the norm,
+            which does not saturate near zero as ulps do; the rest by ``exact`` or ``rtol``/``atol``.
+        baseline: a second reference run (a trace or its path) that differs from ``reference``
+            only by noise (another kernel order, or its weights moved by an ulp): every tensor and
+            scalar it has is judged by the norm, within ``baseline_factor`` times the baseline's
+            own distance from the reference at that step (or the ``tolerance`` bound, if larger).
+        baseline_factor: how far beyond the baseline's noise a candidate may go.
 
     Returns:
         A :class:`Comparison`; ``.ok`` tells whether the runs agree, ``.first_divergence`` where
@@ -358,19 +567,34 @@ def compare(
         result = compare("golden/paddle", "port", exact=True)
         assert result.ok, result.summary()
     """
+    _checks.flag("exact", exact)
     if exact and (rtol is not None or atol is not None):
         raise ValueError("exact=True compares bits: rtol/atol do not apply")
+    _check_tolerance("rtol", rtol)
+    _check_tolerance("atol", atol)
     tolerances("float32", rtol, atol)  # both or neither
-    for name, given in (("reference", reference), ("candidate", candidate)):
-        if not isinstance(given, (Trace, str, os.PathLike)):
+    if isinstance(tolerance, Mapping):
+        for key, value in tolerance.items():
+            if not isinstance(key, str):
+                raise TypeError(f"tolerance keys should be names, globs or categories, but received {key!r}")
+            _check_tolerance(f"tolerance[{key!r}]", value)
+    elif tolerance is not None:
+        _check_tolerance("tolerance", tolerance)
+    _check_tolerance("baseline_factor", baseline_factor)
+    for name, given in (("reference", reference), ("candidate", candidate), ("baseline", baseline)):
+        if not isinstance(given, (Trace, str, os.PathLike)) and not (name == "baseline" and given is None):
             raise TypeError(f"{name} should be a Trace or the path of a saved one, but received {type(given).__name__}")
     ref, cand = load_trace(reference), load_trace(candidate)
+    base = load_trace(baseline) if baseline is not None else None
     lr, lc = ref.meta.get("layout"), cand.meta.get("layout")
     if lr != lc:
         raise ValueError(
             f"the traces are in different layouts (reference {lr!r}, candidate {lc!r}): record the Paddle run "
             "with TraceRecorder(..., port=torch_module) so that it uses the port's names and layouts"
         )
+    if base is not None and base.meta.get("layout") != lr:
+        raise ValueError(f"the baseline's layout is {base.meta.get('layout')!r}, the reference's {lr!r}")
+    bounds = _Bounds(tolerance, base, ref, float(baseline_factor))
     notes: list[str] = []
     if steps is not None:
         _checks.at_least("steps", _checks.integer("steps", steps), 0)
@@ -389,9 +613,35 @@ def compare(
     names = [k for k in ref.series if _category(k) in cats_c] + [
         k for k in cand.series if k not in ref.series and _category(k) in cats_r
     ]
+    # a layer recorded by one side only is a note, never a divergence (structures differ)
+    layer_only: dict[str, list[str]] = {"reference": [], "candidate": []}
+    for k in names:
+        if _category(k) in ("act", "actgrad") and (k in ref.series) != (k in cand.series):
+            layer_only["reference" if k in ref.series else "candidate"].append(k)
+    one_sided = {k for side in layer_only.values() for k in side}
+    notes += _one_sided_layer_notes(layer_only)
+    unselected = sorted(
+        k
+        for k in names
+        if any(k not in t.series and not selected(t.meta, k) for t in (ref, cand))
+    )
+    if unselected:
+        one_sided |= set(unselected)
+        notes.append(f"left out by a trace's include/exclude patterns, not compared: {', '.join(unselected)}")
+    if {ref.meta.get("framework"), cand.meta.get("framework")} == {"paddle", "torch"}:
+        unbiased = {f"param/{k}" for t in (ref, cand) for k in t.meta.get("unbiased_running_var", [])}
+        unbiased &= set(names)
+        if unbiased and not any(bounds.configured(k) is not None for k in unbiased):
+            one_sided |= unbiased
+            notes.append(
+                f"{', '.join(sorted(unbiased))} not compared: torch's BatchNorm updates its running variance "
+                "with the unbiased batch variance, Paddle's with the biased one (n/(n-1) apart, a known "
+                "difference; diff_layers checks the rule itself); give a tolerance for them to compare anyway"
+            )
     by_cat: dict[str, list[str]] = {}
     for k in names:
-        by_cat.setdefault(_category(k), []).append(k)
+        if k not in one_sided:
+            by_cat.setdefault(_category(k), []).append(k)
 
     scalars: list[dict[str, tuple[Any, Any, bool]]] = []
     metrics: list[TensorMetrics] = []
@@ -401,12 +651,12 @@ def compare(
         for item in ORDER:
             if item in SCALARS:
                 a, b = ref.steps[step].get(item), cand.steps[step].get(item)
-                ok = _scalar_ok(item, a, b, exact, rtol, atol)
+                bound = None if item in _EXACT_SCALARS else bounds.bound(step, item)
+                ok = _scalar_ok(item, a, b, exact, rtol, atol, bound)
                 row[item] = (a, b, ok)
                 if not ok and first is None:
-                    first = Divergence(
-                        step, item, "differs" if exact or item in _EXACT_SCALARS else "out of tolerance", None, a, b
-                    )
+                    reason = "differs" if (exact and bound is None) or item in _EXACT_SCALARS else "out of tolerance"
+                    first = Divergence(step, item, reason, None, a, b)
                 continue
             for name in by_cat.get(item, []):
                 r, c = ref.series.get(name), cand.series.get(name)
@@ -415,15 +665,26 @@ def compare(
                 if pr is None and pc is None:
                     continue
                 if r is None or c is None or pr is None or pc is None:
+                    missing = cand if pc is None else ref
+                    if step % int(missing.meta.get("every") or 1):
+                        continue  # that side records its tensors every N steps
                     if first is None:
                         side = "candidate" if pr is None else "reference"
                         first = Divergence(step, name, f"recorded only by the {side} at this step")
                     continue
-                m, d = _tensor(step, name, r, pr, c, pc, exact, rtol, atol)
+                m, d = _tensor(step, name, r, pr, c, pc, exact, rtol, atol, bounds.bound(step, name))
                 metrics.append(m)
                 if d is not None and first is None:
                     first = d
         scalars.append(row)
     if first is None and steps is None and len(ref) != len(cand):
         first = Divergence(n, "steps", f"the reference has {len(ref)} steps, the candidate {len(cand)}")
-    return Comparison(exact, rtol, atol, n, ref.meta, cand.meta, scalars, metrics, first, notes)
+    if first is not None and first.step < n:
+        first.causes = _causes(first, ref, cand, [m for m in metrics if m.step == first.step])
+    norm = None
+    if base is not None:
+        norm = f"by norm, within {baseline_factor:g}x the baseline's noise"
+        norm += f" or the tolerance {tolerance}" if tolerance is not None else ""
+    elif tolerance is not None:
+        norm = f"by norm, within {tolerance}"
+    return Comparison(exact, rtol, atol, n, ref.meta, cand.meta, scalars, metrics, first, notes, norm)

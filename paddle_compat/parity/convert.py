@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ from torch import nn
 from . import pdio
 from ._arrays import array_of
 
-__all__ = ["NameMap", "Plan", "paddle_to_torch", "torch_to_paddle"]
+__all__ = ["NameMap", "Plan", "paddle_to_torch", "register_rule", "torch_to_paddle", "unregister_rule"]
 
 NameMap = Mapping[str, str]
 Layout = Callable[[list[np.ndarray]], list[np.ndarray]]
@@ -172,11 +172,129 @@ _RULES: list[tuple[type, Callable[[Any, set[str]], list[Entry]]]] = [
 ]
 
 
+# Users' rules (register_rule), checked before the built-in ones; the latest registration first.
+_USER_RULES: dict[type, Callable[[Any, set[str]], list[Entry]]] = {}
+
+
 def _rule_for(module: nn.Module) -> Callable[[Any, set[str]], list[Entry]] | None:
+    for cls in reversed(list(_USER_RULES)):
+        if isinstance(module, cls):
+            return _USER_RULES[cls]
     for cls, rule in _RULES:
         if isinstance(module, cls):
             return rule
     return None
+
+
+def string_list(value: Any, what: str, kind: str = "names") -> tuple[str, ...]:
+    """``value`` as a tuple of strings (``TypeError`` naming ``what`` for one string, or anything else).
+
+    Args:
+        value: a list, tuple or other iterable of strings.
+        what: the argument's name, for the message.
+        kind: what the strings are, for the message (``"names"``, ``"glob patterns"``).
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be a list of {kind} (strings), got {type(value).__name__}")
+    out = tuple(value)
+    bad = [v for v in out if not isinstance(v, str)]
+    if bad:
+        raise TypeError(f"{what} must be a list of {kind} (strings), got {bad[0]!r} in it")
+    return out
+
+
+def _split_layouts(n: int, transposed: bool) -> tuple[Layout, Layout]:
+    """One tensor cut into ``n`` equal parts along dimension 0 (each transposed), and back."""
+
+    def to_paddle(xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [p.T if transposed else p for p in np.split(xs[0], n, axis=0)]
+
+    def to_torch(xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.concatenate([x.T if transposed else x for x in xs], axis=0)]
+
+    return to_paddle, to_torch
+
+
+def register_rule(
+    module_type: type,
+    *,
+    rename: Mapping[str, str] | None = None,
+    transpose: Any = (),
+    split: Mapping[str, Any] | None = None,
+    torch_only: Any = (),
+) -> None:
+    """Teach the conversion a custom layer: how its own parameters and buffers appear in Paddle.
+
+    Every conversion (``paddle_to_torch``, ``torch_to_paddle``, optimizer state, traces recorded
+    with ``port=``, ``diff_layers``) then uses it for every module of that type (or a subclass),
+    before the built-in rules. Names are the module's own (``"weight"``, not ``"fc.weight"``);
+    names not mentioned are the same on both sides.
+
+    Args:
+        module_type: the torch module class.
+        rename: torch name -> Paddle name (``{"w": "weight"}``).
+        transpose: torch names whose 2-D values Paddle keeps transposed (a Linear-like ``[out, in]``
+            weight that Paddle keeps ``[in, out]``); for a split name, each part is transposed.
+        split: torch name -> the Paddle names it is cut into, in equal parts along dimension 0
+            (a fused ``qkv`` weight -> ``("q.weight", "k.weight", "v.weight")``).
+        torch_only: torch names Paddle has no counterpart of (kept from the module when loading).
+
+    Raises:
+        TypeError: an argument of the wrong type; ``ValueError`` when a name is given twice.
+
+    Example::
+
+        register_rule(FusedDense, rename={"w": "weight"}, transpose=["w"], torch_only=["calls"])
+    """
+    if not (isinstance(module_type, type) and issubclass(module_type, nn.Module)):
+        raise TypeError(f"module_type must be a torch.nn.Module subclass, got {module_type!r}")
+    if rename is not None and (
+        not isinstance(rename, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in rename.items())
+    ):
+        raise TypeError("rename must be a dict of torch names to Paddle names (strings)")
+    renamed = dict(rename or {})
+    flipped = set(string_list(transpose, "transpose"))
+    parts = {}
+    for k, v in (split or {}).items():
+        parts[k] = string_list(v, f"split[{k!r}]")
+        if not isinstance(k, str) or len(parts[k]) < 2:
+            raise TypeError(f"split must map a torch name to two or more Paddle names, got {k!r}: {v!r}")
+    only = set(string_list(torch_only, "torch_only"))
+    twice = (set(renamed) & set(parts)) | (only & (set(renamed) | set(parts) | flipped))
+    if twice:
+        raise ValueError(f"register_rule: {sorted(twice)} given more than one role")
+
+    def rule(module: Any, keys: set[str]) -> list[Entry]:
+        named = set(renamed) | flipped | set(parts) | only
+        unknown = named - keys
+        if unknown:
+            raise ValueError(
+                f"the rule registered for {module_type.__name__} names {sorted(unknown)}, "
+                f"which the module does not hold (it holds {sorted(keys)})"
+            )
+        out = []
+        for k in sorted(keys):
+            if k in only:
+                out.append(Entry((k,), (), torch_only=True))
+            elif k in parts:
+                out.append(Entry((k,), parts[k], *_split_layouts(len(parts[k]), k in flipped)))
+            elif k in flipped:
+                out.append(Entry((k,), (renamed.get(k, k),), _transpose, _transpose))
+            else:
+                out.append(Entry((k,), (renamed.get(k, k),)))
+        return out
+
+    _USER_RULES.pop(module_type, None)
+    _USER_RULES[module_type] = rule
+
+
+def unregister_rule(module_type: type) -> None:
+    """Forget the rule :func:`register_rule` gave ``module_type`` (no error when there is none).
+
+    Args:
+        module_type: the torch module class.
+    """
+    _USER_RULES.pop(module_type, None)
 
 
 # ------------------------------------------------------------------------------------ the plan

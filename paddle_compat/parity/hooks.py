@@ -16,15 +16,16 @@ import numpy as np
 
 from ._arrays import copy_of
 
-__all__ = ["LayerWatcher"]
+__all__ = ["LayerWatcher", "first_tensor"]
 
 MODEL = "(model)"
 
 
-def _first_tensor(output: Any) -> Any:
+def first_tensor(output: Any) -> Any:
+    """The first tensor (torch or Paddle) in a layer's output, searching tuples and lists; else ``None``."""
     if isinstance(output, (tuple, list)):
         for item in output:
-            found = _first_tensor(item)
+            found = first_tensor(item)
             if found is not None:
                 return found
         return None
@@ -68,7 +69,7 @@ class LayerWatcher:
 
     def _hook(self, name: str) -> Callable[..., None]:
         def hook(layer: Any, inputs: Any, output: Any) -> None:
-            t = _first_tensor(output)
+            t = first_tensor(output)
             if t is None:
                 return
             n = self._calls[name]

@@ -20,11 +20,21 @@ from unittest import mock
 import numpy as np
 import torch
 
+from .. import _checks
 from ..amp.master_grad import grad_of
 from ._arrays import copy_of
 from .convert import NameMap, Plan, paddle_to_torch, torch_to_paddle
 
-__all__ = ["copy_grads", "copy_params", "copy_params_to_paddle", "enabled_scaler", "gpu_unscale_semantics", "scaler", "set_amp_dtype"]
+__all__ = [
+    "copy_grads",
+    "copy_params",
+    "copy_params_to_paddle",
+    "enabled_scaler",
+    "gpu_unscale_semantics",
+    "nudge_params",
+    "scaler",
+    "set_amp_dtype",
+]
 
 
 class _GpuPlace:
@@ -194,3 +204,30 @@ def copy_params_to_paddle(port: torch.nn.Module, layer: Any, *, name_map: NameMa
         paddle_side.copy_params_to_paddle(port, layer)   # both start from the same weights
     """
     layer.set_state_dict(torch_to_paddle(port, name_map=name_map))
+
+
+def nudge_params(layer: Any, *, ulps: int = 1, seed: int = 0) -> None:
+    """Move every floating-point parameter of ``layer`` by ``ulps`` units in the last place, up or
+    down at random: the start of a *baseline* run, whose distance from the reference run at each
+    step is the noise a correct port may show (``compare(..., baseline=...)``).
+
+    Args:
+        layer: a Paddle layer (or anything with ``named_parameters()`` of tensors with ``numpy()``
+            and ``set_value``).
+        ulps: how many units in the last place.
+        seed: the seed of the directions.
+
+    Example::
+
+        paddle_side.nudge_params(model)      # then run and record the same training again
+    """
+    _checks.at_least("ulps", _checks.integer("ulps", ulps), 1)
+    rng = np.random.default_rng(seed)
+    for _, p in layer.named_parameters():
+        a = copy_of(p)
+        if a.dtype.kind != "f" or a.dtype.itemsize < 4:
+            continue
+        up = rng.random(a.shape) < 0.5
+        for _ in range(ulps):
+            a = np.where(up, np.nextafter(a, np.inf), np.nextafter(a, -np.inf)).astype(a.dtype)
+        p.set_value(a)

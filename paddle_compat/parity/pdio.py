@@ -14,7 +14,9 @@ bfloat16 tensors are stored as ``uint16`` arrays (their bits). The unpickler her
 through what those files need: numpy arrays, dtypes and scalars without Python objects inside,
 ``tuple``, ``OrderedDict``, ``_codecs.encode`` (protocol 2's bytes) and that one ``eval`` form,
 replaced by a function that accepts nothing else. Any other global, or a persistent id, raises
-``UnsafePickleError`` before it is imported or called.
+``UnsafePickleError`` before it is imported or called. A damaged or truncated file raises
+``CorruptFileError`` naming it; every length the pickle declares is checked against the file's size
+before anything is unpickled, so a corrupt length cannot make the reader allocate.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ import importlib
 import io
 import os
 import pickle
+import pickletools
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
 
-__all__ = ["UnsafePickleError", "load", "parameter_names", "save"]
+__all__ = ["CorruptFileError", "UnsafePickleError", "load", "parameter_names", "save"]
 
 NAME_TABLE = "StructuredToParameterName@@"
 _BIG_PARAM_INFO = "UnpackBigParamInfor@@"  # Paddle's spelling
@@ -38,6 +41,10 @@ _BIG_PARAM_INFO = "UnpackBigParamInfor@@"  # Paddle's spelling
 
 class UnsafePickleError(pickle.UnpicklingError):
     """The file asks for something a Paddle checkpoint never contains; nothing of it was run."""
+
+
+class CorruptFileError(ValueError):
+    """The file is not a whole pickle (truncated, or damaged); nothing of it was unpickled."""
 
 
 @functools.cache  # called for every array and scalar unpickled
@@ -117,16 +124,47 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise UnsafePickleError("refusing a persistent id: paddle.save never writes one")
 
 
-def _read(source: str | os.PathLike[str] | bytes | BinaryIO) -> Any:
+def _contents(source: str | os.PathLike[str] | bytes | BinaryIO) -> tuple[bytes, str]:
+    """The bytes to unpickle and how messages name their origin."""
     if isinstance(source, bytes):
-        source = io.BytesIO(source)
+        return source, "the given bytes"
     if isinstance(source, (str, os.PathLike)):
         with open(source, "rb") as f:
-            obj = _RestrictedUnpickler(f, encoding="latin1").load()
-    else:
-        obj = _RestrictedUnpickler(source, encoding="latin1").load()
-    _check_no_objects(obj)
-    return obj
+            return f.read(), os.fspath(source)
+    if callable(getattr(source, "read", None)):
+        data = source.read()
+        if not isinstance(data, bytes):
+            raise TypeError(f"source must be opened in binary mode, its read() gave {type(data).__name__}")
+        return data, str(getattr(source, "name", "the file object"))
+    raise TypeError(f"source must be a path, bytes or a binary file object, got {type(source).__name__}")
+
+
+def _check_lengths(data: bytes, origin: str) -> None:
+    """Refuse a pickle whose declared lengths run past its end, before the unpickler allocates them
+    (it reserves a frame's declared length up front)."""
+    try:
+        for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+            if op.name == "FRAME" and (pos or 0) + 9 + int(arg or 0) > len(data):
+                raise ValueError(f"a frame of {arg} bytes at byte {pos}, but the file has {len(data)} bytes")
+            if op.name == "STOP":
+                return
+        raise ValueError("it ends before the pickle's STOP")
+    except ValueError as e:  # pickletools says what is wrong where (truncated argument, unknown opcode)
+        raise CorruptFileError(f"{origin} is not a whole paddle.save file (truncated or corrupt): {e}") from None
+
+
+def _read(source: str | os.PathLike[str] | bytes | BinaryIO) -> tuple[Any, str]:
+    """The unpickled object and how messages name its origin."""
+    data, origin = _contents(source)
+    _check_lengths(data, origin)
+    try:
+        obj = _RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
+        _check_no_objects(obj)
+    except UnsafePickleError as e:
+        raise UnsafePickleError(f"{origin}: {e}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
+        raise CorruptFileError(f"{origin} is not a paddle.save file (corrupt): {type(e).__name__}: {e}") from None
+    return obj, origin
 
 
 def _check_no_objects(obj: Any) -> None:
@@ -154,11 +192,14 @@ def _tensors_as_arrays(obj: Any) -> Any:
     return obj
 
 
-def _join_big_params(obj: dict[str, Any]) -> dict[str, Any]:
+def _join_big_params(obj: dict[str, Any], origin: str) -> dict[str, Any]:
     info = obj.pop(_BIG_PARAM_INFO)
-    for key, entry in info.items():
-        parts = [obj.pop(part) for part in entry["slices"]]
-        obj[key] = np.concatenate(parts).reshape(entry["OriginShape"])
+    try:
+        for key, entry in info.items():
+            parts = [obj.pop(part) for part in entry["slices"]]
+            obj[key] = np.concatenate(parts).reshape(entry["OriginShape"])
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise CorruptFileError(f"{origin}: its {_BIG_PARAM_INFO!r} table does not match its slices: {e!r}") from None
     return obj
 
 
@@ -176,6 +217,7 @@ def load(source: str | os.PathLike[str] | bytes | BinaryIO) -> Any:
 
     Raises:
         UnsafePickleError: the file holds anything beyond what ``paddle.save`` writes.
+        CorruptFileError: the file is truncated or damaged (a ``ValueError`` naming the file).
 
     Example::
 
@@ -184,11 +226,11 @@ def load(source: str | os.PathLike[str] | bytes | BinaryIO) -> Any:
     Differs from Paddle: safetensors files (``paddle.save(..., safetensors=True)``) and static-graph
     programs are not read.
     """
-    obj = _read(source)
+    obj, origin = _read(source)
     if isinstance(obj, dict):
         obj.pop(NAME_TABLE, None)
         if _BIG_PARAM_INFO in obj:
-            obj = _join_big_params(obj)
+            obj = _join_big_params(obj, origin)
     return _tensors_as_arrays(obj)
 
 
@@ -205,7 +247,7 @@ def parameter_names(source: str | os.PathLike[str] | bytes | BinaryIO | Mapping[
 
         names = pdio.parameter_names("model.pdparams")   # {"0.weight": "linear_0.w_0", ...}
     """
-    obj = source if isinstance(source, Mapping) else _read(source)
+    obj = source if isinstance(source, Mapping) else _read(source)[0]
     table = obj.get(NAME_TABLE) if isinstance(obj, Mapping) else None
     if not isinstance(table, Mapping):
         raise ValueError(f"no {NAME_TABLE!r} table: not a layer state dict saved by paddle.save")

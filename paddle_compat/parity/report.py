@@ -7,10 +7,10 @@ Plotting needs the ``plot`` extra (``pip install paddle_compat[plot]``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
-import importlib.util
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -157,39 +157,70 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
         raise ImportError("plotting needs matplotlib: pip install 'paddle_compat[plot]'") from e
     c = comparison
     steps = list(range(c.steps))
-    fig = Figure(figsize=(9, 6.5), dpi=100)
+    layers = _layer_rows(c)
+    fig = Figure(figsize=(9, 9.5 if layers else 6.5), dpi=100)
     FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True)
+    axes = fig.subplots(3 if layers else 2, 1)
+    top, bottom = axes[0], axes[1]
+    bottom.sharex(top)
     sides = (
         ("reference", "-", {"marker": "x", "s": 40, "color": "C3"}),
         ("candidate", "--", {"marker": "o", "s": 70, "facecolors": "none", "edgecolors": "C3"}),
     )
+    has_scale = any(row.get("scale", (None, None, True))[i] is not None for row in c.scalars for i in (0, 1))
     for side, (label, style, skip_marks) in enumerate(sides):
-        scales = [row.get("scale", (None, None, True))[side] for row in c.scalars]
-        xs = [s for s, v in zip(steps, scales, strict=True) if v is not None]
+        key = "scale" if has_scale else "loss"
+        values = [row.get(key, (None, None, True))[side] for row in c.scalars]
+        xs = [s for s, v in zip(steps, values, strict=True) if v is not None and math.isfinite(v)]
         if xs:
-            top.step(xs, [scales[s] for s in xs], style, where="post", label=f"{label} scale")
+            top.step(xs, [values[s] for s in xs], style, where="post", label=f"{label} {key}")
         skipped = [s for s, row in zip(steps, c.scalars, strict=True) if (row.get("found_inf") or (None, None))[side]]
         if skipped:
-            ys = [scales[s] if scales[s] is not None else 1.0 for s in skipped]
+            ys = [values[s] if values[s] is not None else 1.0 for s in skipped]
             top.scatter(skipped, ys, label=f"{label}: step skipped", zorder=3, **skip_marks)
-    top.set_yscale("log", base=2)
-    top.set_ylabel("loss scale")
-    top.set_title("Loss scale (skipped steps marked)")
-    for prefix, label in (("param/", "parameters"), ("opt/", "optimizer state"), ("grad/", "gradients")):
-        ulps = c.max_ulps_per_step(prefix)
-        points = [(s, min(u, 2.0**64)) for s, u in zip(steps, ulps, strict=True) if u is not None]
-        if points:  # inf (a NaN against a number) drawn at 2**64
-            bottom.plot([s for s, _ in points], [u for _, u in points], marker=".", label=label)
-    bottom.set_yscale("symlog", linthresh=1)
+    if has_scale:
+        top.set_yscale("log", base=2)
+    top.set_ylabel("loss scale" if has_scale else "loss")
+    top.set_title("Loss scale (skipped steps marked)" if has_scale else "Loss (no loss scaler recorded)")
+    edge = bottom.get_xaxis_transform()  # x in data, y in axes fraction: marks at the top edge
+    norm = c.by_norm
+    per_step = c.max_rel_l2_per_step if norm else c.max_ulps_per_step
+    for i, (prefix, label) in enumerate(
+        (("param/", "parameters"), ("opt/", "optimizer state"), ("grad/", "gradients"))
+    ):
+        values = per_step(prefix)
+        finite = [(s, u) for s, u in zip(steps, values, strict=True) if u is not None and math.isfinite(u)]
+        if finite:
+            bottom.plot([s for s, _ in finite], [u for _, u in finite], marker=".", label=label, color=f"C{i}")
+        bad = [s for s, u in zip(steps, values, strict=True) if u is not None and not math.isfinite(u)]
+        if bad:  # a NaN against a number: a mark, not a value
+            bottom.scatter(
+                bad,
+                [0.96] * len(bad),
+                transform=edge,
+                marker="X",
+                s=60,
+                color=f"C{i}",
+                zorder=4,
+                label=f"{label}: inf/NaN against a number",
+            )
     bottom.set_xlabel("step")
-    bottom.set_ylabel("max ulp distance")
-    bottom.set_title("Largest ulp distance per step (0 = bitwise equal)")
+    if norm:
+        bottom.set_yscale("symlog", linthresh=1e-9)
+        bottom.set_ylabel("max norm-relative error")
+        bottom.set_title("Largest norm-relative error per step (X = inf/NaN against a number)")
+    else:
+        bottom.set_yscale("symlog", linthresh=1)
+        bottom.set_ylim(bottom=0)
+        bottom.set_ylabel("max ulp distance")
+        bottom.set_title("Largest ulp distance per step (0 = bitwise equal; X = NaN against a number)")
     d = c.first_divergence
     if d is not None and d.step < c.steps:
         for ax in (top, bottom):
             ax.axvline(d.step, color="C3", alpha=0.4, linestyle=":", label="first divergence")
-    for ax in (top, bottom):
+    if layers:
+        _plot_layers(axes[2], layers, d.step if d is not None else 0)
+    for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=8)
         ax.grid(alpha=0.3)
@@ -197,6 +228,40 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
     out = Path(path)
     fig.savefig(out, format="png")
     return out
+
+
+def _layer_rows(c: Comparison) -> list[tuple[str, float | None, bool]]:
+    """At the first diverging step (else the last), each layer's output in forward order, then the
+    gradients flowing back: ``(name, distance, ok)``; the distance is the norm-relative error where
+    it was judged by the norm, else the largest ulp distance (``inf``: a NaN against a number)."""
+    step = c.first_divergence.step if c.first_divergence is not None else c.steps - 1
+    rows = []
+    for m in c.tensors:
+        if m.step == step and m.name.split("/", 1)[0] in ("act", "actgrad"):
+            value = m.rel_l2 if m.bound is not None else m.max_ulps
+            rows.append((m.name, value, m.ok))
+    return rows
+
+
+def _plot_layers(ax: Any, rows: list[tuple[str, float | None, bool]], step: int) -> None:
+    names = [n for n, _, _ in rows]
+    finite = [v for _, v, _ in rows if v is not None and math.isfinite(v)]
+    top = max(finite, default=1.0) or 1.0
+    ys = list(range(len(rows)))
+    for y, (_, v, ok) in zip(ys, rows, strict=True):
+        color = "C2" if ok else "C3"
+        if v is None:
+            continue
+        if math.isfinite(v):
+            ax.barh(y, v, color=color)
+        else:  # inf or NaN: a mark at the edge, not a bar a billion billion long
+            ax.scatter([top * 1.5], [y], marker="X", s=60, color="C3", zorder=3)
+            ax.annotate("inf/NaN", (top * 1.5, y), xytext=(6, -3), textcoords="offset points", fontsize=7)
+    ax.set_yticks(ys, [n.split("/", 1)[1] + (" (grad)" if n.startswith("actgrad/") else "") for n in names], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xscale("symlog", linthresh=1e-9)
+    ax.set_xlabel("norm-relative error (or max ulps); red: out of tolerance")
+    ax.set_title(f"Step {step}: per-layer divergence (outputs in forward order, then gradients)")
 
 
 def _text(render: Callable[[Comparison], str]) -> Callable[[Comparison, Path], Path]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .compare import Comparison, compare
+from .compare import Comparison, Tolerance, compare
 from .report import available_formats, write_report
 from .trace import Trace
 
@@ -19,6 +19,8 @@ def assert_same_trajectory(
     rtol: float | None = None,
     atol: float | None = None,
     steps: int | None = None,
+    tolerance: Tolerance | None = None,
+    baseline: Trace | str | os.PathLike[str] | None = None,
     report_dir: str | os.PathLike[str] | None = None,
 ) -> Comparison:
     """Fail unless two runs agree at every step (bitwise by default).
@@ -29,6 +31,8 @@ def assert_same_trajectory(
         exact: bitwise (default); ``False`` for torch.testing's per-dtype tolerances.
         rtol, atol: explicit tolerances (with ``exact=False``).
         steps: check only the first ``steps`` steps (e.g. a short run against a long golden trace).
+        tolerance, baseline: norm-relative bounds, and a second reference run whose distance is the
+            noise (see :func:`.compare`).
         report_dir: on failure, also write the JSON/Markdown/PNG report there (the PNG only when
             matplotlib is installed).
 
@@ -39,7 +43,9 @@ def assert_same_trajectory(
 
         assert_same_trajectory("tests/golden/demo", recorder.trace)
     """
-    result = compare(reference, candidate, exact=exact, rtol=rtol, atol=atol, steps=steps)
+    result = compare(
+        reference, candidate, exact=exact, rtol=rtol, atol=atol, steps=steps, tolerance=tolerance, baseline=baseline
+    )
     if not result.ok:
         if report_dir is not None:
             write_report(result, report_dir, available_formats())

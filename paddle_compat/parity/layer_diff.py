@@ -1,0 +1,919 @@
+"""Which layer of a port computes differently: one step of a Paddle layer and its torch port, per layer.
+
+:func:`diff_layers` runs one forward and backward of both models on the same input (Paddle's own
+forward on the reference side), aligns their layer calls (:mod:`.align`), and compares every
+aligned layer's output (forward) and the gradients it produces (backward: its input gradients and
+its parameters' gradients).
+
+In **single-step mode** (the default) each torch layer is replayed on the Paddle layer's own input,
+and its backward on the Paddle layer's own output gradient, so that an error does not build up
+through the model: the first layer reported is the one that computes differently. A layer whose
+sublayers all agree but which itself does not is reported with that remark: the difference is in
+its own forward code (functional calls between sublayers). Without single-step mode (``chained``)
+the natural runs are compared, as PaDiff does by default.
+
+Tolerance: a layer diverges when the norm-relative error ``||torch - paddle|| / ||paddle||``
+exceeds both ``rtol`` and ``noise_factor`` times the port's own rounding error, measured by
+replaying the torch layer in float64 (its noise floor). So kernel rounding never counts as a
+divergence, and a real difference stands out by orders of magnitude. Inf and NaN must be in the
+same places.
+
+Paddle is imported by :func:`diff_layers` when it runs, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import importlib
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import _checks
+from ._arrays import closeness, copy_of
+from .align import Call, Pair, align, kind_of, layer_types
+from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
+from .hooks import first_tensor as _first_tensor
+
+__all__ = ["LayerDiff", "LayerResult", "diff_layers"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+DEFAULT_RTOL = 1e-6
+DEFAULT_NOISE_FACTOR = 16.0
+
+
+# ------------------------------------------------------------------------------------ tensors
+
+
+def _is_tensor(x: Any) -> bool:
+    return _first_tensor(x) is not None and not isinstance(x, (tuple, list))
+
+
+def _is_float_array(a: np.ndarray) -> bool:
+    return a.dtype.kind == "f"
+
+
+def _caller_site() -> str | None:
+    """Where the layer being called was called from: the first frame outside torch and this kit."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not (name.startswith((_TORCH_DIR, _HERE)) or "<frozen" in name):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+# ------------------------------------------------------------------------------------ recording
+
+
+class _Recorder:
+    """Hooks on every layer of one model (torch or Paddle, duck-typed) recording its calls."""
+
+    def __init__(self, model: Any, side: str) -> None:
+        self.side = side
+        self.calls: list[Call] = []
+        self.active = True
+        self._stack: list[tuple[Any, Call]] = []
+        self._counts: dict[str, int] = {}
+        self._handles: list[Any] = []
+        if side == "torch":
+            layers = list(model.named_modules())
+            for path, layer in layers:
+                self._handles.append(layer.register_forward_pre_hook(self._pre(path), with_kwargs=True))
+                self._handles.append(layer.register_forward_hook(self._post(path)))
+        else:
+            for path, layer in model.named_sublayers(include_self=True):
+                self._handles.append(layer.register_forward_pre_hook(self._pre(path), with_kwargs=True))
+                self._handles.append(layer.register_forward_post_hook(self._post(path)))
+
+    def _keep(self, x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.detach().clone()
+        if _is_tensor(x):
+            return copy_of(x)
+        return x
+
+    def _pre(self, path: str) -> Callable[..., None]:
+        def hook(layer: Any, args: Any, kwargs: Any) -> None:
+            if not self.active:
+                return
+            n = self._counts.get(path, 0)
+            self._counts[path] = n + 1
+            call = Call(
+                path,
+                n,
+                layer,
+                kind_of(layer),
+                -1,
+                tuple(self._keep(a) for a in args),
+                {k: self._keep(v) for k, v in (kwargs or {}).items()},
+                site=_caller_site() if self.side == "torch" else None,
+            )
+            self._stack.append((layer, call))
+
+        return hook
+
+    def _post(self, path: str) -> Callable[..., None]:
+        def hook(layer: Any, inputs: Any, output: Any) -> None:
+            if not self.active or not self._stack or self._stack[-1][0] is not layer:
+                return
+            _, call = self._stack.pop()
+            call.order = len(self.calls)
+            self.calls.append(call)
+            t = _first_tensor(output)
+            if t is None:
+                return
+            call.output = copy_of(t)
+            wants = (not t.stop_gradient) if hasattr(t, "stop_gradient") else bool(getattr(t, "requires_grad", False))
+            if wants:
+                t.register_hook(self._grad(call))
+
+        return hook
+
+    def _grad(self, call: Call) -> Callable[[Any], None]:
+        def hook(grad: Any) -> None:
+            if self.active:
+                call.grad = copy_of(grad)
+
+        return hook
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+@dataclasses.dataclass
+class Check:
+    """One comparison of one layer: ``what`` (``"output"``, ``"input grad 0"``, ``"grad weight"``),
+    the :func:`~._arrays.closeness` metrics, the noise floor (the port's own float64 rounding
+    error, relative), the tolerance applied, and the verdict."""
+
+    what: str
+    metrics: dict[str, float]
+    noise: float | None
+    tolerance: float
+    ok: bool
+    reason: str | None = None
+
+    def describe(self) -> str:
+        m = self.metrics
+        text = (
+            f"{self.what}: rel_l2 {m['rel_l2']:.3g}, cosine {m['cosine']:.9f}, max abs {m['max_abs']:.3g} "
+            f"({m['scaled_ulps']:.3g} ulps of the tensor's scale)"
+        )
+        if m["nonfinite"]:
+            text += f", {m['nonfinite']} inf/NaN elements differ"
+        if self.noise is not None:
+            text += f"; noise floor {self.noise:.2g}"
+        if self.reason:
+            text += f"; {self.reason}"
+        return text
+
+
+@dataclasses.dataclass
+class LayerResult:
+    """One aligned layer call: its forward checks (output) and backward checks (input and
+    parameter gradients), in single-step or chained mode."""
+
+    key: str  # the torch call's key
+    paddle_key: str
+    kind: str
+    how: str  # how it was aligned: name, layer_map, type
+    site: str | None
+    forward: list[Check] = dataclasses.field(default_factory=list)
+    backward: list[Check] = dataclasses.field(default_factory=list)
+    remark: str | None = None
+
+    @property
+    def forward_ok(self) -> bool:
+        return all(c.ok for c in self.forward)
+
+    @property
+    def backward_ok(self) -> bool:
+        return all(c.ok for c in self.backward)
+
+
+@dataclasses.dataclass
+class Divergence:
+    """Where a layer diff first finds a difference: ``phase`` is ``"load"`` (parameters after
+    loading), ``"forward"`` or ``"backward"``."""
+
+    phase: str
+    layer: str
+    check: Check
+    site: str | None = None
+    remark: str | None = None
+
+    def describe(self) -> str:
+        text = f"first divergence ({self.phase}) at {self.layer}: {self.check.describe()}"
+        if self.remark:
+            text += f" [{self.remark}]"
+        if self.site:
+            text += f"\n  called at {self.site}"
+        return text
+
+
+@dataclasses.dataclass
+class LayerDiff:
+    """What :func:`diff_layers` found. ``first`` is the first divergence (load, then forward in
+    call order, then backward in backward order), ``None`` when the port agrees everywhere.
+
+    Example::
+
+        result = diff_layers(paddle_model, port, x)
+        print(result.tree())
+    """
+
+    single_step: bool
+    layers: list[LayerResult]
+    params: list[tuple[str, Check]]
+    first_load: Divergence | None
+    first_forward: Divergence | None
+    first_backward: Divergence | None
+    notes: list[str]
+    model: torch.nn.Module = dataclasses.field(repr=False)
+
+    @property
+    def first(self) -> Divergence | None:
+        return self.first_load or self.first_forward or self.first_backward
+
+    @property
+    def ok(self) -> bool:
+        return self.first is None
+
+    def summary(self) -> str:
+        """The verdict, the first divergence of each phase, and the notes."""
+        mode = "single-step" if self.single_step else "chained"
+        lines = [f"{len(self.layers)} layers compared ({mode}): " + ("equal within noise" if self.ok else "DIVERGED")]
+        for d in (self.first_load, self.first_forward, self.first_backward):
+            if d is not None:
+                lines.append(d.describe())
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def tree(self) -> str:
+        """The torch model's tree, each compared layer with its verdict, and a marker at the
+        first divergence."""
+        by_path: dict[str, list[LayerResult]] = {}
+        for r in self.layers:
+            by_path.setdefault(r.key.split("#")[0], []).append(r)
+        first = self.first
+        lines = []
+        for path, module in self.model.named_modules():
+            depth = 0 if not path else path.count(".") + 1
+            name = path.rpartition(".")[2] if path else "(model)"
+            results = by_path.get(path if path else "(model)", [])
+            if not results:
+                status = "-"
+            else:
+                bad = [("fwd" if not r.forward_ok else "") + (" bwd" if not r.backward_ok else "") for r in results]
+                status = "ok" if not any(b for b in bad) else "DIFFERS " + ",".join(b.strip() for b in bad if b)
+            line = f"{'  ' * depth}{name} ({type(module).__name__}): {status}"
+            if first is not None and first.layer.split("#")[0] in (path, "(model)" if not path else None):
+                line += f"   <-- first divergence ({first.phase})"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything, JSON-ready."""
+
+        def check(c: Check) -> dict[str, Any]:
+            return {
+                "what": c.what,
+                **{k: (v if math.isfinite(v) else str(v)) for k, v in c.metrics.items()},
+                "noise": c.noise,
+                "tolerance": c.tolerance,
+                "ok": c.ok,
+                "reason": c.reason,
+            }
+
+        def div(d: Divergence | None) -> dict[str, Any] | None:
+            return None if d is None else {"phase": d.phase, "layer": d.layer, "site": d.site, **check(d.check)}
+
+        return {
+            "ok": self.ok,
+            "single_step": self.single_step,
+            "first": div(self.first),
+            "first_forward": div(self.first_forward),
+            "first_backward": div(self.first_backward),
+            "notes": self.notes,
+            "layers": [
+                {
+                    "layer": r.key,
+                    "paddle_layer": r.paddle_key,
+                    "kind": r.kind,
+                    "aligned_by": r.how,
+                    "site": r.site,
+                    "forward": [check(c) for c in r.forward],
+                    "backward": [check(c) for c in r.backward],
+                    "remark": r.remark,
+                }
+                for r in self.layers
+            ],
+        }
+
+
+# ------------------------------------------------------------------------------------ the diff
+
+
+class _Judge:
+    def __init__(self, rtol: float | Mapping[str, float], noise_factor: float) -> None:
+        self.rtol, self.noise_factor = rtol, noise_factor
+
+    def tolerance(self, layer: str, phase: str) -> float:
+        if not isinstance(self.rtol, Mapping):
+            return float(self.rtol)
+        import fnmatch
+
+        best: float | None = None
+        for pattern, value in self.rtol.items():
+            if pattern in (phase, "*") or fnmatch.fnmatchcase(layer, pattern):
+                best = value if best is None else max(best, value)
+        return DEFAULT_RTOL if best is None else float(best)
+
+    def check(self, layer: str, phase: str, what: str, ref: np.ndarray, cand: np.ndarray, noise: float | None) -> Check:
+        if ref.shape != cand.shape:
+            m = {"rel_l2": math.inf, "cosine": 0.0, "max_abs": math.inf, "scaled_ulps": math.inf, "nonfinite": 0}
+            tol = self.tolerance(layer, phase)
+            return Check(
+                what, m, noise, tol, False, f"shapes differ: Paddle {list(ref.shape)}, torch {list(cand.shape)}"
+            )
+        m = closeness(ref, cand)
+        tol = self.tolerance(layer, phase)
+        if noise is not None:
+            tol = max(tol, self.noise_factor * noise)
+        return Check(what, m, noise, tol, m["nonfinite"] == 0 and m["rel_l2"] <= tol)
+
+
+@contextlib.contextmanager
+def _paused(*recorders: _Recorder) -> Iterator[None]:
+    saved = [r.active for r in recorders]
+    for r in recorders:
+        r.active = False
+    try:
+        yield
+    finally:
+        for r, s in zip(recorders, saved, strict=True):
+            r.active = s
+
+
+def _torch_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: b.detach().clone() for k, b in module.named_buffers()}
+
+
+def _paddle_buffers(layer: Any) -> dict[str, np.ndarray]:
+    out = {k: copy_of(p) for k, p in layer.named_parameters() if p.stop_gradient}
+    out.update((k, copy_of(b)) for k, b in layer.named_buffers())
+    return out
+
+
+def _restore_torch_buffers(module: torch.nn.Module, saved: Mapping[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for k, b in module.named_buffers():
+            if k in saved:
+                b.copy_(saved[k])
+
+
+def _restore_paddle_buffers(layer: Any, saved: Mapping[str, np.ndarray]) -> None:
+    held = dict(layer.named_parameters())
+    held.update(layer.named_buffers())
+    for k, arr in saved.items():
+        if k in held:
+            held[k].set_value(arr)
+
+
+def _tensor_slots(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str | int, Any]]:
+    slots: list[tuple[str | int, Any]] = [(i, a) for i, a in enumerate(args) if _is_tensor(a)]
+    slots += [(k, v) for k, v in kwargs.items() if _is_tensor(v)]
+    return slots
+
+
+def _fed_args(torch_call: Call, paddle_inputs: list[np.ndarray]) -> tuple[list[Any], dict[str, Any]] | None:
+    """The torch call's arguments with its tensors replaced by the Paddle call's, or ``None`` when
+    they do not correspond (count or shapes)."""
+    slots = _tensor_slots(torch_call.args, torch_call.kwargs)
+    same = len(slots) > 1 and all(torch.equal(v, slots[0][1]) for _, v in slots)
+    if len(paddle_inputs) == 1 and same:  # the same tensor passed several times
+        paddle_inputs = paddle_inputs * len(slots)
+    if len(paddle_inputs) < len(slots):
+        paddle_inputs = paddle_inputs + [None] * (len(slots) - len(paddle_inputs))  # type: ignore[list-item]
+    args, kwargs = list(torch_call.args), dict(torch_call.kwargs)
+    for (slot, own), fed in zip(slots, paddle_inputs):
+        if fed is None:
+            continue
+        if tuple(fed.shape) != tuple(own.shape):
+            return None
+        value = torch.from_numpy(np.array(fed, copy=True)).to(own.dtype)
+        if isinstance(slot, int):
+            args[slot] = value
+        else:
+            kwargs[slot] = value
+    return args, kwargs
+
+
+def _replay_torch(
+    module: torch.nn.Module,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    out_grad: np.ndarray | None,
+    buffers: Mapping[str, torch.Tensor],
+) -> tuple[np.ndarray | None, list[np.ndarray | None], dict[str, np.ndarray]]:
+    """``module`` on these arguments, from these buffers; backward from ``out_grad``: ``(output,
+    input gradients, parameter gradients)``. Leaves the module's buffers and gradients as they were."""
+    saved_buffers = _torch_buffers(module)
+    saved_grads = {k: p.grad for k, p in module.named_parameters()}
+    leaves: list[torch.Tensor] = []
+    args = [
+        a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
+    ]
+    kwargs = {
+        k: v.detach().clone().requires_grad_(v.is_floating_point()) if isinstance(v, torch.Tensor) else v
+        for k, v in kwargs.items()
+    }
+    leaves = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    try:
+        _restore_torch_buffers(module, buffers)
+        for p in module.parameters():
+            p.grad = None
+        with torch.enable_grad():
+            y = _first_tensor(module(*args, **kwargs))
+            if y is None:
+                return None, [], {}
+            if out_grad is not None and y.requires_grad:
+                y.backward(torch.from_numpy(np.array(out_grad, copy=True)).to(y.dtype))
+        grads_in = [copy_of(t.grad) if t.grad is not None else None for t in leaves]
+        grads_p = {k: copy_of(p.grad) for k, p in module.named_parameters() if p.grad is not None}
+        return copy_of(y), grads_in, grads_p
+    finally:
+        _restore_torch_buffers(module, saved_buffers)
+        for k, p in module.named_parameters():
+            p.grad = saved_grads[k]
+
+
+def _replay_paddle(
+    layer: Any, call: Call, out_grad: np.ndarray | None, buffers: Mapping[str, np.ndarray]
+) -> tuple[list[np.ndarray | None], dict[str, np.ndarray]]:
+    """The Paddle layer's own input and parameter gradients for this call alone."""
+    paddle = importlib.import_module("paddle")
+    saved = _paddle_buffers(layer)
+
+    def fresh(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            return paddle.to_tensor(x, stop_gradient=not _is_float_array(x))
+        return x
+
+    args = [fresh(a) for a in call.args]
+    kwargs = {k: fresh(v) for k, v in call.kwargs.items()}
+    leaves = [a for a in args + list(kwargs.values()) if _is_tensor(a)]
+    params = [(k, p) for k, p in layer.named_parameters() if not p.stop_gradient]
+    saved_grads = {k: copy_of(p.grad) for k, p in params if p.grad is not None}
+    try:
+        _restore_paddle_buffers(layer, buffers)
+        for _, p in params:
+            p.clear_gradient(False)
+        y = _first_tensor(layer(*args, **kwargs))
+        if y is not None and out_grad is not None and not y.stop_gradient:
+            y.backward(paddle.to_tensor(out_grad))
+        grads_in = [copy_of(t.grad) if t.grad is not None else None for t in leaves]
+        grads_p = {k: copy_of(p.grad) for k, p in params if p.grad is not None}
+        return grads_in, grads_p
+    finally:
+        _restore_paddle_buffers(layer, saved)
+        for k, p in params:
+            p.clear_gradient(False)
+            if k in saved_grads:
+                p.grad = paddle.to_tensor(saved_grads[k])
+
+
+def _noise(
+    module: torch.nn.Module,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    out_grad: np.ndarray | None,
+    buffers: Mapping[str, torch.Tensor],
+    out32: np.ndarray,
+    grads32: list[np.ndarray | None],
+    pgrads32: Mapping[str, np.ndarray],
+) -> tuple[float | None, list[float | None], dict[str, float]]:
+    """The port's own rounding error, relative: the float32 replay against a float64 one."""
+
+    def widen(x: Any) -> Any:
+        return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    try:
+        shadow = copy.deepcopy(module).double()
+    except (TypeError, RuntimeError, copy.Error):  # a module that cannot be copied or widened: no noise floor
+        return None, [None] * len(grads32), {}
+    buffers64 = {k: widen(v) for k, v in buffers.items()}
+    g64 = None if out_grad is None else out_grad.astype(np.float64)
+    try:
+        out64, gin64, gp64 = _replay_torch(
+            shadow, [widen(a) for a in args], {k: widen(v) for k, v in kwargs.items()}, g64, buffers64
+        )
+    except (TypeError, RuntimeError, ValueError):  # a layer with float32 hard-wired inside
+        return None, [None] * len(grads32), {}
+
+    def rel(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
+        if a is None or b is None or a.shape != b.shape or not _is_float_array(np.asarray(b)):
+            return None
+        return closeness(b, a)["rel_l2"]
+
+    return (
+        rel(out32, out64),
+        [rel(a, b) for a, b in zip(grads32, gin64 + [None] * len(grads32))],
+        {k: r for k, v in pgrads32.items() if (r := rel(v, gp64.get(k))) is not None},
+    )
+
+
+def _state_checks(pair: Pair, judge: _Judge, before: Mapping[str, torch.Tensor]) -> list[Check]:
+    """The layer's own non-trainable state after the step (BatchNorm's running statistics), against
+    Paddle's; torch's running variance is corrected for the known difference before judging."""
+    t, p = pair.torch, pair.paddle
+    own_t = {k: copy_of(b) for k, b in t.layer.named_buffers(recurse=False) if b.is_floating_point()}
+    if not own_t:
+        return []
+    own_p = {k: copy_of(v) for k, v in p.layer.named_parameters(include_sublayers=False) if v.stop_gradient}
+    own_p.update((k, copy_of(b)) for k, b in p.layer.named_buffers(include_sublayers=False))
+    try:
+        ref = Plan.of(t.layer).to_torch(own_p, partial=True, what=f"Paddle {p.key} state")
+    except (ValueError, TypeError):
+        return []
+    out = []
+    for k, cand in own_t.items():
+        if k not in ref:
+            continue
+        c = judge.check(t.key, "forward", f"{k} after the step", ref[k], cand, None)
+        if not c.ok and k == "running_var" and isinstance(t.layer, torch.nn.modules.batchnorm._BatchNorm):
+            c = _batch_norm_variance(t, p, judge, ref[k], cand, c, before.get("running_var"))
+        out.append(c)
+    return out
+
+
+def _batch_norm_variance(
+    t: Call, p: Call, judge: _Judge, ref: np.ndarray, cand: np.ndarray, c: Check, initial: torch.Tensor | None
+) -> Check:
+    """Torch updates ``running_var`` with the unbiased batch variance, Paddle with the biased one:
+    Paddle's value carried over to torch's rule, ``n / (n - 1)`` times the batch's part."""
+    bn = t.layer
+    x = p.args[0] if p.args and isinstance(p.args[0], np.ndarray) else None
+    if x is None or initial is None or bn.momentum is None:
+        return c
+    before = initial.double().numpy()
+    n = x.size // x.shape[1]
+    m = float(bn.momentum)
+    batch_biased = (ref.astype(np.float64) - (1 - m) * before) / m
+    expected = ((1 - m) * before + m * batch_biased * n / max(n - 1, 1)).astype(ref.dtype)
+    fixed = judge.check(t.key, "forward", "running_var after the step (torch's unbiased rule)", expected, cand, None)
+    if fixed.ok:
+        fixed.reason = (
+            "differs from Paddle's as torch's BatchNorm always does (unbiased batch variance, "
+            f"n/(n-1) = {n}/{n - 1}): a known difference, not a porting error"
+        )
+    return fixed
+
+
+def _chained_noise(
+    model: torch.nn.Module, calls: list[Call], inputs: tuple[np.ndarray, ...], kw: Mapping[str, Any], g: np.ndarray
+) -> dict[int, tuple[float | None, float | None]]:
+    """Per torch call, the relative error that has built up in its output and output gradient:
+    the natural run against the same run in float64."""
+    try:
+        shadow = copy.deepcopy(model).double()
+    except (TypeError, RuntimeError, copy.Error):  # a model that cannot be copied or widened: no noise floor
+        return {}
+    rec = _Recorder(shadow, "torch")
+
+    def wide(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            t = torch.from_numpy(x.astype(np.float64) if _is_float_array(x) else x.copy())
+            return t.requires_grad_(_is_float_array(x))
+        return x
+
+    try:
+        y = _first_tensor(shadow(*[wide(x) for x in inputs], **{k: wide(v) for k, v in kw.items()}))
+        if y is not None:
+            y.backward(torch.from_numpy(g.astype(np.float64)))
+    except (TypeError, RuntimeError, ValueError):  # float32 hard-wired somewhere
+        return {}
+    finally:
+        rec.active = False
+        rec.remove()
+    if [(c.path, c.index) for c in rec.calls] != [(c.path, c.index) for c in calls]:
+        return {}
+
+    def rel(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
+        if a is None or b is None or a.shape != b.shape or not _is_float_array(a):
+            return None
+        return closeness(b, a)["rel_l2"]
+
+    return {id(c): (rel(c.output, w.output), rel(c.grad, w.grad)) for c, w in zip(calls, rec.calls)}
+
+
+def _paddle_param_grads_as_torch(pair: Pair, grads: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return Plan.of(pair.torch.layer).to_torch(dict(grads), partial=True, what=f"Paddle {pair.paddle.key} grads")
+
+
+def _load_checks(
+    paddle_model: Any, torch_model: torch.nn.Module, name_map: NameMap | None, judge: _Judge
+) -> list[tuple[str, Check]] | None:
+    """The port's parameters and buffers right after loading, against Paddle's (converted); ``None``
+    when Paddle's names do not convert (a port with other names and no ``name_map``)."""
+    try:
+        reference = Plan.of(torch_model, name_map).to_torch(
+            {k: copy_of(v) for k, v in paddle_model.state_dict().items()}, partial=True
+        )
+    except ValueError:
+        return None
+    own = {k: copy_of(v) for k, v in torch_model.state_dict().items()}
+    out = []
+    for k, ref in reference.items():
+        cand = own.get(k)
+        if cand is None or not _is_float_array(ref):
+            continue
+        c = judge.check(k, "load", k, ref, cand, None)
+        c.tolerance, c.ok = 0.0, ref.shape == cand.shape and ref.tobytes() == cand.tobytes()
+        if not c.ok:
+            c.reason = _load_reason(ref, cand)
+        out.append((k, c))
+    return out
+
+
+def _load_reason(ref: np.ndarray, cand: np.ndarray) -> str:
+    if ref.ndim == 2 and ref.shape == cand.shape[::-1] or (ref.ndim == 2 and np.array_equal(ref.T, cand)):
+        return "it holds Paddle's layout untransposed (Paddle's Linear weight is [in, out], torch's [out, in])"
+    return "the loaded value is not Paddle's"
+
+
+def diff_layers(
+    paddle_model: Any,
+    torch_model: torch.nn.Module,
+    inputs: Any,
+    *,
+    kwargs: Mapping[str, Any] | None = None,
+    load: str | Callable[[Any, torch.nn.Module], None] | None = "paddle",
+    name_map: NameMap | None = None,
+    layer_map: Mapping[str, str] | None = None,
+    ignore: Sequence[str] = (),
+    ignore_types: Sequence[Any] = (),
+    depth: int | None = None,
+    single_step: bool = True,
+    rtol: float | Mapping[str, float] = DEFAULT_RTOL,
+    noise_factor: float = DEFAULT_NOISE_FACTOR,
+    grad_output: np.ndarray | None = None,
+    seed: int = 0,
+) -> LayerDiff:
+    """One step of a Paddle model and its torch port, compared layer by layer, forward and backward.
+
+    Args:
+        paddle_model: the ``paddle.nn.Layer`` (the reference: Paddle's own forward and backward).
+        torch_model: the port.
+        inputs: a numpy array, or a tuple of them: the positional inputs of both models.
+        kwargs: keyword inputs of both models (numpy arrays or plain values).
+        load: how the port gets Paddle's weights: ``"paddle"`` converts Paddle's state with the
+            kit's rules (:func:`.paddle_to_torch`), a callable ``load(paddle_model, torch_model)``
+            is the port's own loader (checked too), ``None``: the weights are already loaded.
+        name_map: torch names -> Paddle names where they differ (as for state conversion).
+        layer_map: ``{paddle_sublayer: torch_submodule}`` where layer paths differ.
+        ignore: glob patterns of layer paths not to compare (with what is inside them).
+        ignore_types: classes or class names not to compare (with what is inside them).
+        depth: compare layers at most this deep (the model is 0).
+        single_step: feed each torch layer the Paddle layer's input and output gradient
+            (default); ``False``: compare the two natural runs (errors build up).
+        rtol: the norm-relative tolerance, or ``{pattern: rtol}`` by layer path glob or phase
+            (``"forward"``, ``"backward"``): the largest matching value applies.
+        noise_factor: a layer diverges only beyond this many times its own float64 rounding error.
+        grad_output: the gradient of the model's (first) output to back-propagate; by default a
+            seeded standard normal one (the same on both sides).
+        seed: the seed of that default gradient.
+
+    Returns:
+        A :class:`LayerDiff`: ``.ok``, ``.first`` (load, forward, backward), ``.tree()``,
+        ``.summary()``, ``.layers`` (every aligned layer's checks), ``.notes``.
+
+    Both models should be in the same mode (train or eval) and free of randomness (dropout 0):
+    the frameworks' random streams differ. Afterwards both models hold no gradients and their
+    buffers (BatchNorm statistics) as before; the port keeps the weights ``load`` gave it.
+
+    Example::
+
+        result = diff_layers(paddle_model, port, x)
+        assert result.ok, result.summary() + "\\n" + result.tree()
+    """
+    if not isinstance(torch_model, torch.nn.Module):
+        raise TypeError(f"torch_model must be a torch.nn.Module, got {type(torch_model).__name__}")
+    if not callable(getattr(paddle_model, "named_sublayers", None)):
+        raise TypeError(f"paddle_model must be a paddle.nn.Layer, got {type(paddle_model).__name__}")
+    inputs_t = inputs if isinstance(inputs, tuple) else (inputs,)
+    for i, x in enumerate(inputs_t):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"inputs[{i}] must be a numpy array, got {type(x).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs must be a dict, got {type(kwargs).__name__}")
+    if not (load is None or load == "paddle" or callable(load)):
+        raise ValueError(f"load must be 'paddle', a callable or None, got {load!r}")
+    _check_name_map(name_map)
+    if layer_map is not None and (
+        not isinstance(layer_map, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in layer_map.items())
+    ):
+        raise TypeError("layer_map must be a dict of Paddle layer paths to torch module paths (strings)")
+    ignore = string_list(ignore, "ignore", "glob patterns")
+    ignore_types = layer_types(ignore_types, "ignore_types")
+    if depth is not None:
+        _checks.at_least("depth", _checks.integer("depth", depth), 0)
+    _checks.flag("single_step", single_step)
+    bounds = {f"rtol[{k!r}]": v for k, v in rtol.items()} if isinstance(rtol, Mapping) else {"rtol": rtol}
+    for name, value in {**bounds, "noise_factor": noise_factor}.items():
+        _checks.at_least(name, _checks.real(name, value), 0)
+    if grad_output is not None and not isinstance(grad_output, np.ndarray):
+        raise TypeError(f"grad_output must be a numpy array, got {type(grad_output).__name__}")
+
+    paddle = importlib.import_module("paddle")
+    judge = _Judge(rtol, float(noise_factor))
+    if load == "paddle":
+        with torch.no_grad():
+            torch_model.load_state_dict(paddle_to_torch(paddle_model.state_dict(), torch_model, name_map=name_map))
+    elif callable(load):
+        load(paddle_model, torch_model)
+    params = _load_checks(paddle_model, torch_model, name_map, judge)
+    load_note = None
+    if params is None:
+        params = []
+        load_note = "the port's weights were not checked after loading: Paddle's names do not convert (give name_map)"
+
+    kw = dict(kwargs or {})
+    p_buffers = {path: _paddle_buffers(layer) for path, layer in paddle_model.named_sublayers(include_self=True)}
+    t_buffers = {path: _torch_buffers(m) for path, m in torch_model.named_modules()}
+    # both natural runs, every layer call recorded
+    p_rec = _Recorder(paddle_model, "paddle")
+    t_rec = _Recorder(torch_model, "torch")
+    try:
+
+        def p_in(x: Any) -> Any:
+            return paddle.to_tensor(x, stop_gradient=not _is_float_array(x)) if isinstance(x, np.ndarray) else x
+
+        def t_in(x: Any) -> Any:
+            if isinstance(x, np.ndarray):
+                return torch.from_numpy(np.array(x, copy=True)).requires_grad_(_is_float_array(x))
+            return x
+
+        p_out = _first_tensor(paddle_model(*[p_in(x) for x in inputs_t], **{k: p_in(v) for k, v in kw.items()}))
+        if p_out is None:
+            raise ValueError("the Paddle model returned no tensor")
+        g = grad_output
+        if g is None:
+            g = np.random.default_rng(seed).standard_normal(tuple(p_out.shape)).astype(copy_of(p_out).dtype)
+        p_out.backward(paddle.to_tensor(g))
+        t_out = _first_tensor(torch_model(*[t_in(x) for x in inputs_t], **{k: t_in(v) for k, v in kw.items()}))
+        if t_out is None:
+            raise ValueError("the torch model returned no tensor")
+        if tuple(t_out.shape) != tuple(g.shape):
+            raise ValueError(f"the models' outputs differ in shape: Paddle {list(g.shape)}, torch {list(t_out.shape)}")
+        t_out.backward(torch.from_numpy(g).to(t_out.dtype))
+        p_rec.active = t_rec.active = False
+        pairs, notes = align(
+            p_rec.calls,
+            t_rec.calls,
+            layer_map=layer_map,
+            name_map=name_map,
+            ignore=ignore,
+            ignore_types=ignore_types,
+            depth=depth,
+        )
+        chained_noise = {} if single_step else _chained_noise(torch_model, t_rec.calls, inputs_t, kw, g)
+        results = [
+            _diff_pair(
+                pair,
+                judge,
+                single_step,
+                p_buffers.get(pair.paddle.path, {}),
+                t_buffers.get(pair.torch.path, {}),
+                chained_noise.get(id(pair.torch)),
+            )
+            for pair in pairs
+        ]
+        if load_note:
+            notes.insert(0, load_note)
+    finally:
+        p_rec.remove()
+        t_rec.remove()
+        # the step leaves no trace in either model: buffers (BatchNorm statistics) back, no gradients
+        _restore_torch_buffers(torch_model, t_buffers.get("", {}))
+        _restore_paddle_buffers(paddle_model, p_buffers.get("", {}))
+        for p in torch_model.parameters():
+            p.grad = None
+        for _, p in paddle_model.named_parameters():
+            p.clear_gradient(False)
+    first_load = next(
+        (
+            Divergence("load", k.rpartition(".")[0] or "(model)", c, remark="the port's weights are not Paddle's")
+            for k, c in params
+            if not c.ok
+        ),
+        None,
+    )
+    return LayerDiff(
+        single_step,
+        results,
+        params,
+        first_load,
+        _first_forward(results, t_rec.calls),
+        _first_backward(results),
+        notes,
+        torch_model,
+    )
+
+
+def _diff_pair(
+    pair: Pair,
+    judge: _Judge,
+    single_step: bool,
+    p_buffers: Mapping[str, np.ndarray],
+    t_buffers: Mapping[str, torch.Tensor],
+    chained_noise: tuple[float | None, float | None] | None,
+) -> LayerResult:
+    p, t = pair.paddle, pair.torch
+    res = LayerResult(t.key, p.key, t.kind, pair.how, t.site)
+    if t.index == 0:
+        res.forward += _state_checks(pair, judge, t_buffers)
+    if p.output is None or t.output is None:
+        res.remark = "returns no tensor on one side: not compared"
+        return res
+    p_inputs = [a for a in list(p.args) + list(p.kwargs.values()) if isinstance(a, np.ndarray)]
+    fed = _fed_args(t, p_inputs) if single_step else None
+    if not single_step or fed is None:
+        if single_step:
+            res.remark = "its inputs do not correspond to Paddle's (count or shapes): compared as chained"
+        n_out, n_grad = chained_noise or (None, None)
+        res.forward.append(judge.check(t.key, "forward", "output", p.output, t.output, n_out))
+        if p.grad is not None and t.grad is not None:
+            res.backward.append(judge.check(t.key, "backward", "output grad", p.grad, t.grad, n_grad))
+        return res
+    args, kwargs = fed
+    out, gin, gp = _replay_torch(t.layer, args, kwargs, p.grad, t_buffers)
+    if out is None:
+        res.remark = "returns no tensor when replayed: not compared"
+        return res
+    pgin, pgp = _replay_paddle(p.layer, p, p.grad, p_buffers)
+    n_out, n_in, n_p = _noise(t.layer, args, kwargs, p.grad, t_buffers, out, gin, gp)
+    res.forward.append(judge.check(t.key, "forward", "output", p.output, out, n_out))
+    if p.grad is None:
+        return res
+    for i, (a, b) in enumerate(zip(pgin, gin)):
+        if a is not None and b is not None:
+            res.backward.append(
+                judge.check(t.key, "backward", f"input grad {i}", a, b, n_in[i] if i < len(n_in) else None)
+            )
+    try:
+        ref_p = _paddle_param_grads_as_torch(pair, pgp)
+    except (ValueError, TypeError) as e:
+        res.remark = f"parameter gradients not compared: {e}"
+        ref_p = {}
+    for k, ref in ref_p.items():
+        if k in gp:
+            res.backward.append(judge.check(t.key, "backward", f"grad {k}", ref, gp[k], n_p.get(k)))
+    return res
+
+
+def _inside(child: str, parent: str) -> bool:
+    return parent == "(model)" or child.startswith(parent + ".")
+
+
+def _first_forward(results: list[LayerResult], calls: list[Call]) -> Divergence | None:
+    compared = {r.key for r in results}
+    for r in results:  # torch call order: children complete before their parents
+        if not r.forward_ok:
+            check = next(c for c in r.forward if not c.ok)
+            below = [x for x in results if x is not r and _inside(x.key, r.key)]
+            remark = None
+            if below and all(x.forward_ok for x in below):
+                unseen = [c.key for c in calls if c.key not in compared and _inside(c.key, r.key)]
+                remark = "its sublayers agree: the difference is in its own forward code" + (
+                    f" or in sublayers not compared ({', '.join(unseen)})" if unseen else ""
+                )
+            return Divergence("forward", r.key, check, r.site, remark)
+    return None
+
+
+def _first_backward(results: list[LayerResult]) -> Divergence | None:
+    bad = [r for r in results if not r.backward_ok]
+    # the deepest ones (no diverging layer inside them), the last to run forward runs first backward
+    leaves = [r for r in bad if not any(x is not r and _inside(x.key, r.key) for x in bad)]
+    if not leaves:
+        return None
+    r = leaves[-1]
+    check = next(c for c in r.backward if not c.ok)
+    return Divergence("backward", r.key, check, r.site)
