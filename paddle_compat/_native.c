@@ -20,6 +20,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -471,6 +474,21 @@ int pc_sumsq(int64_t count, const int64_t *rows, double *out) {
         out[t] = rows[3 * t + 2] == DT_F64 ? sumsq_f64((const double *)x, 0, n) : (double)sumsq_f32((const float *)x, 0, n);
     }
     return 0;
+}
+
+/* The CPU's approximate reciprocal square roots (rsqrtps) of n floats: what Eigen's float32 sqrt
+ * in Paddle's CPU kernels refines (paddle_compat/optimizer/_eigen.py); the approximation is the CPU
+ * maker's, so only the instruction itself gives Paddle's bits. -1 where there is no such instruction. */
+int pc_rsqrt(int64_t n, const float *x, float *out) {
+#if defined(__SSE__)
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, _mm_rsqrt_ps(_mm_loadu_ps(x + i)));
+    for (; i < n; i++) out[i] = _mm_cvtss_f32(_mm_rsqrt_ss(_mm_set_ss(x[i])));
+    return 0;
+#else
+    (void)n; (void)x; (void)out;
+    return -1;
+#endif
 }
 
 /* Known answers the build must reproduce: a fused multiply-add that is not two roundings, a

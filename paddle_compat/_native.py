@@ -61,6 +61,9 @@ class Kernels:
         self._momentum = _bind(lib.pc_momentum, [i64, ptr, ptr, dbl, dbl, cint, cint])
         self._adam = _bind(lib.pc_adam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint, cint, cint])
         self._sumsq = _bind(lib.pc_sumsq, [i64, ptr, ptr])
+        self._rsqrt = _bind(lib.pc_rsqrt, [i64, ptr, ptr])
+        # the CPU's rsqrtps, where it has one (Eigen's float32 sqrt starts from it: optimizer/_eigen.py)
+        self.rsqrt = self._rsqrt_of if self._rsqrt(0, None, None) == 0 else None
 
     def sgd(self, rows: array[int], per: array[float]) -> None:
         self._sgd(len(rows) // ROW, _addr(rows), _addr(per), torch.get_num_threads())
@@ -76,6 +79,12 @@ class Kernels:
             len(rows) // ROW, _addr(rows), _addr(per), _addr(scratch), b1, b2, eps, int(fused), int(amsgrad),
             torch.get_num_threads(),
         )
+
+    def _rsqrt_of(self, x: torch.Tensor) -> torch.Tensor:
+        """The CPU's approximate ``1/sqrt`` of each element of a contiguous float32 CPU tensor."""
+        out = torch.empty_like(x)
+        self._rsqrt(x.numel(), x.data_ptr(), out.data_ptr())
+        return out
 
     def sumsq(self, rows: array[int]) -> array[float]:
         """Sums of squares of contiguous float32/float64 CPU tensors (rows of n, pointer, dtype)."""

@@ -231,3 +231,20 @@ def test_pow_is_the_c_librarys_powf_not_numpys() -> None:
     ours = _eigen.pow_like_libm(float(x), float(np.float32(0.004)), torch.float32)
     assert np.float32(ours) == np.float32(float(x) ** float(np.float32(0.004)))  # correctly rounded here
     assert np.float32(ours) != np.power(x, np.float32(0.004))
+
+
+def test_the_compiled_kernels_give_the_cpus_rsqrt() -> None:
+    """``pc_rsqrt``: the CPU's approximation (within its documented 1.5 * 2**-12), not an exact
+    root, and what Eigen's sqrt emulation takes."""
+    from paddle_compat import _native
+    from paddle_compat.optimizer import _eigen
+
+    kernels = _native.kernels()
+    if kernels is None or kernels.rsqrt is None:
+        pytest.skip("no compiled kernels, or a CPU without rsqrtps")
+    x = torch.rand(1 << 16, generator=torch.Generator().manual_seed(0)) * 1e4 + 1e-3
+    r = kernels.rsqrt(x)
+    exact = 1.0 / torch.sqrt(x.double())
+    assert ((r.double() - exact).abs() / exact).max() <= 1.5 * 2**-12
+    assert not torch.equal(r, torch.rsqrt(x))  # an approximation, as Paddle's Eigen build sees it
+    assert _eigen._hardware_rsqrt() == kernels.rsqrt
