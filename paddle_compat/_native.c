@@ -1,4 +1,5 @@
-/* paddle_compat's compiled CPU kernels: the optimizers' updates and Paddle's CPU sum of squares.
+/* paddle_compat's compiled CPU kernels: the optimizers' updates and Paddle's CPU sum of squares
+ * (and the CPU's rsqrtps, which Paddle's Eigen float32 sqrt refines).
  *
  * Built when the package is installed (setup.py, with the levels and flags of _native_build.py):
  * one shared library per instruction-set level, the level picked at load time (pc_cpu_level), all

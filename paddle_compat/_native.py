@@ -3,7 +3,8 @@
 The optimizers' CPU updates and Paddle's CPU sum of squares run here as small C loops instead of
 chains of torch operations: one pass over the data, true ``fmaf``/``sqrtf`` where Paddle's kernels
 use them (the torch forms emulate them), several tensors per call. The C source spells out the
-same formulas as the torch forms, operation for operation, so the bits are the same.
+same formulas as the torch forms, operation for operation, so the bits are the same. ``rsqrt``
+gives the CPU's own ``rsqrtps``, which no torch operation reaches (``optimizer/_eigen.py``).
 
 Mechanics only; the optimizers decide what to hand over. ``kernels()`` is ``None`` when the
 kernels cannot be used, and callers then take their torch path; ``status()`` says which run, and
