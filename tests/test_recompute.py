@@ -4,6 +4,7 @@ Every gradient is compared bit for bit with the same run without recompute."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
@@ -11,15 +12,18 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import pytest
 import torch
+import torch.utils.checkpoint as torch_checkpoint
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from paddle_compat.amp import auto_cast
 from paddle_compat.distributed.fleet.recompute import recompute_sequential
 from paddle_compat.distributed.fleet.utils import recompute
 
+_GENERATOR = "_checkpoint_without_reentrant_generator"
 CASES = [("O1", "float16"), ("O1", "bfloat16"), ("O2", "float16"), ("O2", "bfloat16"),
          ("OD", "float16"), ("OD", "bfloat16")]
 
@@ -294,3 +298,59 @@ def test_fleet_recompute_inside_torch_compile(use_reentrant):
     finally:
         del APIS["compiled"]
     _assert_bitwise(found, expected)
+
+
+def _bridge_reset(monkeypatch):
+    """A process where the bridge has not installed yet; the names it sets come back afterwards."""
+    from torch.distributed._composable import checkpoint_activation
+
+    from paddle_compat.amp import checkpoint_bridge
+
+    monkeypatch.setattr(checkpoint_bridge, "_installed", False)
+    for module, name in ((torch_checkpoint, _GENERATOR), (torch_checkpoint, "CheckpointFunction"),
+                         (checkpoint_activation, _GENERATOR)):
+        monkeypatch.setattr(module, name, inspect.unwrap(getattr(module, name)))
+    return checkpoint_bridge, checkpoint_activation
+
+
+@pytest.mark.parametrize("missing", [[_GENERATOR], ["CheckpointFunction"], [_GENERATOR, "CheckpointFunction"]])
+def test_a_torch_without_the_checkpoint_internals_gets_one_warning(monkeypatch, missing):
+    bridge, _ = _bridge_reset(monkeypatch)
+    torchs_function = torch_checkpoint.CheckpointFunction
+    for name in missing:
+        monkeypatch.setattr(torch_checkpoint, name, None)  # renamed away, or no longer what it was
+    with pytest.warns(UserWarning, match=f"has no {' or '.join(missing)} in torch.utils.checkpoint"):
+        bridge.install()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bridge.install()  # once
+    generator = getattr(torch_checkpoint, _GENERATOR)
+    assert (generator is None) == (_GENERATOR in missing)
+    assert generator is None or generator.__wrapped__ is inspect.unwrap(generator)
+    function = torch_checkpoint.CheckpointFunction
+    assert function is None if "CheckpointFunction" in missing else function.__bases__ == (torchs_function,)
+
+
+def test_a_patch_made_before_the_first_auto_cast_keeps_running_inside_ours(monkeypatch):
+    bridge, composable = _bridge_reset(monkeypatch)
+    calls = []
+    torchs = getattr(torch_checkpoint, _GENERATOR)
+
+    def patch(kind):
+        def generator(fn, *args, **kwargs):
+            calls.append(kind)
+            return torchs(fn, *args, **kwargs)
+
+        return generator
+
+    monkeypatch.setattr(torch_checkpoint, _GENERATOR, patch("checkpoint"))
+    monkeypatch.setattr(composable, _GENERATOR, patch("composable"))
+    bridge.install()
+    expected = _grads("plain", "O2", "bfloat16")
+    _assert_bitwise(_grads("checkpoint-non-reentrant", "O2", "bfloat16"), expected)
+    APIS["other"] = _composable
+    try:
+        _assert_bitwise(_grads("other", "O2", "bfloat16"), expected)
+    finally:
+        del APIS["other"]
+    assert calls == ["checkpoint", "composable"]
