@@ -211,7 +211,8 @@ class AmpScaler:
             self._init_loss_scaling = 1.0
             stacklevel = user_stacklevel()
             warnings.warn(
-                f"It is not recommended to use dynamic loss scaling for {amp_dtype}, so GradScaler is disable by default.",
+                f"It is not recommended to use dynamic loss scaling for {amp_dtype}, "
+                "so GradScaler is disable by default.",
                 stacklevel=stacklevel,
             )
             if amp_dtype == "float32":  # Paddle's text hides how much this switches off
@@ -423,7 +424,8 @@ class AmpScaler:
         found_inf, inv_scale = torch.zeros_like(scale), tracker.reciprocal(scale)
         if grads and fused and own and self._optimizer_unscales_exactly(optimizer, grads):
             unscale.any_nonfinite(grads, inv_scale, found_inf)  # read only
-            optimizer.grad_scale = scale.view(())  # type: ignore[attr-defined]  # 0-d, as torch's fused optimizers take it
+            # 0-d, as torch's fused optimizers take it
+            optimizer.grad_scale = scale.view(())  # type: ignore[attr-defined]
         elif grads:
             below_one = tracker.may_be_below_one() if own else tracker.policy.lowest < 1.0
             unscale.unscale_(grads, inv_scale, found_inf, check_output=below_one)
@@ -1141,5 +1143,7 @@ class GradScaler(AmpScaler):
 
 
 # What help() and inspect show for the (*args, **kwargs) constructors.
-AmpScaler.__init__.__signature__ = scaler_args.signature("AmpScaler", torch_dialect=False)  # type: ignore[attr-defined]
-GradScaler.__init__.__signature__ = scaler_args.signature("GradScaler", torch_dialect=True)  # type: ignore[attr-defined]
+AmpScaler.__init__.__signature__ = (  # type: ignore[attr-defined]
+    scaler_args.signature("AmpScaler", torch_dialect=False))
+GradScaler.__init__.__signature__ = (  # type: ignore[attr-defined]
+    scaler_args.signature("GradScaler", torch_dialect=True))
