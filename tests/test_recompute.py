@@ -354,3 +354,10 @@ def test_a_patch_made_before_the_first_auto_cast_keeps_running_inside_ours(monke
     finally:
         del APIS["other"]
     assert calls == ["checkpoint", "composable"]
+
+
+def test_replaying_refuses_what_it_cannot_call_naming_it():
+    from paddle_compat.amp.checkpoint_bridge import replaying
+
+    with pytest.raises(TypeError, match="^fn should be a callable, but received int$"):
+        replaying(42)

@@ -60,6 +60,8 @@ def replaying(fn: Callable[..., R]) -> Callable[..., R]:
         >>> block(torch.ones(2, 2)).dtype
         torch.bfloat16
     """
+    if not callable(fn):
+        raise TypeError(f"fn should be a callable, but received {type(fn).__name__}")
     config = op_interceptor.current()
 
     @functools.wraps(fn, updated=())  # a module's __dict__ is not copied onto the function
