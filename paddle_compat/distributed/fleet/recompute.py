@@ -136,7 +136,10 @@ def recompute_sequential(ctx: Mapping[str, Any], functions: torch.nn.Sequential 
 
 
 def _bound(run: Callable[..., Any], preserve: bool) -> Callable[..., Any]:
-    """``run`` recomputed under its forward's auto_cast state (and host RNG states)."""
+    """``run`` recomputed under its forward's auto_cast state (and host RNG states).
+
+    Bound here although the bridge binds torch's checkpoint too: so that recompute keeps its
+    promise on a torch whose internals the bridge could not wrap (binding twice changes nothing)."""
     return replaying(_replaying_host_rng(run) if preserve else run)
 
 
