@@ -361,3 +361,10 @@ def test_replaying_refuses_what_it_cannot_call_naming_it():
 
     with pytest.raises(TypeError, match="^fn should be a callable, but received int$"):
         replaying(42)
+
+
+@pytest.mark.parametrize("api", ["recompute", "recompute-non-reentrant"])
+def test_fleet_recompute_needs_no_bridge(monkeypatch, api):
+    bridge, _ = _bridge_reset(monkeypatch)
+    monkeypatch.setattr(bridge, "_installed", True)  # as on a torch whose internals it could not wrap
+    _assert_bitwise(_grads(api, "O2", "bfloat16"), _grads("plain", "O2", "bfloat16"))
