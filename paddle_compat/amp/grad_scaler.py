@@ -452,9 +452,10 @@ class AmpScaler:
         One whose ``step`` takes ``grad_scaler=`` (torch's older protocol) gets Paddle's treatment,
         not torch's (see ``_takes_grad_scaler``)."""
         step = self._step_state
+        fused = getattr(optimizer, "_step_supports_amp_scaling", False) and not _takes_grad_scaler(optimizer)
         if _step_watched(optimizer):
-            self._warn_accelerate(optimizer, state)
-        if getattr(optimizer, "_step_supports_amp_scaling", False) and not _takes_grad_scaler(optimizer):
+            self._warn_accelerate(optimizer, state, fused)
+        if fused:
             if state is OptimizerState.INIT:
                 self._unscale_grads(optimizer, fused=True)
             assert step.found_inf is not None
@@ -469,12 +470,13 @@ class AmpScaler:
         self._record_step(flag)
         return _Run.SKIP if flag.value() else _Run.CALL
 
-    def _warn_accelerate(self, optimizer: torch.optim.Optimizer, state: OptimizerState) -> None:
+    def _warn_accelerate(self, optimizer: torch.optim.Optimizer, state: OptimizerState, fused: bool) -> None:
         """Warn where Accelerate (and so Hugging Face's Trainer) steps this scaler in a way that
-        goes wrong without a word: a fused optimizer, whose skips it cannot see, or gradients not
-        yet unscaled, which its clips (unless ``use_grad_scaler`` set the scaler) clipped scaled."""
+        goes wrong without a word: a fused optimizer (stepped on the fused path), whose skips it
+        cannot see, or gradients not yet unscaled, which its clips, if called (unless
+        ``use_grad_scaler`` set the scaler), clipped scaled."""
         name = type(optimizer).__name__
-        if getattr(optimizer, "_step_supports_amp_scaling", False):
+        if fused:
             message = (
                 f"{name} is fused (it skips inf/NaN steps itself), so the scaler calls its step() on skipped steps "
                 "too: Accelerate's optimizer_step_was_skipped, its AcceleratedScheduler and Hugging Face's Trainer "
@@ -485,7 +487,7 @@ class AmpScaler:
             message = (
                 f"Accelerate steps {name} on gradients nobody unscaled before: its clip_grad_norm_ and "
                 "clip_grad_value_ (Hugging Face's Trainer calls them at max_grad_norm > 0) do not unscale a scaler "
-                "they did not make, and clipped the gradients still scaled. Hand the scaler over with "
+                "they did not make, so if they ran, they clipped the gradients still scaled. Hand the scaler over with "
                 "paddle_compat.integrations.accelerate.use_grad_scaler(accelerator, scaler), or call "
                 "scaler.unscale_(optimizer) before clipping."
             )
@@ -936,7 +938,8 @@ def _takes_grad_scaler(optimizer: torch.optim.Optimizer) -> bool:
     nor a reason to hand itself over: such an optimizer is treated as Paddle treats every optimizer
     (the gradients unscaled first, the step skipped on inf/NaN, no ``grad_scaler`` passed), with a
     warning, instead of stepping on gradients that are still scaled."""
-    if not _step_takes_grad_scaler(getattr(optimizer.step, "__func__", optimizer.step)):
+    # The class's step: a wrapper put on the instance (Accelerate's) takes (*args, **kwargs).
+    if not _step_takes_grad_scaler(type(optimizer).step):
         return False
     warnings.warn(
         f"{type(optimizer).__name__}.step() takes grad_scaler= (torch's deprecated protocol for optimizers that "
