@@ -284,7 +284,7 @@ class AmpScaler:
         # torch's scaler; our own work runs in never-traced calls (see compile_boundary).
         run = self._before_step(optimizer, args, kwargs)
         try:
-            result = _skipped(optimizer) if run is _Run.SKIP else optimizer.step(*args, **kwargs)
+            result = _skipped_step(optimizer) if run is _Run.SKIP else optimizer.step(*args, **kwargs)
         except BaseException:
             self._abandon_call(optimizer, run)
             raise
@@ -366,10 +366,8 @@ class AmpScaler:
         run = self._before_minimize(optimizer)
         minimize = getattr(optimizer, "minimize", None)
         try:
-            if run is _Run.SKIP:  # ours return Paddle's (None, params_grads) here too
-                _skipped(optimizer)
-                skipped = getattr(optimizer, "_skipped_minimize", None)
-                result = skipped(*args, **kwargs) if skipped is not None else None
+            if run is _Run.SKIP:
+                result = _skipped_minimize(optimizer, args, kwargs)
             else:
                 result = minimize(*args, **kwargs) if callable(minimize) else optimizer.step()
         except BaseException:
@@ -924,11 +922,19 @@ class AmpScaler:
 
 
 @never_traced
-def _skipped(optimizer: torch.optim.Optimizer) -> None:
+def _skipped_step(optimizer: torch.optim.Optimizer) -> None:
     """A skipped step: an optimizer of ours still does what Paddle's does there (its clip runs)."""
     hook = getattr(optimizer, "_skipped_step", None)
     if hook is not None:
         hook()
+
+
+@never_traced
+def _skipped_minimize(optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A skipped ``minimize``: an optimizer of ours still does what Paddle's does there (its clip
+    runs on the parameters the arguments select) and returns Paddle's ``(None, params_grads)``."""
+    hook = getattr(optimizer, "_skipped_minimize", None)
+    return None if hook is None else hook(*args, **kwargs)
 
 
 def _takes_grad_scaler(optimizer: torch.optim.Optimizer) -> bool:
