@@ -127,12 +127,13 @@ def _replaying_generator(generator: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _replaying_function(base: Any) -> Any:
-    """torch's reentrant ``CheckpointFunction`` with its function bound by ``replaying``."""
+    """torch's reentrant ``CheckpointFunction`` with its function (its first input) bound by
+    ``replaying``; what follows it is passed on as it comes."""
 
     class CheckpointFunction(base):  # same name: same grad_fn name
         @staticmethod
-        def forward(ctx: Any, run_function: Callable[..., Any], preserve_rng_state: bool, *args: Any) -> Any:
-            return base.forward(ctx, replaying(run_function), preserve_rng_state, *args)
+        def forward(ctx: Any, run_function: Callable[..., Any], *args: Any) -> Any:
+            return base.forward(ctx, replaying(run_function), *args)
 
     CheckpointFunction.__module__ = base.__module__
     CheckpointFunction.__qualname__ = base.__qualname__
