@@ -179,6 +179,9 @@ def test_recompute_argument_checks_are_paddles():
     (lambda x: recompute_sequential({"segments": 0}, [torch.sin], x), ValueError, r"ctx\['segments'\] should be"),
     (lambda x: recompute_sequential({"segments": 3}, [torch.sin] * 2, x), ValueError, r"ctx\['segments'\]"),
     (lambda x: recompute_sequential({"segments": "2"}, [torch.sin] * 2, x), TypeError, r"ctx\['segments'\]"),
+    (lambda x: recompute_sequential({"segments": 1}, 42, x), TypeError, "^functions should be an nn.Sequential"),
+    (lambda x: recompute_sequential({"segments": 1}, [torch.sin, 2], x), TypeError,
+     "^functions should hold callables, but holds a int.$"),
 ])
 def test_bad_arguments_are_refused_naming_them(call, error, message):
     with pytest.raises(error, match=message):

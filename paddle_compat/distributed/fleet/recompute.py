@@ -20,7 +20,7 @@ import inspect
 import logging
 import random
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -112,7 +112,13 @@ def recompute_sequential(ctx: Mapping[str, Any], functions: torch.nn.Sequential 
         raise TypeError(f"ctx should be a dict with the key 'segments', but got {type(ctx).__name__}.")
     segments = ctx.get("segments", 1)
     preserve = ctx.get("preserve_rng_state", True)
+    if not isinstance(functions, Iterable):
+        raise TypeError("functions should be an nn.Sequential or a list of callables, "
+                        f"but got {type(functions).__name__}.")
     layers = list(functions.children()) if isinstance(functions, torch.nn.Sequential) else list(functions)
+    for layer in layers:
+        if not callable(layer):
+            raise TypeError(f"functions should hold callables, but holds a {type(layer).__name__}.")
     segments = _checks.integer("ctx['segments']", segments)
     if not 1 <= segments <= max(len(layers), 1):
         raise ValueError(f"ctx['segments'] should be between 1 and the number of functions ({len(layers)}), "
