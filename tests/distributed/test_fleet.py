@@ -198,7 +198,8 @@ def test_scaler_collective_failure_names_the_scaler(one_rank, monkeypatch):
         raise dist.DistBackendError("Connection closed by peer")
 
     monkeypatch.setattr(dist, "all_reduce", broken)
-    with pytest.raises(RuntimeError, match=r"^GradScaler: the all-reduce \(MAX\) of found_inf .*Connection closed by peer"):
+    expected = r"^GradScaler: the all-reduce \(MAX\) of found_inf .*Connection closed by peer"
+    with pytest.raises(RuntimeError, match=expected):
         unscale.all_reduce_max(torch.zeros(1), dist.group.WORLD)
 
 
@@ -307,7 +308,7 @@ def test_checkpoints_state_creation_step_changes_nothing(no_launcher):
 def test_a_users_first_step_at_rate_0_on_zero_gradients_is_a_step(no_launcher):
     """Only torch.distributed.checkpoint's state creation is told apart (by its caller): a warmup
     from rate 0 on zero gradients steps as in Paddle, and Adam's beta powers advance."""
-    import torch.distributed.checkpoint.state_dict  # noqa: F401  (imported, as in a sharded run)
+    import torch.distributed.checkpoint.state_dict  # imported, as in a sharded run
 
     from paddle_compat import optimizer as popt
 
