@@ -291,6 +291,7 @@ def paddle_optimizers_fsdp2(ctx: Context) -> dict[str, Any]:
     cases += [(f"adamw_{level}", "adamw", level, True, make_model) for level in ("os", "os_g", "p_g_os")]
     cases += [("momentum_uneven", "momentum", "fully_shard", True, uneven_model)]
     cases += [("adamw_uneven", "adamw", "fully_shard", True, uneven_model)]
+    cases += [("adamw_uneven_torch_forms", "adamw", "fully_shard", False, uneven_model)]
     result = {}
     for case, name, how, native, build in cases:
         saved_native, _native._enabled = _native._enabled, native
