@@ -175,6 +175,8 @@ def fma_into(out: Tensor, a: float, b: Tensor, c: Tensor, wide: Tensor, bits: Te
     integer passes and two reductions (there hardly ever are); those elements are computed again
     by ``fma``, which rounds once everywhere.
     """
+    if out.numel() == 0:  # an empty tensor (an FSDP2 rank's empty shard): the reductions below need an element
+        return out
     s = torch.addcmul(c, b, torch.tensor([a], dtype=torch.float64), out=wide)  # c + b*a, one rounding
     raw = s.view(torch.int64)
     # midpoints: the low 29 bits xor 2**28 are 0; as float64 bit patterns these are small subnormals,

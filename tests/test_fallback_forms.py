@@ -67,6 +67,12 @@ def test_the_fast_fma_emulation_matches_the_exact_one_on_all_kinds_of_values() -
         assert same_bits(_numerics.fma_into(out, a, bb, cc, *scratch), expected), alias
 
 
+def test_the_fast_fma_emulation_takes_an_empty_tensor() -> None:
+    """An FSDP2 rank's shard of a small parameter can be empty: the torch forms step it too."""
+    empty = torch.zeros(0, 3)
+    assert fast_fma(0.5, empty, empty).shape == (0, 3)
+
+
 def test_pieces_cover_the_tensors_in_memory_order(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     monkeypatch.setattr(_numerics, "CHUNK", 1 << 15)

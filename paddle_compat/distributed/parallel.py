@@ -97,7 +97,8 @@ def init_parallel_env(*, backend: str | None = None, timeout: datetime.timedelta
         return dist.group.WORLD
     if env_int("WORLD_SIZE", 1) < 2:
         warnings.warn(
-            "Currently not a parallel execution environment, `paddle.distributed.init_parallel_env` will not do anything.",
+            "Currently not a parallel execution environment, "
+            "`paddle.distributed.init_parallel_env` will not do anything.",
             stacklevel=2,
         )
         return None

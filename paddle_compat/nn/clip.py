@@ -342,9 +342,15 @@ class ClipGradByGlobalNorm(ClipGradBase):
             factor = max_norm / norm
         else:
             factor = max_norm / torch.maximum(norm, max_norm)
-        buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
-        for g in map(local, grads):  # a DTensor's shard is scaled where it lies
-            buckets.setdefault((g.device, g.dtype), []).append(g)
-        for (device, dtype), bucket in buckets.items():  # in place, as Paddle; one pass per bucket
-            torch._foreach_mul_(bucket, factor.to(device=device, dtype=dtype))
+        scale_(grads, factor)
         return present
+
+
+def scale_(grads: Sequence[Tensor], factor: Tensor) -> None:
+    """Multiply ``grads`` by the 0-D ``factor`` in place, as Paddle's global-norm clips do, a
+    DTensor's local shard where it lies; one pass per (device, dtype), ``factor`` cast to each."""
+    buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
+    for g in map(local, grads):
+        buckets.setdefault((g.device, g.dtype), []).append(g)
+    for (device, dtype), bucket in buckets.items():
+        torch._foreach_mul_(bucket, factor.to(device=device, dtype=dtype))

@@ -41,7 +41,7 @@ from ..amp.compile_boundary import never_traced
 from ..amp.master_grad import clear_grads, grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
-from . import _multi_tensor, _torch_step
+from . import _dcp, _multi_tensor, _torch_step
 from ._engine import Engine, Item, attr_ratio, optional_form, same_layout
 from ._sharded import local_shards
 from .lr import LambdaDecay, LRScheduler
@@ -447,17 +447,18 @@ class Optimizer(torch.optim.Optimizer):
         grad_enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
-            at_rate_zero = not self.state and all(group["lr"] == 0 for group in self.param_groups)
-            self._read_lr_scheduler()
-            work = self._work(selected)
-            if at_rate_zero and not any(bool(local(g).any()) for _, pairs in work for _, g in pairs):
-                # How torch.distributed.checkpoint's get/set_state_dict create an optimizer's state:
-                # a step at rate 0 on zero gradients. A scheduler's rate, weight decay or Adam's beta
-                # powers would still move something: create the state, change nothing.
+            # torch.distributed.checkpoint's get/set_state_dict create an optimizer's state with a
+            # step at rate 0 on zero gradients (the empty state and the rates: cheap to check first).
+            # A scheduler's rate, weight decay or Adam's beta powers would still move something:
+            # create the state, change nothing.
+            if not self.state and all(group["lr"] == 0 for group in self.param_groups) and _dcp.creating_state():
+                work = self._work(selected)
                 for group, pairs in work:
                     for p, _ in pairs:
                         self._prepare_state(p, group)
                 return work
+            self._read_lr_scheduler()
+            work = self._work(selected)
             skip, device_flag = self._scaler_handover(work)
             if skip:
                 _clip_skipped(work)
@@ -683,7 +684,7 @@ class Optimizer(torch.optim.Optimizer):
         Adam's beta powers; ``ValueError``) and dtype (the parameter's, or float32 for fp16/bf16
         parameters and master weights; ``TypeError``), and the ``"LR_Scheduler"`` entry, required
         when a scheduler other than ``LambdaDecay`` drives the rate, as in Paddle (``KeyError``),
-        except in a sharded checkpoint (DTensor state): ``torch.distributed.checkpoint`` keeps only
+        except when ``torch.distributed.checkpoint`` loads it (``set_state_dict``): it keeps only
         ``"state"`` and ``"param_groups"``, and the scheduler is checkpointed beside it. A whole
         tensor loaded for a DTensor parameter is sharded as the parameter.
         """
@@ -751,7 +752,7 @@ class Optimizer(torch.optim.Optimizer):
         if scheduler is None:
             return decoded
         if "LR_Scheduler" not in state_dict:
-            if not isinstance(scheduler, LambdaDecay) and not any_dtensor(_state_tensors(state_dict)):
+            if not isinstance(scheduler, LambdaDecay) and not _dcp.loading_state():
                 raise KeyError("LR_Scheduler state must be included in the state dict except LambdaDecay")
             return decoded
         check = getattr(scheduler, "_check_state_dict", None)  # ours check without loading
@@ -842,10 +843,6 @@ def _decode(value: Any, where: str) -> Any:
         return known[name](**{key.lstrip("_"): field for key, field in fields.items()})
     except (TypeError, ValueError) as error:
         raise type(error)(f"{where}: {error}") from None
-
-
-def _state_tensors(state_dict: dict[str, Any]) -> list[Any]:
-    return [v for per_param in state_dict["state"].values() for v in per_param.values()]
 
 
 def _subclasses(cls: type[Any]) -> list[type[Any]]:

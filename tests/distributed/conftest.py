@@ -33,7 +33,8 @@ class Run:
 
     def logs(self) -> str:
         return "\n".join(
-            f"--- rank {r} (exit {rank.returncode}) ---\n{rank.output[-4000:]}" for r, rank in enumerate(self.launch.ranks)
+            f"--- rank {r} (exit {rank.returncode}) ---\n{rank.output[-4000:]}"
+            for r, rank in enumerate(self.launch.ranks)
         )
 
     def results(self, scenario: str) -> list[Any]:

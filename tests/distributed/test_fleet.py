@@ -198,7 +198,8 @@ def test_scaler_collective_failure_names_the_scaler(one_rank, monkeypatch):
         raise dist.DistBackendError("Connection closed by peer")
 
     monkeypatch.setattr(dist, "all_reduce", broken)
-    with pytest.raises(RuntimeError, match=r"^GradScaler: the all-reduce \(MAX\) of found_inf .*Connection closed by peer"):
+    expected = r"^GradScaler: the all-reduce \(MAX\) of found_inf .*Connection closed by peer"
+    with pytest.raises(RuntimeError, match=expected):
         unscale.all_reduce_max(torch.zeros(1), dist.group.WORLD)
 
 
@@ -302,6 +303,44 @@ def test_checkpoints_state_creation_step_changes_nothing(no_launcher):
     state = optim_sd["state"]["weight"]
     assert float(state["beta1_pow_acc"]) == pytest.approx(0.9) and not state["moment1"].any()
     assert opt.param_groups[0]["lr"] == 0.5  # the scheduler's rate is back
+
+
+def test_a_users_first_step_at_rate_0_on_zero_gradients_is_a_step(no_launcher):
+    """Only torch.distributed.checkpoint's state creation is told apart (by its caller): a warmup
+    from rate 0 on zero gradients steps as in Paddle, and Adam's beta powers advance."""
+    import torch.distributed.checkpoint.state_dict  # imported, as in a sharded run
+
+    from paddle_compat import optimizer as popt
+
+    model = torch.nn.Linear(4, 2)
+    opt = popt.AdamW(popt.lr.LinearWarmup(0.5, 2, 0.0, 0.5), parameters=model.parameters(), weight_decay=0.1)
+    model(torch.zeros(3, 4)).sum().mul(0).backward()
+    opt.step()
+    assert float(opt.state[model.weight]["beta1_pow_acc"]) == pytest.approx(0.81)
+
+
+def test_checkpoints_set_state_dict_of_an_unsharded_model_loads_without_the_scheduler_entry(no_launcher):
+    """torch.distributed.checkpoint keeps only "state" and "param_groups", sharded or not; a
+    user's own load_state_dict still needs Paddle's "LR_Scheduler" entry."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from paddle_compat import optimizer as popt
+
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        return model, popt.AdamW(popt.lr.StepDecay(0.5, 2), parameters=model.parameters(), weight_decay=0.1)
+
+    model, opt = build()
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    model_state, optim_state = get_state_dict(model, opt)
+    assert "LR_Scheduler" not in optim_state
+    model2, opt2 = build()
+    set_state_dict(model2, opt2, model_state_dict=model_state, optim_state_dict=optim_state)
+    assert torch.equal(opt2.state[model2.weight]["moment1"], opt.state[model.weight]["moment1"])
+    with pytest.raises(KeyError, match="LR_Scheduler state must be included"):
+        opt2.load_state_dict({key: opt.state_dict()[key] for key in ("state", "param_groups")})
 
 
 def test_a_whole_state_loaded_into_a_sharded_optimizer_is_sharded(one_rank):

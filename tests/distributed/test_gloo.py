@@ -84,7 +84,7 @@ def test_group_sharded_levels_map_to_fsdp_units(gloo_2):
 
 PADDLE_ON_SHARDS = [
     "sgd", "momentum", "adam", "adamw", "adamw_bf16_master", "adamw_torch_forms", "adamw_os", "adamw_os_g",
-    "adamw_p_g_os", "momentum_uneven", "adamw_uneven",
+    "adamw_p_g_os", "momentum_uneven", "adamw_uneven", "adamw_uneven_torch_forms",
     "rmsprop", "adagrad", "adamax", "adadelta", "nadam", "radam", "rprop", "adagrad_param_attr",
 ]
 

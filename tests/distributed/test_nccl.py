@@ -30,7 +30,9 @@ def test_fsdp2(nccl_2, variant):
     assert_ranks_agree_and_skip_the_union([result[variant]["trajectory"] for result in nccl_2.results("fsdp2")])
 
 
-CASES = ["cpu_grads_nccl_group", "cpu_grads_mixed_world", "cuda_grads_mixed_world", "cuda_grads_gloo_group", "fsdp2_offload"]
+CASES = [
+    "cpu_grads_nccl_group", "cpu_grads_mixed_world", "cuda_grads_mixed_world", "cuda_grads_gloo_group", "fsdp2_offload"
+]
 
 
 @pytest.mark.parametrize("case", CASES)

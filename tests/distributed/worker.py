@@ -70,7 +70,9 @@ def new_scaler(**kwargs: Any) -> GradScaler:
     return GradScaler(init_loss_scaling=2.0**10, incr_every_n_steps=2, **kwargs)
 
 
-def train(model: nn.Module, opt: torch.optim.Optimizer, scaler: GradScaler, batches: list, api: str = "minimize") -> list:
+def train(
+    model: nn.Module, opt: torch.optim.Optimizer, scaler: GradScaler, batches: list, api: str = "minimize"
+) -> list:
     """One scaler-driven step per batch; returns (scale, skipped) after each step."""
     trajectory = []
     for x, y in batches:
@@ -191,7 +193,9 @@ def fsdp2(ctx: Context) -> dict[str, Any]:
         model, opt, scaler = group_sharded_parallel(model, opt, level, scaler=new_scaler(), segment_size=100)
         units = sum(1 for m in model.modules() if type(m).__name__.startswith("FSDP"))
         trajectory = train(model, opt, scaler, batches)
-        result[level] = {"trajectory": trajectory, "params": full_params(model), "reference": sgd_reference, "units": units}
+        result[level] = {
+            "trajectory": trajectory, "params": full_params(model), "reference": sgd_reference, "units": units
+        }
     return result
 
 
@@ -301,6 +305,7 @@ def paddle_optimizers_fsdp2(ctx: Context) -> dict[str, Any]:
     cases += [(f"adamw_{level}", "adamw", level, True, make_model) for level in ("os", "os_g", "p_g_os")]
     cases += [("momentum_uneven", "momentum", "fully_shard", True, uneven_model)]
     cases += [("adamw_uneven", "adamw", "fully_shard", True, uneven_model)]
+    cases += [("adamw_uneven_torch_forms", "adamw", "fully_shard", False, uneven_model)]
     result = {}
     for case, name, how, native, build in cases:
         saved_native, _native._enabled = _native._enabled, native
@@ -368,7 +373,8 @@ def checkpoint(ctx: Context) -> dict[str, Any]:
     opt, scaler = sgd(model.parameters()), new_scaler()
     opt.load_state_dict(state["opt"])
     scaler.load_state_dict(state["scaler"])
-    result["ddp_resumed"] = {"trajectory": first + train(model, opt, scaler, batches[half:]), "params": full_params(model)}
+    resumed = first + train(model, opt, scaler, batches[half:])
+    result["ddp_resumed"] = {"trajectory": resumed, "params": full_params(model)}
 
     def adam(params: Any) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=0.01)

@@ -223,7 +223,11 @@ class DistributedStrategy:
     def __repr__(self) -> str:
         changed = {n: self._values[n] for n, d in _FLAGS.items() if self._values[n] != d}
         changed.update(
-            {n: {k: v for k, v in c.items() if v != _CONFIGS[n][k]} for n, c in self._configs.items() if c != _CONFIGS[n]}
+            {
+                n: {k: v for k, v in c.items() if v != _CONFIGS[n][k]}
+                for n, c in self._configs.items()
+                if c != _CONFIGS[n]
+            }
         )
         if self.hybrid_parallel_order != list(HYBRID_AXES):
             changed["hybrid_parallel_order"] = self.hybrid_parallel_order

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import Any
-
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -21,7 +19,7 @@ from torch import Tensor
 from ... import _checks
 from ..._dtensor import is_dtensor, local
 from ..._numerics import sqrt_rn
-from ...nn.clip import ClipGradByGlobalNorm, ParamsGrads, _sum, squared_l2_norm
+from ...nn.clip import ClipGradByGlobalNorm, ParamsGrads, _sum, scale_, squared_l2_norm
 from .fleet import fleet_state
 from .topology import HybridCommunicateGroup
 
@@ -132,11 +130,7 @@ class HybridParallelClipGrad(ClipGradByGlobalNorm):
         norm = sqrt_rn(dist_total + not_dist_total).reshape(())
         max_norm = torch.full((), self.clip_norm, dtype=torch.float32, device=device)
         factor = max_norm / (torch.maximum(norm, max_norm) + torch.full((), 1e-6, dtype=torch.float32, device=device))
-        buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
-        for _, g in clipped:
-            buckets.setdefault((g.device, g.dtype), []).append(g)
-        for (bucket_device, dtype), bucket in buckets.items():  # in place, as Paddle
-            torch._foreach_mul_(bucket, factor.to(device=bucket_device, dtype=dtype))
+        scale_([g for _, g in clipped], factor)
         return present
 
     def _reduce(self, dist_total: Tensor, not_dist_total: Tensor) -> None:

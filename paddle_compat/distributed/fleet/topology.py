@@ -212,7 +212,9 @@ class HybridCommunicateGroup:
         names = topology.get_hybrid_group_names()
         if topology.world_size() != self.nranks:
             dims = {name: topology.get_dim(name) for name in names}
-            raise ValueError(f"the hybrid degrees {dims} multiply to {topology.world_size()} ranks, but the world has {self.nranks}")
+            raise ValueError(
+                f"the hybrid degrees {dims} multiply to {topology.world_size()} ranks, but the world has {self.nranks}"
+            )
         missing = {"data", "pipe", "sharding", "sep", "model"} - set(names)
         if missing:
             raise ValueError(f"the topology lacks the axes {sorted(missing)}")

@@ -98,7 +98,9 @@ def group_sharded_parallel(
             "the parameters, which FSDP2 replaces; decorate without master_grad"
         )
     if not parallel.is_initialized():
-        raise RuntimeError("group_sharded_parallel needs a process group: call fleet.init() or init_parallel_env() first")
+        raise RuntimeError(
+            "group_sharded_parallel needs a process group: call fleet.init() or init_parallel_env() first"
+        )
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 
     if isinstance(model, FSDPModule):
