@@ -65,7 +65,7 @@ class OptionalKernels(build_ext):
 
 
 ext_modules = [] if os.name == "nt" else [
-    Extension(f"paddle_compat.{level.stem}", [SOURCE], libraries=["m"], py_limited_api=True)
+    Extension(f"paddle_compat.{level.stem}", [SOURCE], libraries=["m"], py_limited_api=True, optional=True)
     for level in native_build.LEVELS
 ]
 

@@ -186,6 +186,22 @@ def test_an_install_without_a_fit_compiler_succeeds_without_the_kernels(compiler
     assert _native_build.find_libraries(tmp_path / "lib" / "paddle_compat") == {}
 
 
+def test_an_in_place_build_without_a_compiler_succeeds_without_the_kernels(tmp_path: Path) -> None:
+    """``build_ext --inplace`` (what an editable install runs) without a compiler: it succeeds, says
+    so, and copies no library into the package (a level left out is not one to copy)."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "paddle_compat", tree / "paddle_compat",
+                    ignore=shutil.ignore_patterns("_kernels_*", "__pycache__"))
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc"), "PATH": str(tmp_path / "empty")}
+    build = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                           cwd=tree, env=env, capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    assert f"the {BASELINE.name} kernels were left out" in build.stderr
+    assert _native_build.find_libraries(tree / "paddle_compat") == {}
+
+
 @needs_compiler
 def test_a_fast_math_library_is_refused_and_leaves_subnormals_alone(tmp_path: Path) -> None:
     """A library built with -ffast-math, in a safe place: loading it switches the thread to
