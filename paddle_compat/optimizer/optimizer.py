@@ -459,7 +459,7 @@ class Optimizer(torch.optim.Optimizer):
                 return work
             self._read_lr_scheduler()
             work = self._work(selected)
-            skip, device_flag = self._scaler_handover(work)
+            skip, device_flag = self._scaler_handover()
             if skip:
                 _clip_skipped(work)
             else:
@@ -494,20 +494,22 @@ class Optimizer(torch.optim.Optimizer):
             _clip_skipped(work)
             self._finish_update(work)
 
-    def _scaler_handover(self, work: list[tuple[dict[str, Any], ParamsGrads]]) -> tuple[bool, Tensor | None]:
-        """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags;
-        ``work``: the step's groups with their ``(param, grad)`` pairs.
+    def _scaler_handover(self) -> tuple[bool, Tensor | None]:
+        """Take what a GradScaler handed over (``grad_scale``, ``found_inf``), see the class flags.
 
         Unscales the gradients in place when ``grad_scale`` is set, as Paddle's kernel does:
-        ``g = T(f32(g) * reciprocal(f32(scale)))``, on a skipped step too. Returns whether to skip
-        the update (a flag on the CPU: read, which costs nothing) and the flag to skip on where it
-        lives on a GPU (never read there: the update kernels test it themselves).
+        ``g = T(f32(g) * reciprocal(f32(scale)))``, on a skipped step too, and every gradient the
+        scaler checked, not only those the step updates: Paddle's scaler unscales them all before a
+        ``minimize(parameters=...)`` updates some. Returns whether to skip the update (a flag on the
+        CPU: read, which costs nothing) and the flag to skip on where it lives on a GPU (never read
+        there: the update kernels test it themselves).
         """
         scale = getattr(self, "grad_scale", None)
-        if scale is not None and work:
+        grads = unscale.grads_to_unscale(self) if scale is not None else []
+        if scale is not None and grads:
             inverse = torch.reciprocal(scale.detach().to(torch.float32).reshape(()))
             # a DTensor's own shard: each element is unscaled alone (no flag, so no collective)
-            unscale.unscale_([local(g) for _, pairs in work for _, g in pairs], inverse, None, check_output=False)
+            unscale.unscale_([local(g) for g in grads], inverse, None, check_output=False)
         found_inf = getattr(self, "found_inf", None)
         if found_inf is None:
             return False, None

@@ -475,6 +475,40 @@ def test_minimize_after_step():
         assert_same_state(ours, pscaler, tparams, pparams, step)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["scaler-unscales", "fused"])
+def test_minimize_of_some_parameters_unscales_every_gradient(fused):
+    """``scaler.minimize(opt, loss, parameters=[...])``: Paddle's scaler unscales the gradients of
+    all the optimizer's parameters, then updates the selected ones; a fused optimizer (ours with
+    ``fused=True``, which unscales itself) leaves no gradient scaled either. (The oracle unscales
+    as Paddle's GPU kernel, as we do everywhere: its CPU kernel zeroes some gradients of a skipped
+    step.)"""
+    from paddle_compat import optimizer as pc_optim
+
+    kwargs = dict(init_loss_scaling=1000.0, incr_every_n_steps=2)
+    ours, pscaler = GradScaler(**kwargs), paddle_scaler(**kwargs)
+    model = make_model(31)
+    tparams = list(model.parameters())
+    pparams = paddle_params_like(tparams)
+    opt = pc_optim.SGD(LR, parameters=tparams, fused=fused)
+    popt = paddle.optimizer.SGD(learning_rate=LR, parameters=pparams)
+    gen = torch.Generator().manual_seed(31)
+    for step, inject in enumerate([None, "grad", None]):
+        loss, s = scaled_loss_for(model, torch.randn(5, 4, generator=gen), ours)
+        ps = pscaler.scale(paddle.to_tensor(to_numpy(loss)))
+        s.backward()
+        if inject:
+            tparams[3].grad[0] = INF  # a gradient not selected decides the skip
+        copy_grads_to_paddle(tparams, pparams)
+        ours.minimize(opt, s, parameters=tparams[:2])
+        with paddle_gpu_kernel_semantics():
+            pscaler.minimize(popt, ps, parameters=pparams[:2])
+        for i, (tp, pp) in enumerate(zip(tparams, pparams)):
+            assert_bitwise_equal(tp.grad, pp.grad, f"step {step}: gradient {i}")
+        opt.clear_grad()
+        popt.clear_grad()
+        assert_same_state(ours, pscaler, tparams, pparams, step)
+
+
 # ------------------------------------------------------------------- state-machine errors
 
 
