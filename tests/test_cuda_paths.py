@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 import paddle_compat.optimizer as popt
 from paddle_compat import _devices, _numerics
-from paddle_compat.amp import unscale
+from paddle_compat.amp import scale_tracker, unscale
 from paddle_compat.amp.scale_tracker import FoundInf
 from paddle_compat.optimizer import _multi_tensor
 
@@ -185,6 +185,7 @@ def test_the_copy_event_is_recorded_on_the_stream_of_the_flags_device(monkeypatc
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "device", Device)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"stream of {device}")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch, "empty", lambda *a, **k: Host())
 
     class Flag:  # a float32 [1] flag on cuda:1
@@ -193,6 +194,34 @@ def test_the_copy_event_is_recorded_on_the_stream_of_the_flags_device(monkeypatc
     flag = FoundInf.in_flight(Flag())  # type: ignore[arg-type]
     assert calls == [("current", torch.device("cuda", 1)), ("copy", True), ("record", "stream of cuda:1")]
     assert flag.ready()
+
+
+def test_a_flag_recorded_while_a_cuda_graph_is_captured_stays_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fused step captured whole into a CUDA graph: ``FoundInf.in_flight`` takes no pinned buffer
+    and records no event there (illegal, or an event the host could never wait on); the host reads
+    the flag on the device once the capture is over (torch.cuda stood in for: no GPU here)."""
+    capturing = [True]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+
+    def no_copy(t):
+        raise AssertionError("a pinned copy and an event made during a capture")
+
+    monkeypatch.setattr(scale_tracker, "copy_to_host_async", no_copy)
+
+    class Flag:  # a float32 [1] flag on cuda:0, set at the replays
+        device, shape, dtype = torch.device("cuda", 0), (1,), torch.float32
+        reads = 0
+
+        def item(self):
+            self.reads += 1
+            return 1.0
+
+    tensor = Flag()
+    flag = FoundInf.in_flight(tensor)  # type: ignore[arg-type]
+    assert flag.on_device and not flag.ready() and tensor.reads == 0
+    capturing[0] = False
+    assert flag.ready() and flag.value() is True and flag.value() is True
+    assert tensor.reads == 1
 
 
 # --- the exact emulations the GPU formulas are checked against ------------------------------------

@@ -54,12 +54,18 @@ class FoundInf:
 
     @classmethod
     def in_flight(cls, tensor: Tensor) -> FoundInf:
-        """Start copying a device flag to the host without waiting for it."""
+        """Start copying a device flag to the host without waiting for it.
+
+        Not while a CUDA graph is being captured: no pinned buffer may be taken nor an event
+        recorded for the host there (the flag's value exists only at replays). The flag then stays
+        on the device, and the host reads it (a sync, the last replay's value) once the capture is
+        over, when asked.
+        """
         flag = cls(tensor=tensor)
-        if tensor.device.type == "cuda":
-            flag._host, flag._event = copy_to_host_async(tensor)
-        else:  # the host is the device: reading it costs nothing
+        if tensor.device.type != "cuda":  # the host is the device: reading it costs nothing
             flag._value = bool(tensor.item())
+        elif not torch.cuda.is_current_stream_capturing():
+            flag._host, flag._event = copy_to_host_async(tensor)
         return flag
 
     @property
@@ -68,15 +74,22 @@ class FoundInf:
         return self.tensor is not None
 
     def ready(self) -> bool:
-        """Whether ``value()`` would not wait."""
-        return self._event is None or self._event.query()
+        """Whether ``value()`` would not wait for a copy (a flag captured in a CUDA graph: once the
+        capture is over)."""
+        if self._event is not None:
+            return self._event.query()
+        return self._value is not None or not torch.cuda.is_current_stream_capturing()
 
     def value(self) -> bool:
         """The flag; waits for the copy if it is still in flight (the only sync it ever makes)."""
         if self._value is None:
-            assert self._event is not None and self._host is not None
-            self._event.synchronize()
-            self._value, self._host, self._event = bool(self._host.item()), None, None
+            if self._event is None:  # captured in a CUDA graph: read from the device
+                assert self.tensor is not None
+                self._value = bool(self.tensor.item())
+            else:
+                assert self._host is not None
+                self._event.synchronize()
+                self._value, self._host, self._event = bool(self._host.item()), None, None
         return self._value
 
 
