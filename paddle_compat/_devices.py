@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "PLAIN_TYPES", "address", "addressable", "copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device", "upload",
+    "PLAIN_TYPES", "address", "addressable", "copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device",
+    "upload",
 ]
 
 # The tensor types whose data_ptr() is their data (subclasses, DTensor and FakeTensor among them,

@@ -306,8 +306,8 @@ def _environment(device: str) -> list[Result]:
     ]
     if device == "cuda":
         gpu = _multi_tensor.kernels(torch.device(device)) is not None
-        results.append(Result("Triton GPU kernels", PASS if gpu else SKIP,
-                              f"{torch.cuda.get_device_name()}; " + ("in use" if gpu else "unavailable: per-tensor path")))
+        use = "in use" if gpu else "unavailable: per-tensor path"
+        results.append(Result("Triton GPU kernels", PASS if gpu else SKIP, f"{torch.cuda.get_device_name()}; {use}"))
     return results
 
 

@@ -804,7 +804,8 @@ class Optimizer(torch.optim.Optimizer):
         ``param_groups``)."""
         state = super().__getstate__()
         for key, value in self.__dict__.items():
-            if key not in state and key not in _TRANSIENT and not key.startswith(("_optimizer_", "_zero_grad", "_warned")):
+            torch_own = key.startswith(("_optimizer_", "_zero_grad", "_warned"))
+            if key not in state and key not in _TRANSIENT and not torch_own:
                 state[key] = value
         return state
 
