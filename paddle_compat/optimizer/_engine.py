@@ -46,9 +46,11 @@ def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Te
     device (the CPU for the compiled kernels), in dtypes the kernels compute with."""
     if not all(_devices.addressable(t) for t in (value, grad, *tensors)):
         return False  # the torch forms take it
+    if not _dense_like(value, grad, *tensors):
+        return False
     if gpu:
-        return _dense_like(value, grad, *tensors) and _gpu_dtypes(value, grad, lr)
-    return _dense_cpu(value.numel(), value, grad, *tensors) and _native_dtypes(value, grad)
+        return _gpu_dtypes(value, grad, lr)
+    return value.is_cpu and _native_dtypes(value, grad)
 
 
 def _native_dtypes(value: Tensor, grad: Tensor) -> bool:
@@ -70,20 +72,12 @@ def _gpu_dtypes(value: Tensor, grad: Tensor, lr: float) -> bool:
 
 
 def _dense_like(value: Tensor, *tensors: Tensor) -> bool:
-    """Whether the tensors suit the GPU kernels: contiguous, on ``value``'s device, of its size."""
+    """Whether the tensors suit the kernels: contiguous, on ``value``'s device, of its size."""
     device, n = value.device, value.numel()
     if not value.is_contiguous():
         return False
     for t in tensors:
         if not (t.is_contiguous() and t.numel() == n and t.device == device):
-            return False
-    return True
-
-
-def _dense_cpu(n: int, *tensors: Tensor) -> bool:
-    """Whether the tensors suit the compiled CPU kernels: on the CPU, contiguous, ``n`` elements."""
-    for t in tensors:
-        if not (t.is_cpu and t.is_contiguous() and t.numel() == n):
             return False
     return True
 
