@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from paddle_compat import selfcheck
+from paddle_compat import _native, selfcheck
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_cpu_battery_passes_in_a_fresh_process(tmp_path: Path) -> None:
     out = tmp_path / "selfcheck.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PADDLE_COMPAT_")}, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "paddle_compat.selfcheck", "--device", "cpu", "--json", str(out)],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
@@ -32,6 +32,15 @@ def test_the_cpu_battery_passes_in_a_fresh_process(tmp_path: Path) -> None:
             assert checks[f"{name} [{label}]"] == "PASS"
     assert checks["GradScaler trajectory with injected overflow"] == "PASS"
     assert "0 failed" in proc.stdout
+
+
+def test_without_the_compiled_kernels_the_cpu_comparisons_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch forms are not compared with themselves: a user sees SKIP, not a PASS that proves nothing."""
+    monkeypatch.setattr(selfcheck, "CONFIGS", {"SGD": selfcheck.CONFIGS["SGD"]})
+    monkeypatch.setattr(selfcheck, "DTYPES", {"fp32": selfcheck.DTYPES["fp32"]})
+    monkeypatch.setattr(_native, "status", lambda: _native.NativeStatus(False, "not built"))
+    (result,) = selfcheck._optimizer_checks("cpu")
+    assert result.verdict == "SKIP" and "not used" in result.detail
 
 
 def test_a_failing_check_makes_the_exit_status_1(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
