@@ -48,6 +48,8 @@ def test_compare_exit_status(traces, capsys):
         (["compare", "a", "a", "--rtol", "1e-3"], "give --rtol and --atol together"),
         (["compare", "a", "a", "--exact", "--rtol", "0", "--atol", "0"], "--exact compares bits"),
         (["report", "a", "b", "--format", "pdf"], "--format: choose among"),
+        (["compare", "a", "a", "--json", "no-folder/c.json"], "--json: cannot write no-folder/c.json"),
+        (["report", "a", "a", "-o", "a.json"], "-o: cannot write the report into a.json"),
     ],
 )
 def test_usage_errors(traces, capsys, monkeypatch, argv, message):

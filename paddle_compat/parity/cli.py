@@ -165,14 +165,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = _compare(args)
         if args.command != "report":
             if args.json:
-                with open(args.json, "w") as f:
-                    f.write(to_json(result))
+                try:
+                    Path(args.json).write_text(to_json(result))
+                except OSError as e:
+                    raise _Usage(f"--json: cannot write {args.json}: {e.strerror or e}") from e
         else:
             formats = _formats(args.format)
             try:
                 written = write_report(result, args.out, formats)
             except ImportError as e:
                 raise _Usage(str(e)) from e
+            except OSError as e:
+                raise _Usage(f"-o: cannot write the report into {args.out}: {e.strerror or e}") from e
             print("report: " + ", ".join(str(p) for p in written.values()))
         print(result.summary())
         return 0 if result.ok else 1
