@@ -353,6 +353,18 @@ def test_streaming_keeps_nothing_in_memory_and_reads_back_the_same(tmp_path):
     back.close()
 
 
+def test_a_streamed_trace_goes_where_the_record_command_asks(tmp_path, monkeypatch):
+    """Under `python -m paddle_compat.parity record` (which sets ENV_OUT), save() with no path
+    finishes the stream where it streams and leaves the trace where the command looks for it."""
+    monkeypatch.setenv(ENV_OUT, str(tmp_path / "asked"))
+    model = torch.nn.Linear(2, 2)
+    rec = TraceRecorder(model, path=tmp_path / "own")
+    rec.record(model(torch.ones(1, 2)).sum())
+    assert rec.save() == tmp_path / "own.json"
+    asked = Trace.load(tmp_path / "asked")
+    assert compare(Trace.load(tmp_path / "own"), asked, exact=True).ok and len(asked) == 1
+
+
 def test_every_and_patterns():
     full = run()
     sparse = run(every=3, include=["param/*", "grad/*"], exclude=["*.bias"])

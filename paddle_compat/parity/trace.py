@@ -26,6 +26,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -838,14 +839,22 @@ class TraceRecorder:
 
         Args:
             path: where; ``None``: where ``python -m paddle_compat.parity record`` asked (the
-                ``PADDLE_COMPAT_PARITY_TRACE`` variable).
+                ``PADDLE_COMPAT_PARITY_TRACE`` variable). A streamed trace (``path=`` given to the
+                recorder) is finished where it streams, and copied there when ``record`` asked.
 
         Example::
 
             recorder.save("traces/port")
         """
         if self.trace.streaming:
-            return self.trace.save(path)
+            jpath = self.trace.save(path)
+            wanted = os.environ.get(ENV_OUT) if path is None else None
+            if wanted and trace_paths(wanted)[0].resolve() != jpath.resolve():
+                # recorded by `python -m paddle_compat.parity record`: a copy where the command looks
+                for src, dst in zip(trace_paths(jpath), trace_paths(wanted), strict=True):
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, dst)
+            return jpath
         if path is None:
             path = os.environ.get(ENV_OUT)
             if not path:
