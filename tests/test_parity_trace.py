@@ -365,6 +365,20 @@ def test_a_streamed_trace_goes_where_the_record_command_asks(tmp_path, monkeypat
     assert compare(Trace.load(tmp_path / "own"), asked, exact=True).ok and len(asked) == 1
 
 
+def test_the_recorder_as_a_context_manager_finishes_a_streamed_trace_even_after_an_error(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="the loop failed"):
+        with TraceRecorder(model, path=tmp_path / "crashed", layers=True) as rec:
+            for step in range(3):
+                rec.record(model(torch.ones(1, 2)).sum())
+                if step == 1:
+                    raise RuntimeError("the loop failed")
+    assert not rec.trace.streaming and rec._watcher is None  # hooks removed
+    trace = Trace.load(tmp_path / "crashed")
+    assert len(trace) == 2 and trace.series["act/0"].steps == [0, 1]
+    trace.close()
+
+
 def test_every_and_patterns():
     full = run()
     sparse = run(every=3, include=["param/*", "grad/*"], exclude=["*.bias"])

@@ -704,6 +704,14 @@ class TraceRecorder:
             rec.record(loss)
             opt.clear_grad()
         rec.save("traces/port")
+
+    As a context manager (PaDiff's ``PaDiffGuard``), streamed to disk, the tensors every 10 steps::
+
+        with TraceRecorder(model, opt, scaler, path="traces/port", every=10, exclude=["*.bias"]) as rec:
+            for x, y in data:
+                ...
+                rec.record(loss)
+        # traces/port.json + traces/port.npz are finished here, even if the loop raised
     """
 
     def __init__(
@@ -871,6 +879,16 @@ class TraceRecorder:
         if self._watcher is not None:
             self._watcher.remove()
             self._watcher = None
+
+    def __enter__(self) -> TraceRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Leaving a ``with`` block removes the layer hooks and finishes a streamed trace's files
+        (also when the loop raised: the steps recorded so far stay readable)."""
+        self.close()
+        if self.trace.streaming:
+            self.save()
 
 
 def _unbiased_running_var(model: torch.nn.Module | None) -> list[str]:
