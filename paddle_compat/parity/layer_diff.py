@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import fnmatch
 import importlib
 import math
 import os
@@ -41,6 +42,7 @@ from ._arrays import closeness, copy_of
 from .align import Call, Pair, align, kind_of, layer_types
 from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
 from .hooks import first_tensor as _first_tensor
+from .hooks import named_layers, wants_grad
 
 __all__ = ["LayerDiff", "LayerResult", "diff_layers"]
 
@@ -85,15 +87,10 @@ class _Recorder:
         self._stack: list[tuple[Any, Call]] = []
         self._counts: dict[str, int] = {}
         self._handles: list[Any] = []
-        if side == "torch":
-            layers = list(model.named_modules())
-            for path, layer in layers:
-                self._handles.append(layer.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-                self._handles.append(layer.register_forward_hook(self._post(path)))
-        else:
-            for path, layer in model.named_sublayers(include_self=True):
-                self._handles.append(layer.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-                self._handles.append(layer.register_forward_post_hook(self._post(path)))
+        layers, register = named_layers(model)
+        for path, layer in layers:
+            self._handles.append(layer.register_forward_pre_hook(self._pre(path), with_kwargs=True))
+            self._handles.append(getattr(layer, register)(self._post(path)))
 
     def _keep(self, x: Any) -> Any:
         if isinstance(x, torch.Tensor):
@@ -133,8 +130,7 @@ class _Recorder:
             if t is None:
                 return
             call.output = copy_of(t)
-            wants = (not t.stop_gradient) if hasattr(t, "stop_gradient") else bool(getattr(t, "requires_grad", False))
-            if wants:
+            if wants_grad(t):
                 t.register_hook(self._grad(call))
 
         return hook
@@ -336,8 +332,6 @@ class _Judge:
     def tolerance(self, layer: str, phase: str) -> float:
         if not isinstance(self.rtol, Mapping):
             return float(self.rtol)
-        import fnmatch
-
         best: float | None = None
         for pattern, value in self.rtol.items():
             if pattern in (phase, "*") or fnmatch.fnmatchcase(layer, pattern):
