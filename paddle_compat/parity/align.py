@@ -259,6 +259,8 @@ def _one_sided_notes(ps: list[Call], ts: list[Call], pairs: list[Pair], named_p:
 
 def layer_types(values: Iterable[Any], what: str) -> tuple[Any, ...]:
     """``values`` checked as classes or class names (``TypeError`` naming ``what`` otherwise)."""
+    if isinstance(values, (str, type)):  # one name or class where a list was meant: not its letters
+        raise TypeError(f"{what} must be a list of classes or class names, got {values!r}")
     out = tuple(values)
     for v in out:
         if not isinstance(v, (str, type)):

@@ -710,6 +710,8 @@ def diff_layers(
         raise TypeError(f"torch_model must be a torch.nn.Module, got {type(torch_model).__name__}")
     if not callable(getattr(paddle_model, "named_sublayers", None)):
         raise TypeError(f"paddle_model must be a paddle.nn.Layer, got {type(paddle_model).__name__}")
+    if not isinstance(inputs, (np.ndarray, tuple)):
+        raise TypeError(f"inputs must be a numpy array or a tuple of numpy arrays, got {type(inputs).__name__}")
     inputs_t = inputs if isinstance(inputs, tuple) else (inputs,)
     for i, x in enumerate(inputs_t):
         if not isinstance(x, np.ndarray):
@@ -738,8 +740,12 @@ def diff_layers(
     paddle = importlib.import_module("paddle")
     judge = _Judge(rtol, float(noise_factor))
     if load == "paddle":
+        try:
+            state = paddle_to_torch(paddle_model.state_dict(), torch_model, name_map=name_map)
+        except ValueError as e:
+            raise ValueError(f"load='paddle': {e} (give name_map=, or the port's own loader as load=)") from None
         with torch.no_grad():
-            torch_model.load_state_dict(paddle_to_torch(paddle_model.state_dict(), torch_model, name_map=name_map))
+            torch_model.load_state_dict(state)
     elif callable(load):
         load(paddle_model, torch_model)
     params = _load_checks(paddle_model, torch_model, name_map, judge)

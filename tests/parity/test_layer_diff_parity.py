@@ -206,14 +206,19 @@ def test_arguments_are_checked():
         ({"depth": -1}, ValueError, "depth should be >= 0, but received -1"),
         ({"ignore": "bn1"}, TypeError, "ignore must be a list of glob patterns"),
         ({"ignore_types": [3]}, TypeError, "ignore_types must hold classes or class names"),
+        ({"ignore_types": "GELU"}, TypeError, "ignore_types must be a list of classes or class names, got 'GELU'"),
         ({"load": "torch"}, ValueError, "load must be 'paddle', a callable or None"),
         ({"layer_map": {"a": 1}}, TypeError, "layer_map must be a dict"),
         ({"single_step": "yes"}, TypeError, "single_step should be a bool"),
     ]:
         with pytest.raises(err, match=msg):
             diff_layers(pm, tm, x, **kw)
-    with pytest.raises(TypeError, match="inputs\\[0\\] must be a numpy array"):
+    with pytest.raises(TypeError, match="inputs must be a numpy array or a tuple of numpy arrays, got Tensor"):
         diff_layers(pm, tm, torch.zeros(1))
+    with pytest.raises(TypeError, match="inputs\\[1\\] must be a numpy array, got list"):
+        diff_layers(pm, tm, (x, [x]))
+    with pytest.raises(ValueError, match="load='paddle': missing from the Paddle state dict: .*give name_map="):
+        diff_layers(pm, TorchTransformer(), x)
     with pytest.raises(TypeError, match="paddle_model must be a paddle.nn.Layer"):
         diff_layers(tm, tm, x)
 
