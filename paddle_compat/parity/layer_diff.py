@@ -429,7 +429,6 @@ def _replay_torch(
     input gradients, parameter gradients)``. Leaves the module's buffers and gradients as they were."""
     saved_buffers = _torch_buffers(module)
     saved_grads = {k: p.grad for k, p in module.named_parameters()}
-    leaves: list[torch.Tensor] = []
     args = [
         a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
     ]
@@ -519,17 +518,18 @@ def _noise(
         )
     except (TypeError, RuntimeError, ValueError):  # a layer with float32 hard-wired inside
         return None, [None] * len(grads32), {}
-
-    def rel(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
-        if a is None or b is None or a.shape != b.shape or not _is_float_array(np.asarray(b)):
-            return None
-        return closeness(b, a)["rel_l2"]
-
     return (
-        rel(out32, out64),
-        [rel(a, b) for a, b in zip(grads32, gin64 + [None] * len(grads32))],
-        {k: r for k, v in pgrads32.items() if (r := rel(v, gp64.get(k))) is not None},
+        _rounding(out32, out64),
+        [_rounding(a, b) for a, b in zip(grads32, gin64 + [None] * len(grads32))],
+        {k: r for k, v in pgrads32.items() if (r := _rounding(v, gp64.get(k))) is not None},
     )
+
+
+def _rounding(value: np.ndarray | None, wide: np.ndarray | None) -> float | None:
+    """The norm-relative error of a float32 result against its float64 replay (``None``: not comparable)."""
+    if value is None or wide is None or value.shape != wide.shape or not _is_float_array(wide):
+        return None
+    return closeness(wide, value)["rel_l2"]
 
 
 def _state_checks(pair: Pair, judge: _Judge, before: Mapping[str, torch.Tensor]) -> list[Check]:
@@ -607,13 +607,7 @@ def _chained_noise(
         rec.remove()
     if [(c.path, c.index) for c in rec.calls] != [(c.path, c.index) for c in calls]:
         return {}
-
-    def rel(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
-        if a is None or b is None or a.shape != b.shape or not _is_float_array(a):
-            return None
-        return closeness(b, a)["rel_l2"]
-
-    return {id(c): (rel(c.output, w.output), rel(c.grad, w.grad)) for c, w in zip(calls, rec.calls)}
+    return {id(c): (_rounding(c.output, w.output), _rounding(c.grad, w.grad)) for c, w in zip(calls, rec.calls)}
 
 
 def _paddle_param_grads_as_torch(pair: Pair, grads: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
