@@ -332,7 +332,7 @@ def test_layers_recorded_on_one_side_are_notes():
     b = trace([(scal(), {"act/attn": W, "param/w": W})])
     result = compare(a, b, exact=True)
     assert result.ok
-    inline = "act/attn.q_proj: Paddle's MultiHeadAttention calls its q/k/v/out projections"
+    inline = "act/attn.q_proj: torch's MultiheadAttention computes the q/k/v/out projections inside one call"
     assert any(inline in n for n in result.notes)
     assert "only the reference recorded act/extra: layers without a counterpart, not compared" in result.notes
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import _checks
 from ._arrays import as_float, bits, closeness, is_float, tolerances, ulp_distance
+from .align import MHA_INLINE
 from .trace import SCALARS, Series, Trace, json_float, load_trace, selected
 
 __all__ = ["Comparison", "Divergence", "TensorMetrics", "compare"]
@@ -518,10 +519,7 @@ def _one_sided_layer_notes(only: dict[str, list[str]]) -> list[str]:
         inline = [n for n in names if _INLINE.search(n)]
         rest = [n for n in names if not _INLINE.search(n)]
         if inline:
-            notes.append(
-                f"only the {side} recorded {', '.join(inline)}: Paddle's MultiHeadAttention calls its q/k/v/out "
-                "projections as sublayers, torch's computes them inside one call (compared as part of it)"
-            )
+            notes.append(f"only the {side} recorded {', '.join(inline)}: {MHA_INLINE}")
         if rest:
             notes.append(f"only the {side} recorded {', '.join(rest)}: layers without a counterpart, not compared")
     return notes
