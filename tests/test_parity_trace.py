@@ -350,7 +350,19 @@ def test_streaming_keeps_nothing_in_memory_and_reads_back_the_same(tmp_path):
     s = back.series["param/0.weight"]
     assert type(s.data).__name__ == "_Rows"
     assert s.data[3].tobytes() == in_memory.series["param/0.weight"].data[3].tobytes()
+    back.add_step({"loss": 0.0}, {"param/0.weight": in_memory.final("param/0.weight")})  # a loaded trace extends
+    assert s.steps[-1] == 7 and len(s.data) == 8
     back.close()
+
+
+def test_no_recording_after_a_streamed_trace_is_saved(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    rec = TraceRecorder(model, path=tmp_path / "s")
+    rec.record()
+    rec.save()
+    with pytest.raises(ValueError, match=r"record\(\) after save\(\): this recorder's streamed trace is finished"):
+        rec.record()
+    assert len(Trace.load(tmp_path / "s")) == 1
 
 
 def test_a_streamed_trace_goes_where_the_record_command_asks(tmp_path, monkeypatch):

@@ -128,7 +128,8 @@ class Series:
             sink, number = self._sink
             sink.write(f"{number}.{len(self.steps)}", row)
         else:
-            assert isinstance(self.data, list)
+            if not isinstance(self.data, list):  # a loaded trace, extended: its rows come into memory
+                self.data = list(self.data)
             self.data.append(row)
         self.steps.append(step)
         self.digests.append(digest(arr, self.dtype))
@@ -776,6 +777,7 @@ class TraceRecorder:
             },
             stream_to=path,
         )
+        self._streamed = path is not None
 
     def before_step(self) -> None:
         """Optional, after ``backward`` and before the optimizer step: also record the global norm
@@ -811,6 +813,8 @@ class TraceRecorder:
             scaler.minimize(opt, scaled)
             recorder.record(loss)
         """
+        if self._streamed and not self.trace.streaming:
+            raise ValueError("record() after save(): this recorder's streamed trace is finished (start a new one)")
         tensors: dict[str, np.ndarray] = {}
         keep = self._count % self._every == 0  # tensors every `every` steps; scalars always
         self._count += 1
