@@ -221,6 +221,8 @@ def test_arguments_are_checked():
         diff_layers(pm, TorchTransformer(), x)
     with pytest.raises(TypeError, match="paddle_model must be a paddle.nn.Layer"):
         diff_layers(tm, tm, x)
+    with pytest.raises(ValueError, match="paddle_model is in train mode, torch_model in eval mode: put both in"):
+        diff_layers(pm, TorchCNN().eval(), x)
 
 
 class MyDense(nn.Module):
