@@ -394,6 +394,8 @@ def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys
         "report.json", "report.md", "report.png"]
     with pytest.raises(ValueError, match=r"^formats: unknown \['pdf'\]; choose from 'json', 'md', 'png'$"):
         report.write_report(compare(a, a), tmp_path, ["md", "pdf"])
+    with pytest.raises(TypeError, match=r"^formats must be a list of format names \(strings\), got str$"):
+        report.write_report(compare(a, a), tmp_path, "md")  # not the formats 'm' and 'd'
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     assert report.available_formats() == ("json", "md")
