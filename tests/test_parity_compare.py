@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from paddle_compat.parity import Trace, compare, write_report
+from paddle_compat.parity import Trace, assert_same_trajectory, compare, write_report
 from paddle_compat.parity._arrays import DEFAULT_TOLERANCES, array_of, ulp_distance
 from paddle_compat.parity.report import to_json, to_markdown
 
@@ -326,6 +326,9 @@ def test_baseline_separates_noise_from_a_bug():
     d = compare(ref, buggy, baseline=base).first_divergence
     assert (d.step, d.name) == (2, "grad/w")
     assert not compare(ref, port, baseline=base, baseline_factor=1.0).ok
+    assert_same_trajectory(ref, port, baseline=base)  # the same options, as an assertion
+    with pytest.raises(AssertionError, match="grad/w"):
+        assert_same_trajectory(ref, port, baseline=base, baseline_factor=1.0)
 
 
 def test_layers_recorded_on_one_side_are_notes():
