@@ -837,14 +837,10 @@ class TraceRecorder:
             if self._opt_state:
                 for name, accs in self._side.optimizer_state().items():
                     tensors.update((f"opt/{name}/{acc}", v) for acc, v in accs.items())
-            tensors = {k: v for k, v in tensors.items() if self._wanted(k)}
+            tensors = {k: v for k, v in tensors.items() if selected(self.trace.meta, k)}
         else:
             tensors = {}
         self.trace.add_step(scalars, tensors, full_max_elements=self._full_max_elements, sample=self._sample)
-
-    def _wanted(self, name: str) -> bool:
-        return selected(self.trace.meta, name)
-
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the trace (``PATH.json`` + ``PATH.npz``); returns the JSON file's path.
