@@ -391,6 +391,19 @@ def test_the_recorder_as_a_context_manager_finishes_a_streamed_trace_even_after_
     trace.close()
 
 
+def test_every_n_steps_the_layers_are_copied_only_on_kept_steps(monkeypatch):
+    from paddle_compat.parity import hooks
+
+    copied = []
+    monkeypatch.setattr(hooks, "copy_of", lambda t: copied.append(1) or np.zeros(1))
+    run(layers=True)
+    per_step = len(copied) / 7
+    copied.clear()
+    sparse = run(layers=True, every=3)
+    assert sparse.series["act/0"].steps == [0, 3, 6]
+    assert len(copied) == 3 * per_step > 0  # outputs and gradients of steps 0, 3 and 6 only
+
+
 def test_every_and_patterns():
     full = run()
     sparse = run(every=3, include=["param/*", "grad/*"], exclude=["*.bias"])

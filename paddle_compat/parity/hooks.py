@@ -63,6 +63,7 @@ class LayerWatcher:
     def __init__(self, model: Any, rename: Callable[[str], str] | None = None) -> None:
         rename = rename or (lambda name: name)
         layers, register = named_layers(model)
+        self.active = True  # False: the hooks copy nothing (steps a recorder does not keep)
         self._outputs: list[tuple[str, np.ndarray]] = []
         self._grads: list[tuple[str, np.ndarray]] = []
         self._calls: Counter[str] = Counter()
@@ -73,7 +74,7 @@ class LayerWatcher:
 
     def _hook(self, name: str) -> Callable[..., None]:
         def hook(layer: Any, inputs: Any, output: Any) -> None:
-            t = first_tensor(output)
+            t = first_tensor(output) if self.active else None
             if t is None:
                 return
             n = self._calls[name]

@@ -822,6 +822,7 @@ class TraceRecorder:
             outputs, grads_in = self._watcher.drain()
             tensors.update((f"act/{k}", v) for k, v in outputs)
             tensors.update((f"actgrad/{k}", v) for k, v in grads_in)
+            self._watcher.active = self._count % self._every == 0  # the next step's layers, if it is kept
         scalars: dict[str, Any] = dict(self._pre)
         self._pre = {}
         if loss is not None:
