@@ -303,9 +303,11 @@ class LayerDiff:
             "ok": self.ok,
             "single_step": self.single_step,
             "first": div(self.first),
+            "first_load": div(self.first_load),
             "first_forward": div(self.first_forward),
             "first_backward": div(self.first_backward),
             "notes": self.notes,
+            "params": [{"name": k, **check(c)} for k, c in self.params],
             "layers": [
                 {
                     "layer": r.key,

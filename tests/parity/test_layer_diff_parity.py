@@ -7,6 +7,8 @@ without a divergence; names and types align ports whose names differ."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import paddle
 import pytest
@@ -77,6 +79,9 @@ def test_injected_bug_is_named_at_its_layer(model, bug):
     else:
         assert result.first.phase == "load" and result.first_load.layer == loaded
         assert "untransposed" in result.first_load.check.reason
+        as_json = json.loads(json.dumps(result.to_dict()))
+        assert as_json["first_load"]["layer"] == loaded and as_json["first"] == as_json["first_load"]
+        assert [p["name"] for p in as_json["params"] if not p["ok"]] == [f"{loaded}.weight"]
     check = result.first_forward.check
     assert check.metrics["rel_l2"] > 16 * check.noise  # stands out of the noise floor by far
     tree = result.tree().splitlines()
