@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import fnmatch
 import importlib
 import math
 import os
@@ -40,6 +39,7 @@ import torch
 from .. import _checks
 from ._arrays import closeness, copy_of
 from .align import Call, Pair, align, kind_of, layer_types
+from .compare import bound_for
 from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
 from .hooks import first_tensor as _first_tensor
 from .hooks import named_layers, wants_grad
@@ -334,11 +334,8 @@ class _Judge:
     def tolerance(self, layer: str, phase: str) -> float:
         if not isinstance(self.rtol, Mapping):
             return float(self.rtol)
-        best: float | None = None
-        for pattern, value in self.rtol.items():
-            if pattern in (phase, "*") or fnmatch.fnmatchcase(layer, pattern):
-                best = value if best is None else max(best, value)
-        return DEFAULT_RTOL if best is None else float(best)
+        found = bound_for(self.rtol, layer, phase)
+        return DEFAULT_RTOL if found is None else float(found)
 
     def check(self, layer: str, phase: str, what: str, ref: np.ndarray, cand: np.ndarray, noise: float | None) -> Check:
         if ref.shape != cand.shape:
@@ -682,8 +679,9 @@ def diff_layers(
         depth: compare layers at most this deep (the model is 0).
         single_step: feed each torch layer the Paddle layer's input and output gradient
             (default); ``False``: compare the two natural runs (errors build up).
-        rtol: the norm-relative tolerance, or ``{pattern: rtol}`` by layer path glob or phase
-            (``"forward"``, ``"backward"``): the largest matching value applies.
+        rtol: the norm-relative tolerance, or ``{key: rtol}``: the most specific key applies, a
+            layer's path, else the longest glob matching it, else its phase (``"forward"``,
+            ``"backward"``), else ``"*"`` (else 1e-6), as for :func:`.compare`'s ``tolerance``.
         noise_factor: a layer diverges only beyond this many times its own float64 rounding error.
         grad_output: the gradient of the model's (first) output to back-propagate; by default a
             seeded standard normal one (the same on both sides).

@@ -203,6 +203,15 @@ def test_the_sublayers_agree_remark():
     assert result.first_forward.remark == "its sublayers agree: the difference is in its own forward code"
 
 
+def test_rtol_by_layer_and_phase_the_most_specific_wins():
+    """A bound for one layer tightens it under a looser global one; a phase's bound covers that phase."""
+    assert _run("transformer", "gelu", rtol={"*": 1.0}).ok
+    tight = _run("transformer", "gelu", rtol={"*": 1.0, "blocks.1.act": 1e-6})
+    assert tight.first_forward.layer == tight.first_backward.layer == "blocks.1.act"
+    loose_forward = _run("transformer", "gelu", rtol={"forward": 1.0})
+    assert loose_forward.first_forward is None and loose_forward.first_backward.layer == "blocks.1.act"
+
+
 def test_arguments_are_checked():
     pm, tm, x = PaddleCNN(), TorchCNN(), cnn_input()
     for kw, err, msg in [
