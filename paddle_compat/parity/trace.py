@@ -275,7 +275,7 @@ class Trace:
         if self._sink is not None:
             assert self._stream is not None
             jpath, npath = self._stream
-            if path is not None and trace_paths(path) != self._stream:
+            if path is not None and trace_paths(path)[0].resolve() != jpath.resolve():
                 raise ValueError(f"this trace streams to {npath}: save() it there (path=None)")
             for i, s in enumerate(self.series.values()):
                 for key, value in _series_arrays(i, s).items():
