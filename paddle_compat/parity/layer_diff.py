@@ -692,8 +692,9 @@ def diff_layers(
         ``.summary()``, ``.layers`` (every aligned layer's checks), ``.notes``.
 
     Both models must be in the same mode (train or eval; ``ValueError`` otherwise) and should be
-    free of randomness (dropout 0): the frameworks' random streams differ. Afterwards both models hold no gradients and their
-    buffers (BatchNorm statistics) as before; the port keeps the weights ``load`` gave it.
+    free of randomness (dropout 0): the frameworks' random streams differ. Afterwards both models
+    hold no gradients and their buffers (BatchNorm statistics) as before; the port keeps the
+    weights ``load`` gave it.
 
     Example::
 
@@ -706,7 +707,9 @@ def diff_layers(
         raise TypeError(f"paddle_model must be a paddle.nn.Layer, got {type(paddle_model).__name__}")
     modes = ["train" if getattr(m, "training", True) else "eval" for m in (paddle_model, torch_model)]
     if modes[0] != modes[1]:  # BatchNorm and dropout would differ, and every layer after them
-        raise ValueError(f"paddle_model is in {modes[0]} mode, torch_model in {modes[1]} mode: put both in the same mode")
+        raise ValueError(
+            f"paddle_model is in {modes[0]} mode, torch_model in {modes[1]} mode: put both in the same mode"
+        )
     if not isinstance(inputs, (np.ndarray, tuple)):
         raise TypeError(f"inputs must be a numpy array or a tuple of numpy arrays, got {type(inputs).__name__}")
     inputs_t = inputs if isinstance(inputs, tuple) else (inputs,)
