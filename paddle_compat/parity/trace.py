@@ -110,7 +110,7 @@ class Series:
         self.steps: list[int] = []
         self.digests: list[int] = []
         self.data: Sequence[np.ndarray] = []  # full values, or the sampled ones
-        self.last: np.ndarray | None = None  # the last row (kept while streaming)
+        self.last: np.ndarray | None = None  # the last row, while streaming (its rows are on disk)
         self._sink = sink  # (file, this series' number): rows go to the file, not to memory
 
     @property
@@ -127,13 +127,13 @@ class Series:
         if self._sink is not None:
             sink, number = self._sink
             sink.write(f"{number}.{len(self.steps)}", row)
+            self.last = row
         else:
             if not isinstance(self.data, list):  # a loaded trace, extended: its rows come into memory
                 self.data = list(self.data)
             self.data.append(row)
         self.steps.append(step)
         self.digests.append(digest(arr, self.dtype))
-        self.last = row
 
     def position(self, step: int) -> int | None:
         """Where ``step`` is in this series (``None``: not recorded then)."""
