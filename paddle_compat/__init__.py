@@ -6,11 +6,17 @@
 serves, with Paddle's numerics; ``paddle_compat.distributed`` maps Paddle's fleet calls onto
 ``torch.distributed``. Opt-in, imported on demand: ``paddle_compat.parity`` (the parity kit),
 ``paddle_compat.apex`` (apex's ``amp.scale_loss``), ``paddle_compat.integrations`` (Lightning).
-Paddle itself is never imported at run time.
+Paddle itself is never imported at run time. ``native_status()`` says whether the optimizers'
+CPU updates run the compiled kernels built at install, or their torch forms, and why.
 """
 
 from . import amp, cuda, device, distributed, nn, optimizer, regularizer
+from ._native import NativeStatus
+from ._native import status as native_status
 
 __version__ = "0.1.0"
 
-__all__ = ["amp", "cuda", "device", "distributed", "nn", "optimizer", "regularizer", "__version__"]
+__all__ = [
+    "NativeStatus", "amp", "cuda", "device", "distributed", "native_status", "nn", "optimizer", "regularizer",
+    "__version__",
+]

@@ -1,11 +1,13 @@
 /* paddle_compat's compiled CPU kernels: the optimizers' updates and Paddle's CPU sum of squares.
  *
- * Built at first use by _native.py with the system C compiler, with flags that keep IEEE
- * semantics: -ffp-contract=off (no multiply-add is fused unless written as fmaf/fma here) and no
- * -ffast-math. Each update is the formula of the torch fallback in paddle_compat/optimizer/
- * (the CPU forms of Paddle's kernels), operation for operation and operand for operand, so both
- * give the same bits: fmaf is the fused multiply-add of Paddle's AVX-512 Adam kernel, sqrtf the
- * correctly rounded root.
+ * Built when the package is installed (setup.py, with the levels and flags of _native_build.py):
+ * one shared library per instruction-set level, the level picked at load time (pc_cpu_level), all
+ * with flags that keep IEEE semantics: -ffp-contract=off (no multiply-add is fused unless written
+ * as fmaf/fma here) and no -ffast-math; pc_selftest probes that a build kept them. Each update is
+ * the formula of the torch fallback in paddle_compat/optimizer/ (the CPU forms of Paddle's
+ * kernels), operation for operation and operand for operand, so both give the same bits, at every
+ * level: fmaf is the fused multiply-add of Paddle's AVX-512 Adam kernel, sqrtf the correctly
+ * rounded root.
  *
  * Tensors are described by rows of ROW int64 values (see enum slot): element count, data
  * pointers, and the dtypes packed in one value. The value updated ("w") is the float32 master
@@ -472,7 +474,10 @@ int pc_sumsq(int64_t count, const int64_t *rows, double *out) {
 }
 
 /* Known answers the build must reproduce: a fused multiply-add that is not two roundings, a
- * correctly rounded square root, the conversions' rounding. 0 when all hold. */
+ * correctly rounded square root, the conversions' rounding; and probes of the flags: each answer
+ * differs when the compiler contracted a*b + c into an FMA, assumed no NaNs, reassociated a sum or
+ * replaced a division by a product, or when subnormals are flushed to zero (as the startup code of
+ * a -ffast-math build makes the whole process do). 0 when all hold, else the failed check. */
 int pc_selftest(void) {
     volatile float a = 1.0f + 0x1p-12f, c = -(1.0f + 0x1p-11f);
     if (fmaf(a, a, c) != 0x1p-24f) return 1; /* a*a + c is 0 in two roundings */
@@ -481,5 +486,35 @@ int pc_selftest(void) {
     volatile float x = 1.0f + 0x1p-8f; /* a tie in bfloat16: to even */
     if (bf16_from_float(x) != 0x3f80u || f16_from_float(65520.0f) != 0x7c00u) return 3;
     if (float_from_f16(0x0001u) != 0x1p-24f || float_from_f16(f16_from_float(0x1p-24f)) != 0x1p-24f) return 4;
+    float av = a, cv = c;
+    if (av * av + cv != 0.0f) return 5; /* contracted into an FMA: 2**-24 */
+    volatile float vnan = NAN;
+    float n = vnan;
+    if (!(n != n) || n == n) return 6; /* folded away under -ffinite-math-only */
+    volatile float vtiny = 0x1p-140f, vhalf = 0.5f;
+    float tiny = vtiny, half = vhalf;
+    if (tiny * half != 0x1p-141f) return 7; /* 0 with flush-to-zero / denormals-are-zero */
+    volatile float vbig = 0x1p30f, vone = 1.0f;
+    float big = vbig, one = vone;
+    if ((one + big) - big != 0.0f) return 8; /* 1 when reassociated */
+    volatile float vfive = 5.0f;
+    float five = vfive;
+    if (five / 3.0f != 0x1.aaaaaap+0f) return 9; /* 0x1.aaaaacp+0 times the rounded reciprocal */
     return 0;
+}
+
+/* The highest instruction-set level this CPU and its operating system run, as x86-64 psABI
+ * levels: 4 (AVX-512), 3 (AVX2 and FMA) or 1; 0 on other architectures (they have one level). */
+int pc_cpu_level(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    int v3 = __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+    int v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl");
+    return v4 ? 4 : v3 ? 3 : 1;
+#else
+    return 0;
+#endif
 }

@@ -1,50 +1,45 @@
-"""The compiled CPU kernels (``_native.c``): built at first use, cached, loaded with ctypes.
+"""The compiled CPU kernels (``_native.c``): built at install, checked, loaded with ctypes.
 
 The optimizers' CPU updates and Paddle's CPU sum of squares run here as small C loops instead of
 chains of torch operations: one pass over the data, true ``fmaf``/``sqrtf`` where Paddle's kernels
-use them (the torch forms emulate them in float64), several tensors per call. The C source spells
-out the same formulas as the torch forms, operation for operation, so the bits are the same.
+use them (the torch forms emulate them), several tensors per call. The C source spells out the
+same formulas as the torch forms, operation for operation, so the bits are the same.
 
 Mechanics only; the optimizers decide what to hand over. ``kernels()`` is ``None`` when the
-kernels cannot be used, and callers then take their torch path:
+kernels cannot be used, and callers then take their torch path; ``status()`` says which run, and
+why. The libraries are built when the package is installed (``setup.py``; nothing is compiled at
+run time), one per instruction-set level (``_native_build``), and at the first step:
 
-- ``PADDLE_COMPAT_NATIVE=0`` in the environment (read once, at the first step of any optimizer:
-  reading the environment costs more than a small step's whole bookkeeping);
-- no C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang`` on the ``PATH``), a failed build, or a
-  failed self-test of the built library: one debug-level log line on the ``paddle_compat`` logger,
-  and the torch path from then on in this process.
+- ``PADDLE_COMPAT_NATIVE=0`` in the environment switches them off (read once, at the first step of
+  any optimizer: reading the environment costs more than a small step's whole bookkeeping);
+- otherwise the highest level this CPU runs is loaded from the package's own directory, only if
+  the file and the directory belong to this user or root and no one else can write them, and only
+  if its self-test passes (IEEE flags kept, subnormals not flushed: a library whose loading
+  switched the process to flush-to-zero is refused and the mode restored).
 
-The shared library is cached in ``$PADDLE_COMPAT_CACHE_DIR``, else ``$XDG_CACHE_HOME/paddle_compat``
-(``~/.cache/paddle_compat``), under a name hashed from the source, the compiler, the flags and the
-CPU, so a changed source or another machine sharing the directory gets its own build. It is
-compiled to a temporary file and renamed into place: processes starting together may each build
-it, and each loads a complete file.
+When they cannot be used (not built, refused) one warning says so, once per process, and the torch
+forms run: the same bits, a few times slower on large models.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
 import math
 import os
-import platform
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
+import warnings
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from . import _native_build
 from ._devices import addressable
+from .amp._args import user_stacklevel
 
-__all__ = ["DTYPE", "NO_DTYPE", "PER", "ROW", "Batch", "Kernels", "enabled", "kernels"]
-
-logger = logging.getLogger("paddle_compat")
+__all__ = ["DTYPE", "NO_DTYPE", "PER", "ROW", "Batch", "Kernels", "NativeStatus", "enabled", "kernels", "status"]
 
 # Row layout shared with _native.c (enum slot, enum per, enum dtype).
 ROW = 10  # n, w, g, p, state1, state2, state3, pow1, pow2, dtypes
@@ -52,17 +47,9 @@ PER = 4  # lr, decay, l2, (unused)
 DTYPE = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
 NO_DTYPE = 15
 
-_SOURCE = Path(__file__).with_name("_native.c")
-# IEEE semantics: no contraction into FMAs the source does not spell out, no fast-math; errno is
-# not needed from sqrt (letting it vectorise), which changes no value.
-_FLAGS = ["-O3", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-fPIC", "-shared"]
-# Tried in turn: tuned for this CPU and threaded with OpenMP (the runtime torch has loaded, see
-# for_all in _native.c), then without -march=native, then single-threaded.
-_VARIANTS = [["-march=native", "-fopenmp"], ["-fopenmp"], []]
-
-_lock = threading.Lock()
-_loaded: Kernels | None = None
-_failed = False
+# where the libraries are: the package's own directory (resolved: a strict editable install links
+# this file, and the libraries built in place, from a tree of links)
+_DIRECTORY = Path(__file__).resolve().parent
 
 
 class Kernels:
@@ -74,7 +61,6 @@ class Kernels:
         self._momentum = _bind(lib.pc_momentum, [i64, ptr, ptr, dbl, dbl, cint, cint])
         self._adam = _bind(lib.pc_adam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint, cint, cint])
         self._sumsq = _bind(lib.pc_sumsq, [i64, ptr, ptr])
-        self._selftest = _bind(lib.pc_selftest, [])
 
     def sgd(self, rows: array[int], per: array[float]) -> None:
         self._sgd(len(rows) // ROW, _addr(rows), _addr(per), torch.get_num_threads())
@@ -82,7 +68,9 @@ class Kernels:
     def momentum(self, rows: array[int], per: array[float], mu: float, coeff: float, nesterov: bool) -> None:
         self._momentum(len(rows) // ROW, _addr(rows), _addr(per), mu, coeff, int(nesterov), torch.get_num_threads())
 
-    def adam(self, rows: array[int], per: array[float], b1: float, b2: float, eps: float, fused: bool, amsgrad: bool) -> None:
+    def adam(
+        self, rows: array[int], per: array[float], b1: float, b2: float, eps: float, fused: bool, amsgrad: bool
+    ) -> None:
         scratch = array("d", bytes(16 * (len(rows) // ROW)))
         self._adam(
             len(rows) // ROW, _addr(rows), _addr(per), _addr(scratch), b1, b2, eps, int(fused), int(amsgrad),
@@ -159,7 +147,25 @@ class Batch:
         self.grads.clear()
 
 
+@dataclass(frozen=True)
+class NativeStatus:
+    """Which CPU kernels the optimizers run, and why (``paddle_compat.native_status()``)."""
+
+    compiled: bool  # the compiled kernels run (else the torch forms)
+    reason: str
+    level: str | None = None  # the instruction-set level loaded
+    library: str | None = None  # its file
+
+    def __str__(self) -> str:
+        if self.compiled:
+            return f"compiled CPU kernels, {self.level} ({self.library})"
+        return f"torch forms: {self.reason}"
+
+
 _enabled: bool | None = None  # PADDLE_COMPAT_NATIVE, read at the first call of enabled()
+_lock = threading.Lock()
+_loaded: Kernels | None = None
+_status: NativeStatus | None = None  # decided at the first kernels() with the kernels enabled
 
 
 def enabled() -> bool:
@@ -171,91 +177,104 @@ def enabled() -> bool:
 
 
 def kernels() -> Kernels | None:
-    """The compiled kernels, built and loaded at the first call; ``None`` to use the torch path."""
+    """The compiled kernels, loaded at the first call; ``None`` to use the torch path."""
     if not enabled():
         return None
-    if _loaded is not None or _failed:
-        return _loaded
-    return _load()
+    if _status is None:
+        _load()
+    return _loaded
 
 
-def _load() -> Kernels | None:
-    global _loaded, _failed
+def status() -> NativeStatus:
+    """Which CPU kernels run and why; loads them if no step has yet."""
+    if not enabled():
+        return NativeStatus(False, "switched off by PADDLE_COMPAT_NATIVE=0")
+    kernels()
+    assert _status is not None
+    return _status
+
+
+def _load() -> None:
+    global _loaded, _status
     with _lock:
-        if _loaded is None and not _failed:
-            try:
-                kern = Kernels(ctypes.CDLL(str(_build())))
-                if kern._selftest() != 0:
-                    raise RuntimeError(f"the compiled kernels failed their self-test ({kern._selftest()})")
-                _loaded = kern
-            except Exception as exc:  # no compiler, a failed build, an unloadable library: the torch path
-                _failed = True
-                logger.debug("paddle_compat: compiled CPU kernels unavailable, using the torch path: %s", exc)
-        return _loaded
-
-
-def _build() -> Path:
-    compiler = _compiler()
-    source = _SOURCE.read_bytes()
-    errors = []
-    for flags in (_FLAGS + extra for extra in _VARIANTS):
-        target = _cache_dir() / f"kernels-{_key(source, compiler, flags)}{_suffix()}"
-        if target.exists():
-            return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".build-", suffix=_suffix())
-        os.close(fd)
+        if _status is not None:
+            return
         try:
-            result = subprocess.run(
-                [compiler, *flags, "-o", tmp, str(_SOURCE), "-lm"], capture_output=True, text=True, timeout=120
-            )
-            if result.returncode == 0:
-                os.replace(tmp, target)  # atomic: a concurrent process sees no file or a whole one
-                return target
-            errors.append(result.stderr.strip()[-2000:])
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    raise RuntimeError(f"{compiler} failed: {errors[-1]}")
+            _loaded, _status = _open_best(_native_build.find_libraries(_DIRECTORY))
+        except _Unusable as exc:
+            _status = NativeStatus(False, str(exc))
+    if not _status.compiled:
+        warnings.warn(
+            f"paddle_compat: the compiled CPU optimizer kernels are not used: {_status.reason}. The optimizers "
+            "run their torch forms (the same results, slower). paddle_compat.native_status() tells which "
+            "kernels run; PADDLE_COMPAT_NATIVE=0 chooses the torch forms without this warning.",
+            RuntimeWarning,
+            stacklevel=user_stacklevel(),
+        )
 
 
-def _compiler() -> str:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name:
-            found = shutil.which(name)
-            if found:
-                return found
-    raise RuntimeError("no C compiler found (set CC)")
+class _Unusable(Exception):
+    """Why the compiled kernels cannot be used."""
 
 
-def _cache_dir() -> Path:
-    explicit = os.environ.get("PADDLE_COMPAT_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "paddle_compat"
-
-
-def _key(source: bytes, compiler: str, flags: list[str]) -> str:
-    """What the build depends on: the source, the compiler binary, the flags and this CPU."""
-    info = os.stat(os.path.realpath(compiler))
-    parts = [source, os.path.realpath(compiler).encode(), f"{info.st_size}:{info.st_mtime_ns}".encode()]
-    parts += [" ".join(flags).encode(), platform.machine().encode(), _cpu_signature().encode()]
-    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:20]
-
-
-def _cpu_signature() -> str:
-    """The host CPU's model and feature flags (``-march=native`` builds for them)."""
+def _open_best(found: dict[_native_build.Level, Path]) -> tuple[Kernels, NativeStatus]:
+    """The highest built level this CPU runs (the baseline library tells which it runs)."""
+    baseline = _native_build.LEVELS[0]
+    if baseline not in found:
+        raise _Unusable(
+            "they were not built when paddle_compat was installed (no C compiler then?); reinstalling it "
+            "where a C compiler is found builds them"
+        )
+    lib = _open(found[baseline])
+    cpu = lib.pc_cpu_level()
+    level = max((lv for lv in found if lv.psabi <= cpu), key=lambda lv: lv.psabi, default=baseline)
+    if level != baseline:
+        lib = _open(found[level])
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            keys = ("flags", "model name", "Features", "CPU part")
-            return "".join(line for line in f if line.startswith(keys))[:8192]
-    except OSError:
-        return platform.processor()
+        kern = Kernels(lib)
+    except AttributeError as exc:
+        raise _Unusable(f"{found[level].name} lacks the kernels: {exc}") from None
+    return kern, NativeStatus(True, "the highest level built that this CPU runs", level.name,
+                                      str(found[level]))
 
 
-def _suffix() -> str:
-    return ".dylib" if sys.platform == "darwin" else ".dll" if os.name == "nt" else ".so"
+def _open(path: Path) -> ctypes.CDLL:
+    """Load the library at ``path`` after checking where it lies, and check it once loaded."""
+    problem = _native_build.refusal(path)
+    if problem is not None:
+        raise _Unusable(f"{path.name} refused: {problem}")
+    saved = _FloatEnvironment()
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise _Unusable(f"{path.name} does not load: {exc}") from None
+    problem = _native_build.check_loaded(lib)
+    if problem is not None:
+        saved.restore()  # its startup code may have switched this thread to flush-to-zero
+        raise _Unusable(f"{path.name} refused: {problem}")
+    return lib
+
+
+class _FloatEnvironment:
+    """This thread's floating-point environment (C's ``fenv_t``), saved to be restored."""
+
+    def __init__(self) -> None:
+        self._libm: Any = None
+        self._env = ctypes.create_string_buffer(1024)  # larger than any platform's fenv_t
+        # the C library the interpreter has loaded, else glibc's libm by name (ctypes.util's search
+        # for a library would start ldconfig or a C compiler)
+        for name in (None, "libm.so.6"):
+            try:
+                libm = ctypes.CDLL(name)
+                if libm.fegetenv(self._env) == 0:
+                    self._libm = libm
+                    return
+            except (OSError, AttributeError):
+                continue
+
+    def restore(self) -> None:
+        if self._libm is not None:
+            self._libm.fesetenv(self._env)
 
 
 def _bind(fn: Any, argtypes: list[Any]) -> Any:  # a ctypes function of the loaded library

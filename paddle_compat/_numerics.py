@@ -14,7 +14,7 @@ import math
 from fractions import Fraction
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import torch
@@ -29,7 +29,8 @@ except ImportError:  # pragma: no cover - numpy comes with nearly every torch in
     _np = None
 
 __all__ = [
-    "cpu_kernels_use_fma", "fma", "fma_into", "fma_scalar", "round_f32", "round_to", "sqrt_rn", "sqrt_rn_into",
+    "CHUNK", "chunks", "cpu_kernels_use_fma", "fma", "fma_into", "fma_scalar", "round_f32", "round_to", "sqrt_rn",
+    "sqrt_rn_into",
 ]
 
 
@@ -156,15 +157,66 @@ def _sum_round_to_odd(x: Tensor, y: Tensor) -> Tensor:
     return (bits + step).view(torch.float64)
 
 
-def fma_into(out: Tensor, a: float, b: Tensor, c: Tensor, wide: Tensor, wide2: Tensor) -> Tensor:
-    """``fma(a, b, c)`` for a float scalar ``a`` and float32 tensors, written into ``out``.
+# Rounding a float64 sum to float32 rounds twice, and can differ from one rounding, only where the
+# sum lies exactly on a float32 midpoint (its 29 bits below float32's precision read 1000...0) or in
+# float32's subnormal range (below 2**-126, where the float32 grid is coarser).
+_LOW29, _MIDPOINT = (1 << 29) - 1, 1 << 28
+_EXPONENT = 0x7FF << 52
+_TINY = 2.0**-126
 
-    The CPU fallback's form: ``wide`` and ``wide2`` are float64 buffers shaped like ``out`` (the
-    product and the sum); the rounding to odd makes a few temporaries. ``out`` may be ``b`` or ``c``:
-    both are read before ``out`` is written.
+
+def fma_into(out: Tensor, a: float, b: Tensor, c: Tensor, wide: Tensor, bits: Tensor) -> Tensor:
+    """``fma(a, b, c)`` for a float scalar ``a`` (a float32 value) and float32 tensors, into ``out``.
+
+    The CPU fallback's fast form (``out`` may be ``b`` or ``c``; ``wide``, float64, and ``bits``,
+    int64, are scratch shaped like ``out``). ``a*b`` is exact in float64 and the float64 sum is
+    rounded once; rounding it to float32 then gives the fused result except on the values where
+    that second rounding can matter (see ``_LOW29``). Whether there are any is found with four
+    integer passes and two reductions (there hardly ever are); those elements are computed again
+    by ``fma``, which rounds once everywhere.
     """
-    product = torch.mul(wide2.copy_(b), float(a), out=wide2)  # exact
-    return out.copy_(_sum_round_to_odd(product, wide.copy_(c)))
+    s = torch.addcmul(c, b, torch.tensor([a], dtype=torch.float64), out=wide)  # c + b*a, one rounding
+    raw = s.view(torch.int64)
+    # midpoints: the low 29 bits xor 2**28 are 0; as float64 bit patterns these are small subnormals,
+    # which a floating-point minimum orders as the integers (an integer minimum is far slower)
+    low = torch.bitwise_and(raw, _LOW29, out=bits).bitwise_xor_(_MIDPOINT)
+    suspect = float(low.view(torch.float64).amin()) == 0.0
+    if not suspect:
+        # float32's subnormal range: e = 2**exponent(s) is 0 for s == 0, in (0, 2**-126) there, and
+        # inf for inf and NaN. Without zeros the smallest e tells; with zeros, e - e*e*2**126 > 0
+        # exactly there (NaN where s is not finite: looked at too, to be safe)
+        e = torch.bitwise_and(raw, _EXPONENT, out=bits).view(torch.float64)
+        least = float(e.amin())
+        suspect = least < _TINY
+        if least == 0.0:
+            suspect = not float(torch.addcmul(e, e, e, value=-(2.0**126), out=e).amax()) <= 0.0
+    if suspect:
+        flat = s.reshape(-1)
+        odd = ((flat.view(torch.int64) & _LOW29) == _MIDPOINT) | ((flat.abs() < _TINY) & (flat != 0))
+        redo = odd.nonzero().reshape(-1)
+        exact = fma(float(a), b.reshape(-1)[redo], c.reshape(-1)[redo])  # read before out is written
+        out.copy_(s).view(-1)[redo] = exact
+        return out
+    return out.copy_(s)
+
+
+CHUNK = 1 << 17  # elements per thread: a piece and its buffers stay in the caches (L2, L3)
+
+
+def chunks(*tensors: Tensor) -> Iterator[tuple[Tensor, ...]]:
+    """The tensors, in the same pieces of ``CHUNK`` elements per torch thread (flat views, in
+    memory order: the tensors must be dense and share one layout, see ``Optimizer._same_layout``).
+
+    Adam's CPU fallback form runs its whole formula on one piece at a time, its temporaries in a
+    few buffers of a piece's size: the tensors travel through memory once, not once per operation.
+    """
+    flat = [t.as_strided((t.numel(),), (1,)) for t in tensors]
+    n, size = flat[0].numel(), CHUNK * torch.get_num_threads()
+    if n <= size:
+        yield tuple(flat)
+        return
+    for start in range(0, n, size):
+        yield tuple(f[start : start + size] for f in flat)
 
 
 def sqrt_rn_into(out: Tensor, x: Tensor, wide: Tensor | None) -> Tensor:

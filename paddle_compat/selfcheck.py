@@ -297,12 +297,12 @@ def _environment(device: str) -> list[Result]:
         triton_version = triton.__version__
     except ImportError:
         triton_version = "not installed"
-    compiled = _native.kernels() is not None
+    native = _native.status()
     results = [
         Result("versions", PASS, f"paddle_compat {__version__}, torch {torch.__version__}, Triton {triton_version}, "
                                  f"Python {platform.python_version()}"),
-        Result("compiled CPU kernels", PASS if compiled else SKIP,
-               "loaded" if compiled else "unavailable: the torch forms run (same bits, slower)"),
+        Result("compiled CPU kernels", PASS if native.compiled else SKIP,
+               f"loaded: {native.level}" if native.compiled else f"unavailable ({native.reason}): the torch forms run"),
     ]
     if device == "cuda":
         gpu = _multi_tensor.kernels(torch.device(device)) is not None

@@ -3,7 +3,7 @@
 - CPU: the compiled C kernels (``paddle_compat._native``) against the in-place torch form
   (``_cpu_update`` and friends, taken with ``PADDLE_COMPAT_NATIVE=0``) and the plain expressions
   (``_plain_update``, taken when layouts differ, forced here), for every optimizer, dtype mix and
-  option; their build, cache and fallback.
+  option (their loading and checks: ``test_native.py``).
 - GPU formulas: the Triton multi-tensor kernels, run on CPU tensors in Triton's interpreter,
   against the per-tensor GPU formulas (``_devices.gpu_kernels`` forced on, as in
   ``test_optimizer_gpu_formulas.py``).
@@ -15,10 +15,8 @@ compilers may swap); every other value must have the same bits.
 from __future__ import annotations
 
 import copy
-import ctypes
 import logging
 import math
-import threading
 
 import pytest
 import torch
@@ -35,7 +33,9 @@ from .optim_db import CLASSES, case, cases, ids
 # bf16/fp16 parameters without master weights are part of the matrix (Paddle's warning is expected)
 pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16:UserWarning")
 
-needs_compiler = pytest.mark.skipif(_native.kernels() is None, reason="no C compiler: the compiled kernels are off")
+needs_compiler = pytest.mark.skipif(
+    _native.kernels() is None, reason="the compiled kernels are off (not built: pip install -e . builds them)"
+)
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -242,80 +242,6 @@ def test_a_missing_gpu_form_takes_the_per_tensor_gpu_formula(interpreted_gpu_pat
     assert interpreted_gpu_path == [] and rows == []
     use_native(monkeypatch, False)
     assert_same_run(without, train(make, torch.float32, torch.float32, False, GPU_SIZES))
-
-
-# --- build, cache and fallback ----------------------------------------------------------------------
-@pytest.fixture
-def fresh_native(monkeypatch: pytest.MonkeyPatch, tmp_path):
-    """paddle_compat._native as if never loaded in this process, with an empty cache directory."""
-    monkeypatch.setattr(_native, "_loaded", None)
-    monkeypatch.setattr(_native, "_failed", False)
-    monkeypatch.setenv("PADDLE_COMPAT_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("PADDLE_COMPAT_NATIVE", raising=False)
-    monkeypatch.setattr(_native, "_enabled", None)
-    return tmp_path
-
-
-def test_the_environment_switch_is_read_once(fresh_native, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "0")
-    assert _native.kernels() is None
-    monkeypatch.setenv("PADDLE_COMPAT_NATIVE", "1")
-    assert not _native.enabled() and _native.kernels() is None  # the first reading stays
-
-
-def test_without_a_compiler_the_torch_path_is_taken_quietly(
-    fresh_native, monkeypatch: pytest.MonkeyPatch, tmp_path, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with caplog.at_level(logging.DEBUG, logger="paddle_compat"):
-        assert _native.kernels() is None
-        assert _native.kernels() is None  # decided once
-    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
-    assert "no C compiler" in caplog.records[0].getMessage()
-    p = torch.nn.Parameter(torch.ones(4))
-    p.grad = torch.ones(4)
-    popt.AdamW(0.1, parameters=[p]).step()
-    assert torch.isfinite(p).all() and not torch.equal(p.detach(), torch.ones(4))
-
-
-@needs_compiler
-def test_a_failing_build_falls_back(fresh_native, monkeypatch: pytest.MonkeyPatch, tmp_path,
-                                    caplog: pytest.LogCaptureFixture) -> None:
-    broken = tmp_path / "broken.c"
-    broken.write_text("this is not C\n")
-    monkeypatch.setattr(_native, "_SOURCE", broken)
-    with caplog.at_level(logging.DEBUG, logger="paddle_compat"):
-        assert _native.kernels() is None
-    assert len(caplog.records) == 1 and "failed" in caplog.records[0].getMessage()
-
-
-@needs_compiler
-def test_concurrent_first_builds_each_get_a_whole_library(fresh_native, monkeypatch: pytest.MonkeyPatch,
-                                                          tmp_path) -> None:
-    source = tmp_path / "tiny.c"
-    source.write_text("int pc_answer(void) { return 42; }\n")
-    monkeypatch.setattr(_native, "_SOURCE", source)
-    results: list = []
-    threads = [threading.Thread(target=lambda: results.append(_native._build())) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(results) == 4 and len(set(results)) == 1
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(("kernels-", ".build-"))] == [results[0].name]
-    assert ctypes.CDLL(str(results[0])).pc_answer() == 42
-
-
-def test_the_cache_key_follows_source_flags_and_compiler(tmp_path) -> None:
-    cc = tmp_path / "cc"
-    cc.write_text("")
-    key = _native._key(b"source", str(cc), ["-O3"])
-    assert key == _native._key(b"source", str(cc), ["-O3"])
-    assert key != _native._key(b"source2", str(cc), ["-O3"])
-    assert key != _native._key(b"source", str(cc), ["-O2"])
-    cc.write_text("another compiler")
-    assert key != _native._key(b"source", str(cc), ["-O3"])
 
 
 # --- the torch forms' exact building blocks ---------------------------------------------------------

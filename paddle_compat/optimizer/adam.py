@@ -235,53 +235,52 @@ class Adam(Optimizer):
         self, value: Tensor, grad: Tensor, state: dict[str, Any], mt: torch.dtype, fused: bool,
         b1: float, b2: float, eps: float, b1p: float, b2p: float, decay: float | None, lr: float, rnd: Any,
     ) -> Tensor:
-        """Paddle's CPU formulas, computed in place and in reused buffers (``_buffer``).
+        """Paddle's CPU formulas, computed in place, a piece at a time (``_numerics.chunks``), the
+        intermediates in reused buffers (``_buffer``); ``value`` is updated and returned.
 
         Each line runs the same torch operation, on the same operands in the same order, as the
         plain expression in its comment (those of ``_plain_update``): only where the results are
         stored differs, so every rounding (and every NaN) is the same. ``fma_into`` rounds as ``fma``.
         """
-        w = self._working(value, mt, "w")
-        g = grad if grad.dtype == mt else self._buffer(grad, mt, "g").copy_(grad)
-        m, v = self._working(state["moment1"], mt, "m"), self._working(state["moment2"], mt, "v")
-        tmp = self._buffer(w, mt, "tmp")
-        # float64 scratch for the correctly rounded sqrt (float32) and the emulated FMAs
-        wide = self._buffer(w, torch.float64, "wide") if mt != torch.float64 else None
-        wide2 = self._buffer(w, torch.float64, "wide2") if fused else None
-
-        if fused:
-            assert wide is not None and wide2 is not None  # fused: float32 (Paddle's AVX-512 kernel)
-            if decay is not None:
-                fma_into(w, -decay, w, w, wide, wide2)  # w = fma(-decay, w, w)
-            fma_into(m, b1, m, torch.mul(g, rnd(1 - b1), out=tmp), wide, wide2)  # m = fma(b1, m, g*(1-b1))
-            torch.mul(g, g, out=tmp).mul_(rnd(1 - b2))  # (g*g)*(1-b2)
-            fma_into(v, b2, v, tmp, wide, wide2)  # v = fma(b2, v, (g*g)*(1-b2))
-        else:
-            if decay is not None:
-                w.sub_(torch.mul(w, decay, out=tmp))  # w - w*decay
-            m.mul_(b1).add_(torch.mul(g, rnd(1 - b1), out=tmp))  # m*b1 + g*(1-b1)
-            v.mul_(b2).add_(torch.mul(g, rnd(1 - b2), out=tmp).mul_(g))  # v*b2 + (g*(1-b2))*g
-        v_used = v
-        if self._amsgrad:
-            vmax = state["moment2_max"]
-            # maximum(v, vmax), written over vmax itself when it has the compute dtype
-            v_used = torch.maximum(v, vmax.to(mt), out=vmax if vmax.dtype == mt else self._buffer(v, mt, "vmax"))
-            vmax.copy_(v_used)
-
         root = rnd(math.sqrt(rnd(1 - b2p)))
         lr_t = rnd(lr * rnd(root / rnd(1 - b1p)))
         eps_t = rnd(eps * root)
-        step = sqrt_rn_into(tmp, v_used, wide).add_(eps_t)  # sqrt_rn(v) + eps_t
-        torch.div(m, step, out=step)  # m / (sqrt_rn(v) + eps_t)
-        if fused:
-            assert wide is not None and wide2 is not None
-            fma_into(w, -lr_t, step, w, wide, wide2)  # fma(step, -lr_t, w)
-        else:
-            w.add_(step.mul_(-lr_t))  # w + step*(-lr_t)
-
-        state["moment1"].copy_(m)  # no-op when m is the state tensor itself
-        state["moment2"].copy_(v)
-        return w
+        c1, c2 = rnd(1 - b1), rnd(1 - b2)
+        vmax_state = state.get("moment2_max") if self._amsgrad else None
+        tensors = [value, grad, state["moment1"], state["moment2"]] + ([vmax_state] if vmax_state is not None else [])
+        for pieces in _numerics.chunks(*tensors):
+            w, g, m, v = (self._working(t, mt, slot) for t, slot in zip(pieces, ("w", "g", "m", "v")))
+            tmp = self._buffer(w, mt, "tmp")
+            # float64 scratch for the correctly rounded sqrt (float32), and int64 for the FMAs
+            wide = self._buffer(w, torch.float64, "wide") if mt != torch.float64 else None
+            if fused:
+                assert wide is not None  # fused: float32 (Paddle's AVX-512 kernel)
+                scratch = (wide, self._buffer(w, torch.int64, "bits"))
+                if decay is not None:
+                    fma_into(w, -decay, w, w, *scratch)  # w = fma(-decay, w, w)
+                fma_into(m, b1, m, torch.mul(g, c1, out=tmp), *scratch)  # m = fma(b1, m, g*(1-b1))
+                torch.mul(g, g, out=tmp).mul_(c2)  # (g*g)*(1-b2)
+                fma_into(v, b2, v, tmp, *scratch)  # v = fma(b2, v, (g*g)*(1-b2))
+            else:
+                if decay is not None:
+                    w.sub_(torch.mul(w, decay, out=tmp))  # w - w*decay
+                m.mul_(b1).add_(torch.mul(g, c1, out=tmp))  # m*b1 + g*(1-b1)
+                v.mul_(b2).add_(torch.mul(g, c2, out=tmp).mul_(g))  # v*b2 + (g*(1-b2))*g
+            v_used = v
+            if vmax_state is not None:
+                vmax = pieces[4]
+                # maximum(v, vmax), written over vmax itself when it has the compute dtype
+                v_used = torch.maximum(v, vmax.to(mt), out=vmax if vmax.dtype == mt else self._buffer(v, mt, "vmax"))
+                vmax.copy_(v_used)
+            step = sqrt_rn_into(tmp, v_used, wide).add_(eps_t)  # sqrt_rn(v) + eps_t
+            torch.div(m, step, out=step)  # m / (sqrt_rn(v) + eps_t)
+            if fused:
+                fma_into(w, -lr_t, step, w, *scratch)  # fma(step, -lr_t, w)
+            else:
+                w.add_(step.mul_(-lr_t))  # w + step*(-lr_t)
+            for piece, result in zip((pieces[0], pieces[2], pieces[3]), (w, m, v)):
+                piece.copy_(result)  # no-op when the piece itself was updated
+        return value
 
     def _working(self, t: Tensor, dtype: torch.dtype, slot: str) -> Tensor:
         """``t`` itself when it already has the compute dtype (updated in place), else a copy in a buffer."""
