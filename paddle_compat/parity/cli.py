@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "run":
             p.add_argument("reference", metavar="paddle_script", help="the Paddle script (saves its trace)")
             p.add_argument("candidate", metavar="port_script", help="the port's script (saves its trace)")
-            p.add_argument("-o", "--out", default="parity-traces", help="folder for both traces (paddle, port)")
+            p.add_argument("-o", "--out", default="parity-traces", help="the traces' folder (default: %(default)s)")
             p.add_argument("--timeout", type=float, help="seconds before a script is stopped")
         else:
             p.add_argument("reference", help="the reference trace (Paddle)")
