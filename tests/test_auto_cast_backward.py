@@ -6,6 +6,11 @@ backward kernels are never cast. A backward called outside auto_cast casts nothi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -119,3 +124,27 @@ def test_a_saved_tensor_unpack_hook_is_cast():
             y = (x * x).sum()
         y.backward()
     assert seen and set(seen) == {torch.float16}
+
+
+def test_a_torch_without_the_engines_entry_imports_and_casts_no_hook():
+    # A later torch may rename the private entry the hook check looks for: nothing crashes, and
+    # the hooks are then treated as kernels (not cast).
+    script = textwrap.dedent("""
+        import torch
+        import torch.autograd.graph
+
+        del torch.autograd.graph._engine_run_backward  # torch.autograd bound it at its import
+        from paddle_compat.amp import auto_cast
+
+        seen = []
+        v = torch.rand(3, 3, requires_grad=True)
+        v.register_hook(lambda g: seen.append(torch.mm(g, g).dtype))
+        with auto_cast():
+            torch.mm(v, v).sum().backward()
+        print(seen)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[torch.float32]"

@@ -392,8 +392,6 @@ def test_aot_autograd_cache_is_off_in_each_thread_with_an_active_auto_cast():
     import torch._functorch._aot_autograd.autograd_cache  # noqa: F401 - torch.compile in use
     import torch._functorch.config as functorch_config
 
-    if not compile_boundary._PER_THREAD_CONFIG:
-        pytest.skip("this torch keeps its config per process")
     seen: dict[str, bool] = {}
     first_in, second_done = threading.Event(), threading.Event()
 

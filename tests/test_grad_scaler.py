@@ -764,3 +764,26 @@ def test_private_flags_refuse_what_a_truth_test_would_misread():
     scaler._cache_found_inf = torch.tensor([True])  # what Paddle code may hand over
     scaler._found_inf = True
     assert scaler._cache_found_inf is True and scaler._found_inf.tolist() == [True]
+
+
+def test_accelerate_is_not_told_an_optimizer_of_the_older_protocol_is_fused():
+    # Such an optimizer is stepped as any other (skipped on the host): the warning Accelerate
+    # gets is the one about unscaling, not the fused one (whose skips it could not see).
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = _OlderProtocolSGD([w], lr=0.5)
+    watched = opt.step
+
+    def step(*args, **kwargs):  # what Accelerate's AcceleratedOptimizer puts on the instance
+        return watched(*args, **kwargs)
+
+    step.__module__ = "accelerate.optimizer"
+    opt.step = step
+    scaler = GradScaler(init_loss_scaling=1024.0)
+    scaler.scale((w * 2.0).sum()).backward()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        scaler.step(opt)
+    messages = [str(r.message) for r in record]
+    assert not any("is fused" in m for m in messages), messages
+    assert any(m.startswith("Accelerate steps _OlderProtocolSGD on gradients nobody unscaled before") for m in messages)
+    assert opt.scalers == [None] and w.tolist() == [0.0, 0.0, 0.0]  # stepped on the unscaled gradient, 2

@@ -4,6 +4,7 @@ Every gradient is compared bit for bit with the same run without recompute."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
@@ -11,15 +12,18 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import pytest
 import torch
+import torch.utils.checkpoint as torch_checkpoint
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from paddle_compat.amp import auto_cast
 from paddle_compat.distributed.fleet.recompute import recompute_sequential
 from paddle_compat.distributed.fleet.utils import recompute
 
+_GENERATOR = "_checkpoint_without_reentrant_generator"
 CASES = [("O1", "float16"), ("O1", "bfloat16"), ("O2", "float16"), ("O2", "bfloat16"),
          ("OD", "float16"), ("OD", "bfloat16")]
 
@@ -175,6 +179,9 @@ def test_recompute_argument_checks_are_paddles():
     (lambda x: recompute_sequential({"segments": 0}, [torch.sin], x), ValueError, r"ctx\['segments'\] should be"),
     (lambda x: recompute_sequential({"segments": 3}, [torch.sin] * 2, x), ValueError, r"ctx\['segments'\]"),
     (lambda x: recompute_sequential({"segments": "2"}, [torch.sin] * 2, x), TypeError, r"ctx\['segments'\]"),
+    (lambda x: recompute_sequential({"segments": 1}, 42, x), TypeError, "^functions should be an nn.Sequential"),
+    (lambda x: recompute_sequential({"segments": 1}, [torch.sin, 2], x), TypeError,
+     "^functions should hold callables, but holds a int.$"),
 ])
 def test_bad_arguments_are_refused_naming_them(call, error, message):
     with pytest.raises(error, match=message):
@@ -294,3 +301,73 @@ def test_fleet_recompute_inside_torch_compile(use_reentrant):
     finally:
         del APIS["compiled"]
     _assert_bitwise(found, expected)
+
+
+def _bridge_reset(monkeypatch):
+    """A process where the bridge has not installed yet; the names it sets come back afterwards."""
+    from torch.distributed._composable import checkpoint_activation
+
+    from paddle_compat.amp import checkpoint_bridge
+
+    monkeypatch.setattr(checkpoint_bridge, "_installed", False)
+    for module, name in ((torch_checkpoint, _GENERATOR), (torch_checkpoint, "CheckpointFunction"),
+                         (checkpoint_activation, _GENERATOR)):
+        monkeypatch.setattr(module, name, inspect.unwrap(getattr(module, name)))
+    return checkpoint_bridge, checkpoint_activation
+
+
+@pytest.mark.parametrize("missing", [[_GENERATOR], ["CheckpointFunction"], [_GENERATOR, "CheckpointFunction"]])
+def test_a_torch_without_the_checkpoint_internals_gets_one_warning(monkeypatch, missing):
+    bridge, _ = _bridge_reset(monkeypatch)
+    torchs_function = torch_checkpoint.CheckpointFunction
+    for name in missing:
+        monkeypatch.setattr(torch_checkpoint, name, None)  # renamed away, or no longer what it was
+    with pytest.warns(UserWarning, match=f"has no {' or '.join(missing)} in torch.utils.checkpoint"):
+        bridge.install()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bridge.install()  # once
+    generator = getattr(torch_checkpoint, _GENERATOR)
+    assert (generator is None) == (_GENERATOR in missing)
+    assert generator is None or generator.__wrapped__ is inspect.unwrap(generator)
+    function = torch_checkpoint.CheckpointFunction
+    assert function is None if "CheckpointFunction" in missing else function.__bases__ == (torchs_function,)
+
+
+def test_a_patch_made_before_the_first_auto_cast_keeps_running_inside_ours(monkeypatch):
+    bridge, composable = _bridge_reset(monkeypatch)
+    calls = []
+    torchs = getattr(torch_checkpoint, _GENERATOR)
+
+    def patch(kind):
+        def generator(fn, *args, **kwargs):
+            calls.append(kind)
+            return torchs(fn, *args, **kwargs)
+
+        return generator
+
+    monkeypatch.setattr(torch_checkpoint, _GENERATOR, patch("checkpoint"))
+    monkeypatch.setattr(composable, _GENERATOR, patch("composable"))
+    bridge.install()
+    expected = _grads("plain", "O2", "bfloat16")
+    _assert_bitwise(_grads("checkpoint-non-reentrant", "O2", "bfloat16"), expected)
+    APIS["other"] = _composable
+    try:
+        _assert_bitwise(_grads("other", "O2", "bfloat16"), expected)
+    finally:
+        del APIS["other"]
+    assert calls == ["checkpoint", "composable"]
+
+
+def test_replaying_refuses_what_it_cannot_call_naming_it():
+    from paddle_compat.amp.checkpoint_bridge import replaying
+
+    with pytest.raises(TypeError, match="^fn should be a callable, but received int$"):
+        replaying(42)
+
+
+@pytest.mark.parametrize("api", ["recompute", "recompute-non-reentrant"])
+def test_fleet_recompute_needs_no_bridge(monkeypatch, api):
+    bridge, _ = _bridge_reset(monkeypatch)
+    monkeypatch.setattr(bridge, "_installed", True)  # as on a torch whose internals it could not wrap
+    _assert_bitwise(_grads(api, "O2", "bfloat16"), _grads("plain", "O2", "bfloat16"))

@@ -102,38 +102,31 @@ def keep_out_of_dynamo(*functions: Callable[..., Any]) -> None:
         _eval_frame.set_code_exec_strategy(function.__code__, skip)
 
 
-# torch keeps config values per thread since 2.12 (per process before); our count of active
-# auto_casts and the user's settings they replaced are kept alike, so that each thread's compiles
-# see the cache off while that thread has an auto_cast active.
-_PER_THREAD_CONFIG = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 12)
 # The module that reads the settings; torch.compile's first compile loads it.
 _READER = "torch._functorch._aot_autograd.autograd_cache"
 
 
-class _CacheSwitch:
+class _CacheSwitch(threading.local):
+    """One thread's count and saved settings: torch keeps its config per thread (since 2.12), so
+    each thread's compiles see the cache off while that thread has an auto_cast active."""
+
     active = 0  # auto_cast activations (with a config)
     saved: tuple[Any, Any] | None = None  # the user's settings while ours are in place
 
 
-class _ThreadCacheSwitch(_CacheSwitch, threading.local):
-    pass
-
-
-_switch = _ThreadCacheSwitch() if _PER_THREAD_CONFIG else _CacheSwitch()
-_lock = threading.Lock()
+_switch = _CacheSwitch()
 
 
 def cache_off() -> None:
     """One more active auto_cast: AOTAutograd's cache is off while there is any (in this
     thread, where torch keeps its config per thread)."""
-    with _lock:
-        _switch.active += 1
-        if _switch.saved is None:
-            import torch._functorch.config as functorch_config  # light; torch.compile imports it anyway
+    _switch.active += 1
+    if _switch.saved is None:
+        import torch._functorch.config as functorch_config  # light; torch.compile imports it anyway
 
-            _switch.saved = (functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache)
-            functorch_config.enable_autograd_cache = False
-            functorch_config.enable_remote_autograd_cache = False
+        _switch.saved = (functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache)
+        functorch_config.enable_autograd_cache = False
+        functorch_config.enable_remote_autograd_cache = False
 
 
 def cache_on() -> None:
@@ -143,10 +136,9 @@ def cache_on() -> None:
     leaving them off spares a training loop the cost of switching them at every step (tens of
     µs: torch's config reads and writes are slow). Dynamo being imported says nothing: building
     any torch.optim optimizer imports it."""
-    with _lock:
-        _switch.active -= 1
-        if _switch.active == 0 and _switch.saved is not None and _READER in sys.modules:
-            import torch._functorch.config as functorch_config
+    _switch.active -= 1
+    if _switch.active == 0 and _switch.saved is not None and _READER in sys.modules:
+        import torch._functorch.config as functorch_config
 
-            functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache = _switch.saved
-            _switch.saved = None
+        functorch_config.enable_autograd_cache, functorch_config.enable_remote_autograd_cache = _switch.saved
+        _switch.saved = None

@@ -211,7 +211,8 @@ class AmpScaler:
             self._init_loss_scaling = 1.0
             stacklevel = user_stacklevel()
             warnings.warn(
-                f"It is not recommended to use dynamic loss scaling for {amp_dtype}, so GradScaler is disable by default.",
+                f"It is not recommended to use dynamic loss scaling for {amp_dtype}, "
+                "so GradScaler is disable by default.",
                 stacklevel=stacklevel,
             )
             if amp_dtype == "float32":  # Paddle's text hides how much this switches off
@@ -283,7 +284,7 @@ class AmpScaler:
         # torch's scaler; our own work runs in never-traced calls (see compile_boundary).
         run = self._before_step(optimizer, args, kwargs)
         try:
-            result = _skipped(optimizer) if run is _Run.SKIP else optimizer.step(*args, **kwargs)
+            result = _skipped_step(optimizer) if run is _Run.SKIP else optimizer.step(*args, **kwargs)
         except BaseException:
             self._abandon_call(optimizer, run)
             raise
@@ -365,10 +366,8 @@ class AmpScaler:
         run = self._before_minimize(optimizer)
         minimize = getattr(optimizer, "minimize", None)
         try:
-            if run is _Run.SKIP:  # ours return Paddle's (None, params_grads) here too
-                _skipped(optimizer)
-                skipped = getattr(optimizer, "_skipped_minimize", None)
-                result = skipped(*args, **kwargs) if skipped is not None else None
+            if run is _Run.SKIP:
+                result = _skipped_minimize(optimizer, args, kwargs)
             else:
                 result = minimize(*args, **kwargs) if callable(minimize) else optimizer.step()
         except BaseException:
@@ -423,7 +422,8 @@ class AmpScaler:
         found_inf, inv_scale = torch.zeros_like(scale), tracker.reciprocal(scale)
         if grads and fused and own and self._optimizer_unscales_exactly(optimizer, grads):
             unscale.any_nonfinite(grads, inv_scale, found_inf)  # read only
-            optimizer.grad_scale = scale.view(())  # type: ignore[attr-defined]  # 0-d, as torch's fused optimizers take it
+            # 0-d, as torch's fused optimizers take it
+            optimizer.grad_scale = scale.view(())  # type: ignore[attr-defined]
         elif grads:
             below_one = tracker.may_be_below_one() if own else tracker.policy.lowest < 1.0
             unscale.unscale_(grads, inv_scale, found_inf, check_output=below_one)
@@ -450,9 +450,10 @@ class AmpScaler:
         One whose ``step`` takes ``grad_scaler=`` (torch's older protocol) gets Paddle's treatment,
         not torch's (see ``_takes_grad_scaler``)."""
         step = self._step_state
+        fused = getattr(optimizer, "_step_supports_amp_scaling", False) and not _takes_grad_scaler(optimizer)
         if _step_watched(optimizer):
-            self._warn_accelerate(optimizer, state)
-        if getattr(optimizer, "_step_supports_amp_scaling", False) and not _takes_grad_scaler(optimizer):
+            self._warn_accelerate(optimizer, state, fused)
+        if fused:
             if state is OptimizerState.INIT:
                 self._unscale_grads(optimizer, fused=True)
             assert step.found_inf is not None
@@ -467,12 +468,13 @@ class AmpScaler:
         self._record_step(flag)
         return _Run.SKIP if flag.value() else _Run.CALL
 
-    def _warn_accelerate(self, optimizer: torch.optim.Optimizer, state: OptimizerState) -> None:
+    def _warn_accelerate(self, optimizer: torch.optim.Optimizer, state: OptimizerState, fused: bool) -> None:
         """Warn where Accelerate (and so Hugging Face's Trainer) steps this scaler in a way that
-        goes wrong without a word: a fused optimizer, whose skips it cannot see, or gradients not
-        yet unscaled, which its clips (unless ``use_grad_scaler`` set the scaler) clipped scaled."""
+        goes wrong without a word: a fused optimizer (stepped on the fused path), whose skips it
+        cannot see, or gradients not yet unscaled, which its clips, if called (unless
+        ``use_grad_scaler`` set the scaler), clipped scaled."""
         name = type(optimizer).__name__
-        if getattr(optimizer, "_step_supports_amp_scaling", False):
+        if fused:
             message = (
                 f"{name} is fused (it skips inf/NaN steps itself), so the scaler calls its step() on skipped steps "
                 "too: Accelerate's optimizer_step_was_skipped, its AcceleratedScheduler and Hugging Face's Trainer "
@@ -483,7 +485,7 @@ class AmpScaler:
             message = (
                 f"Accelerate steps {name} on gradients nobody unscaled before: its clip_grad_norm_ and "
                 "clip_grad_value_ (Hugging Face's Trainer calls them at max_grad_norm > 0) do not unscale a scaler "
-                "they did not make, and clipped the gradients still scaled. Hand the scaler over with "
+                "they did not make, so if they ran, they clipped the gradients still scaled. Hand the scaler over with "
                 "paddle_compat.integrations.accelerate.use_grad_scaler(accelerator, scaler), or call "
                 "scaler.unscale_(optimizer) before clipping."
             )
@@ -920,11 +922,19 @@ class AmpScaler:
 
 
 @never_traced
-def _skipped(optimizer: torch.optim.Optimizer) -> None:
+def _skipped_step(optimizer: torch.optim.Optimizer) -> None:
     """A skipped step: an optimizer of ours still does what Paddle's does there (its clip runs)."""
     hook = getattr(optimizer, "_skipped_step", None)
     if hook is not None:
         hook()
+
+
+@never_traced
+def _skipped_minimize(optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A skipped ``minimize``: an optimizer of ours still does what Paddle's does there (its clip
+    runs on the parameters the arguments select) and returns Paddle's ``(None, params_grads)``."""
+    hook = getattr(optimizer, "_skipped_minimize", None)
+    return None if hook is None else hook(*args, **kwargs)
 
 
 def _takes_grad_scaler(optimizer: torch.optim.Optimizer) -> bool:
@@ -934,7 +944,8 @@ def _takes_grad_scaler(optimizer: torch.optim.Optimizer) -> bool:
     nor a reason to hand itself over: such an optimizer is treated as Paddle treats every optimizer
     (the gradients unscaled first, the step skipped on inf/NaN, no ``grad_scaler`` passed), with a
     warning, instead of stepping on gradients that are still scaled."""
-    if not _step_takes_grad_scaler(getattr(optimizer.step, "__func__", optimizer.step)):
+    # The class's step: a wrapper put on the instance (Accelerate's) takes (*args, **kwargs).
+    if not _step_takes_grad_scaler(type(optimizer).step):
         return False
     warnings.warn(
         f"{type(optimizer).__name__}.step() takes grad_scaler= (torch's deprecated protocol for optimizers that "
@@ -1141,5 +1152,7 @@ class GradScaler(AmpScaler):
 
 
 # What help() and inspect show for the (*args, **kwargs) constructors.
-AmpScaler.__init__.__signature__ = scaler_args.signature("AmpScaler", torch_dialect=False)  # type: ignore[attr-defined]
-GradScaler.__init__.__signature__ = scaler_args.signature("GradScaler", torch_dialect=True)  # type: ignore[attr-defined]
+AmpScaler.__init__.__signature__ = (  # type: ignore[attr-defined]
+    scaler_args.signature("AmpScaler", torch_dialect=False))
+GradScaler.__init__.__signature__ = (  # type: ignore[attr-defined]
+    scaler_args.signature("GradScaler", torch_dialect=True))

@@ -43,9 +43,10 @@ def check_ratio(name: str, value: Any, low: float, high: float | None) -> float:
 
 def check_period(name: str, value: Any) -> int:
     """``value`` as a positive int that fits the int32 counters."""
-    if not 1 <= _checks.integer(name, value) <= _INT32_MAX:
+    value = _checks.integer(name, value)
+    if not 1 <= value <= _INT32_MAX:
         raise ValueError(f"{name} must be an integer in [1, {_INT32_MAX}], got {value!r}")
-    return int(value)
+    return value
 
 
 def check_scale(name: str, value: Any) -> float:

@@ -406,7 +406,9 @@ def _called_by_user_hook() -> bool:
     called decides, past torch's hook runners: code outside torch and this package is the
     user's; torch's own Python (checkpoint internals, compiled graphs, FSDP's hooks) and ours
     (master_grad's hook) count as kernels. With no engine frame on this thread's stack the
-    answer is no."""
+    answer is no (also on a torch without that entry: hooks are then not cast)."""
+    if _ENGINE_ENTRY is None:
+        return False
     chain = []
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code is not _ENGINE_ENTRY:
@@ -433,7 +435,8 @@ def _every_op(call: Callable[..., Any], base: str, x_only: bool, *args: Any, **k
 
 
 _graph_task_id = torch._C._current_graph_task_id
-_ENGINE_ENTRY = torch.autograd.graph._engine_run_backward.__code__
+# A private name of torch's: looked up softly, so that a torch without it still imports us.
+_ENGINE_ENTRY = getattr(getattr(torch.autograd.graph, "_engine_run_backward", None), "__code__", None)
 # Code in these directories is never the user's.
 _NOT_USERS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.dirname(__file__)) + os.sep)
 # torch's modules that call the user's backward code: Function.backward, module and multi-grad hooks.

@@ -260,9 +260,8 @@ class ScaleTracker:
     def _advance(self, state: LossScaleState, found_inf: bool) -> LossScaleState:
         new, decreased = next_state(state, found_inf, self._policy, HOST)
         if decreased:
-            logger.info(
-                f"Found inf or nan, current scale is: {state.scale}, decrease to: {state.scale}*{self._policy.decr_ratio}"
-            )
+            logger.info(f"Found inf or nan, current scale is: {state.scale}, "
+                        f"decrease to: {state.scale}*{self._policy.decr_ratio}")
         return new
 
     def _replay(self, block: bool) -> None:

@@ -388,12 +388,15 @@ class Optimizer(torch.optim.Optimizer):
         return None, [pair for _, pairs in work for pair in pairs]
 
     def _skipped_minimize(self, *args: Any, **kwargs: Any) -> tuple[None, ParamsGrads]:
-        """What ``minimize(*args, **kwargs)`` returns on a step a GradScaler skips, which does not
-        call it here: Paddle's scaler calls it and its kernels skip, so its ``scaler.minimize``
-        still returns ``(None, params_grads)``. Nothing is updated and no step hook runs."""
+        """What ``minimize(*args, **kwargs)`` does on a step a GradScaler skips, which does not call
+        it here: Paddle's scaler calls it and its kernels skip, so its clip still runs on the
+        parameters it selects (``_clip_skipped``), and its ``scaler.minimize`` still returns
+        ``(None, params_grads)``. Nothing is updated and no step hook runs."""
         given = inspect.signature(Optimizer.minimize).bind(self, *args, **kwargs).arguments
-        selected = self._minimize_selection(given["loss"], given.get("parameters"), given.get("no_grad_set"))
-        return None, [pair for _, pairs in self._work(selected) for pair in pairs]
+        work = self._work(self._minimize_selection(given["loss"], given.get("parameters"), given.get("no_grad_set")))
+        with torch.no_grad():
+            _clip_skipped(work)
+        return None, [pair for _, pairs in work for pair in pairs]
 
     def _minimize_selection(
         self, loss: Any, parameters: Iterable[Tensor] | None, no_grad_set: Iterable[Tensor] | None

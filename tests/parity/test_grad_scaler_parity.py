@@ -820,3 +820,29 @@ def test_minimize_returns_paddles_params_grads_on_finite_and_skipped_steps(fused
         assert_bitwise_equal(tparams[0], pparams[0], f"grad={grad}: the parameter")
         opt.clear_grad()
         popt.clear_grad()
+
+
+@pytest.mark.parametrize("bad_in", [0, 2], ids=["bad_selected", "bad_not_selected"])
+def test_a_skipped_minimize_clips_only_the_parameters_it_was_given(bad_in):
+    """Paddle's scaler calls ``minimize(loss, parameters=...)`` on a skipped step too: its clip
+    sees the selected parameters' gradients only, and leaves the others as the unscale made them."""
+    from paddle_compat import nn as pnn, optimizer as popt
+
+    grads = [np.array([3.0, 4.0], np.float32) for _ in range(3)]
+    grads[bad_in][1] = np.inf
+    ours_params = [torch.nn.Parameter(torch.ones(2)) for _ in grads]
+    paddle_params = paddle_params_like(ours_params)
+    for tp, pp, g in zip(ours_params, paddle_params, grads):
+        tp.grad = torch.from_numpy(g * np.float32(8.0))
+        pp.grad = paddle.to_tensor(g * np.float32(8.0))
+    opt = popt.SGD(learning_rate=0.1, parameters=ours_params, grad_clip=pnn.ClipGradByGlobalNorm(1.0))
+    paddle_opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=paddle_params,
+                                      grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
+    ours, pscaler = GradScaler(init_loss_scaling=8.0), paddle_scaler(init_loss_scaling=8.0)
+    ours.minimize(opt, torch.ones(1), parameters=ours_params[:2])
+    with paddle_gpu_kernel_semantics():
+        pscaler.minimize(paddle_opt, paddle.ones([1]), parameters=paddle_params[:2])
+    assert ours.last_step_skipped() is True
+    for i, (tp, pp) in enumerate(zip(ours_params, paddle_params)):
+        assert_bitwise_equal(tp.grad, pp.grad, f"grad {i}")
+        assert_bitwise_equal(tp, pp, f"param {i}")

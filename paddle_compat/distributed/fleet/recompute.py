@@ -20,7 +20,7 @@ import inspect
 import logging
 import random
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -68,14 +68,14 @@ def recompute(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     use_reentrant = kwargs.pop("use_reentrant", True)
     if not callable(function):
         raise TypeError(f"function should be a callable (a Layer or a function), but got {type(function).__name__}.")
-    _checks.flag("preserve_rng_state", preserve, int_ok=True)
-    _checks.flag("use_reentrant", use_reentrant, int_ok=True)
+    preserve = _checks.flag("preserve_rng_state", preserve, int_ok=True)
+    use_reentrant = _checks.flag("use_reentrant", use_reentrant, int_ok=True)
     if torch.is_grad_enabled():
         _warn_if_unnecessary([*args, *kwargs.values()])
     if not use_reentrant:
         run = functools.partial(function, **kwargs) if kwargs else function
         return torch_checkpoint.checkpoint(
-            _bound(run, preserve), *args, use_reentrant=False, preserve_rng_state=bool(preserve))
+            _bound(run, preserve), *args, use_reentrant=False, preserve_rng_state=preserve)
     kwargs.pop("offload_indices", None)
     layout, flat = _flatten(_positional(function, args, kwargs))
 
@@ -83,7 +83,7 @@ def recompute(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return function(*_rebuild(layout, flat_args))
 
     return torch_checkpoint.checkpoint(
-        _bound(run_flat, preserve), *flat, use_reentrant=True, preserve_rng_state=bool(preserve))
+        _bound(run_flat, preserve), *flat, use_reentrant=True, preserve_rng_state=preserve)
 
 
 def recompute_sequential(ctx: Mapping[str, Any], functions: torch.nn.Sequential | Sequence[Callable[..., Any]],
@@ -112,13 +112,18 @@ def recompute_sequential(ctx: Mapping[str, Any], functions: torch.nn.Sequential 
         raise TypeError(f"ctx should be a dict with the key 'segments', but got {type(ctx).__name__}.")
     segments = ctx.get("segments", 1)
     preserve = ctx.get("preserve_rng_state", True)
+    if not isinstance(functions, Iterable):
+        raise TypeError("functions should be an nn.Sequential or a list of callables, "
+                        f"but got {type(functions).__name__}.")
     layers = list(functions.children()) if isinstance(functions, torch.nn.Sequential) else list(functions)
-    if isinstance(segments, bool) or not isinstance(segments, int):
-        raise TypeError(f"ctx['segments'] should be an int, but got {type(segments).__name__}.")
+    for layer in layers:
+        if not callable(layer):
+            raise TypeError(f"functions should hold callables, but holds a {type(layer).__name__}.")
+    segments = _checks.integer("ctx['segments']", segments)
     if not 1 <= segments <= max(len(layers), 1):
         raise ValueError(f"ctx['segments'] should be between 1 and the number of functions ({len(layers)}), "
                          f"but got {segments}.")
-    _checks.flag("ctx['preserve_rng_state']", preserve, int_ok=True)
+    preserve = _checks.flag("ctx['preserve_rng_state']", preserve, int_ok=True)
 
     def run_segment(begin: int, end: int) -> Callable[[Any], Any]:
         def run(value: Any) -> Any:
@@ -136,8 +141,11 @@ def recompute_sequential(ctx: Mapping[str, Any], functions: torch.nn.Sequential 
     return run_segment(end, len(layers))(*args)
 
 
-def _bound(run: Callable[..., Any], preserve: Any) -> Callable[..., Any]:
-    """``run`` recomputed under its forward's auto_cast state (and host RNG states)."""
+def _bound(run: Callable[..., Any], preserve: bool) -> Callable[..., Any]:
+    """``run`` recomputed under its forward's auto_cast state (and host RNG states).
+
+    Bound here although the bridge binds torch's checkpoint too: so that recompute keeps its
+    promise on a torch whose internals the bridge could not wrap (binding twice changes nothing)."""
     return replaying(_replaying_host_rng(run) if preserve else run)
 
 
