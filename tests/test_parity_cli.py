@@ -48,6 +48,8 @@ def test_compare_exit_status(traces, capsys):
         (["compare", "a", "a", "--rtol", "1e-3"], "give --rtol and --atol together"),
         (["compare", "a", "a", "--exact", "--rtol", "0", "--atol", "0"], "--exact compares bits"),
         (["report", "a", "b", "--format", "pdf"], "--format: choose among"),
+        (["compare", "a", "a", "--json", "no-folder/c.json"], "--json: cannot write no-folder/c.json"),
+        (["report", "a", "a", "-o", "a.json"], "-o: cannot write the report into a.json"),
     ],
 )
 def test_usage_errors(traces, capsys, monkeypatch, argv, message):
@@ -166,6 +168,7 @@ def test_run_records_both_scripts_and_compares(tmp_path, capsys, monkeypatch):
     assert main(["run", str(tmp_path / "reference.py"), str(tmp_path / "other.py"), "-o", out, "--exact"]) == 1
     assert "first divergence at step 0, lr" in capsys.readouterr().out
     (tmp_path / "broken.py").write_text("raise SystemExit(3)")
-    assert main(["run", str(tmp_path / "reference.py"), str(tmp_path / "broken.py"), "-o", out]) == 1
-    assert "recording the port script failed" in capsys.readouterr().err
+    # the Paddle side fails first: no second script is run
+    assert main(["run", str(tmp_path / "broken.py"), str(tmp_path / "same.py"), "-o", out]) == 1
+    assert "recording the paddle script failed" in capsys.readouterr().err
     assert main(["run", str(tmp_path / "missing.py"), str(tmp_path / "same.py"), "-o", out]) == 2

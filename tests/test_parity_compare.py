@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from paddle_compat.parity import Trace, compare, write_report
+from paddle_compat.parity import Trace, assert_same_trajectory, compare, write_report
 from paddle_compat.parity._arrays import DEFAULT_TOLERANCES, array_of, ulp_distance
 from paddle_compat.parity.report import to_json, to_markdown
 
@@ -139,8 +139,9 @@ def test_causal_order_within_a_step():
     d = compare(a, c).first_divergence
     assert d.name == "found_inf"
     assert d.causes == ["the gradients differ at this step too (grad/w): the skip decision follows from them"]
-    lr = trace([(scal(lr=0.5), {"grad/w": W + 1, "param/w": W + 1})])
-    assert compare(a, lr, tolerance={"grad": 1.0}).first_divergence.name == "lr"
+    lr = trace([(scal(lr=0.5), {"actgrad/fc": W + 1, "grad/w": W + 1, "param/w": W + 1})])
+    a_act = trace([(scal(), {"actgrad/fc": W, "grad/w": W, "param/w": W})])
+    assert compare(a_act, lr).first_divergence.name == "lr"  # before the gradients, the layers' included
     d = trace([(scal(incr_count=2), {"grad/w": W, "param/w": W})])
     assert compare(a, d).first_divergence.name == "incr_count"  # counters: exact even with tolerances
 
@@ -325,6 +326,9 @@ def test_baseline_separates_noise_from_a_bug():
     d = compare(ref, buggy, baseline=base).first_divergence
     assert (d.step, d.name) == (2, "grad/w")
     assert not compare(ref, port, baseline=base, baseline_factor=1.0).ok
+    assert_same_trajectory(ref, port, baseline=base)  # the same options, as an assertion
+    with pytest.raises(AssertionError, match="grad/w"):
+        assert_same_trajectory(ref, port, baseline=base, baseline_factor=1.0)
 
 
 def test_layers_recorded_on_one_side_are_notes():
@@ -332,7 +336,7 @@ def test_layers_recorded_on_one_side_are_notes():
     b = trace([(scal(), {"act/attn": W, "param/w": W})])
     result = compare(a, b, exact=True)
     assert result.ok
-    inline = "act/attn.q_proj: Paddle's MultiHeadAttention calls its q/k/v/out projections"
+    inline = "act/attn.q_proj: torch's MultiheadAttention computes the q/k/v/out projections inside one call"
     assert any(inline in n for n in result.notes)
     assert "only the reference recorded act/extra: layers without a counterpart, not compared" in result.notes
 
@@ -393,6 +397,8 @@ def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys
         "report.json", "report.md", "report.png"]
     with pytest.raises(ValueError, match=r"^formats: unknown \['pdf'\]; choose from 'json', 'md', 'png'$"):
         report.write_report(compare(a, a), tmp_path, ["md", "pdf"])
+    with pytest.raises(TypeError, match=r"^formats must be a list of format names \(strings\), got str$"):
+        report.write_report(compare(a, a), tmp_path, "md")  # not the formats 'm' and 'd'
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     assert report.available_formats() == ("json", "md")

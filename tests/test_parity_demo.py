@@ -57,7 +57,8 @@ def _skip_if_forward_differs(golden: Trace, result) -> None:
     d = result.first_divergence
     if d is not None and not same_host and d.name.split("/")[0] in ("loss", "grad", "grad_norm"):
         pytest.skip(
-            f"recorded with torch {env['torch']} on {env['torch_cpu_capability']}: the forward differs here ({d.describe()})"
+            f"recorded with torch {env['torch']} on {env['torch_cpu_capability']}: "
+            f"the forward differs here ({d.describe()})"
         )
 
 

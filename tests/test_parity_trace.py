@@ -350,7 +350,59 @@ def test_streaming_keeps_nothing_in_memory_and_reads_back_the_same(tmp_path):
     s = back.series["param/0.weight"]
     assert type(s.data).__name__ == "_Rows"
     assert s.data[3].tobytes() == in_memory.series["param/0.weight"].data[3].tobytes()
+    back.add_step({"loss": 0.0}, {"param/0.weight": in_memory.final("param/0.weight")})  # a loaded trace extends
+    assert s.steps[-1] == 7 and len(s.data) == 8
     back.close()
+
+
+def test_no_recording_after_a_streamed_trace_is_saved(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = torch.nn.Linear(2, 2)
+    rec = TraceRecorder(model, path="s")
+    rec.record()
+    rec.save(tmp_path / "s.json")  # its own path, spelled otherwise
+    with pytest.raises(ValueError, match=r"record\(\) after save\(\): this recorder's streamed trace is finished"):
+        rec.record()
+    assert len(Trace.load(tmp_path / "s")) == 1
+
+
+def test_a_streamed_trace_goes_where_the_record_command_asks(tmp_path, monkeypatch):
+    """Under `python -m paddle_compat.parity record` (which sets ENV_OUT), save() with no path
+    finishes the stream where it streams and leaves the trace where the command looks for it."""
+    monkeypatch.setenv(ENV_OUT, str(tmp_path / "asked"))
+    model = torch.nn.Linear(2, 2)
+    rec = TraceRecorder(model, path=tmp_path / "own")
+    rec.record(model(torch.ones(1, 2)).sum())
+    assert rec.save() == tmp_path / "own.json"
+    asked = Trace.load(tmp_path / "asked")
+    assert compare(Trace.load(tmp_path / "own"), asked, exact=True).ok and len(asked) == 1
+
+
+def test_the_recorder_as_a_context_manager_finishes_a_streamed_trace_even_after_an_error(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="the loop failed"):
+        with TraceRecorder(model, path=tmp_path / "crashed", layers=True) as rec:
+            for step in range(3):
+                rec.record(model(torch.ones(1, 2)).sum())
+                if step == 1:
+                    raise RuntimeError("the loop failed")
+    assert not rec.trace.streaming and rec._watcher is None  # hooks removed
+    trace = Trace.load(tmp_path / "crashed")
+    assert len(trace) == 2 and trace.series["act/0"].steps == [0, 1]
+    trace.close()
+
+
+def test_every_n_steps_the_layers_are_copied_only_on_kept_steps(monkeypatch):
+    from paddle_compat.parity import hooks
+
+    copied = []
+    monkeypatch.setattr(hooks, "copy_of", lambda t: copied.append(1) or np.zeros(1))
+    run(layers=True)
+    per_step = len(copied) / 7
+    copied.clear()
+    sparse = run(layers=True, every=3)
+    assert sparse.series["act/0"].steps == [0, 3, 6]
+    assert len(copied) == 3 * per_step > 0  # outputs and gradients of steps 0, 3 and 6 only
 
 
 def test_every_and_patterns():

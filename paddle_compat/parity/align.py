@@ -37,11 +37,13 @@ _KIND_ALIASES = {
     "layerdict": "moduledict",
 }
 
+# Why Paddle's attention records four layer calls that torch's does not (also said by compare's notes).
+MHA_INLINE = (
+    "torch's MultiheadAttention computes the q/k/v/out projections inside one call, "
+    "where Paddle's calls four Linear sublayers: they are compared as part of it"
+)
 # Torch modules whose Paddle counterparts call sublayers that they compute inline.
-_INLINE_SUBLAYERS = {
-    "multiheadattention": "torch's MultiheadAttention computes the q/k/v/out projections inside one call, "
-    "where Paddle's calls four Linear sublayers: they are compared as part of it",
-}
+_INLINE_SUBLAYERS = {"multiheadattention": MHA_INLINE}
 
 
 def kind_of(layer: Any) -> str:
@@ -194,10 +196,11 @@ def align(
     """
     lmap, back = dict(layer_map or {}), {v: k for k, v in (name_map or {}).items()}
 
+    def mapped(ppath: str) -> bool:
+        return ppath in lmap or any(ppath.startswith(k + ".") for k in lmap)
+
     def torch_path(ppath: str) -> str:
-        if ppath in lmap or any(ppath.startswith(k + ".") for k in lmap):
-            return _rename(ppath, lmap)
-        return _rename(ppath, back)
+        return _rename(ppath, lmap if mapped(ppath) else back)
 
     ps = _kept(paddle_calls, ignore, ignore_types, depth)
     ts = _kept(torch_calls, ignore, ignore_types, depth)
@@ -208,12 +211,10 @@ def align(
         if j is not None:
             named.append((i, j))
     chain = _increasing(named)
-    by_name = set(chain)
     named_p = {i for i, _ in named}
     named_t = {j for _, j in named}
     matched: list[tuple[int, int, str]] = [
-        (i, j, "layer_map" if ps[i].path in lmap or any(ps[i].path.startswith(k + ".") for k in lmap) else "name")
-        for i, j in chain
+        (i, j, "layer_map" if mapped(ps[i].path) else "name") for i, j in chain
     ]
     # between consecutive name matches, align what is left by type
     bounds = [(-1, -1), *chain, (len(ps), len(ts))]
@@ -224,18 +225,16 @@ def align(
             matched.append((gap_p[a], gap_t[b], "type"))
     matched.sort(key=lambda m: m[1])
     pairs = [Pair(ps[i], ts[j], how) for i, j, how in matched]
-    notes = _one_sided_notes(ps, ts, pairs, by_name, named)
+    notes = _one_sided_notes(ps, ts, pairs, named_p)
     return pairs, notes
 
 
-def _one_sided_notes(
-    ps: list[Call], ts: list[Call], pairs: list[Pair], by_name: set[tuple[int, int]], named: list[tuple[int, int]]
-) -> list[str]:
-    """One note per reason, naming every call it covers."""
+def _one_sided_notes(ps: list[Call], ts: list[Call], pairs: list[Pair], named_p: set[int]) -> list[str]:
+    """One note per reason, naming every call it covers (``named_p``: the Paddle calls with a torch
+    namesake)."""
     paired_p = {id(p.paddle) for p in pairs}
     paired_t = {id(p.torch) for p in pairs}
     owner: dict[str, Pair] = {p.paddle.path: p for p in pairs}
-    named_p = {i for i, _ in named}
     grouped: dict[str, list[str]] = {}
     for i, c in enumerate(ps):
         if id(c) in paired_p:
@@ -262,6 +261,8 @@ def _one_sided_notes(
 
 def layer_types(values: Iterable[Any], what: str) -> tuple[Any, ...]:
     """``values`` checked as classes or class names (``TypeError`` naming ``what`` otherwise)."""
+    if isinstance(values, (str, type)):  # one name or class where a list was meant: not its letters
+        raise TypeError(f"{what} must be a list of classes or class names, got {values!r}")
     out = tuple(values)
     for v in out:
         if not isinstance(v, (str, type)):

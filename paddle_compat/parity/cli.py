@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "run":
             p.add_argument("reference", metavar="paddle_script", help="the Paddle script (saves its trace)")
             p.add_argument("candidate", metavar="port_script", help="the port's script (saves its trace)")
-            p.add_argument("-o", "--out", default="parity-traces", help="folder for both traces (paddle, port)")
+            p.add_argument("-o", "--out", default="parity-traces", help="the traces' folder (default: %(default)s)")
             p.add_argument("--timeout", type=float, help="seconds before a script is stopped")
         else:
             p.add_argument("reference", help="the reference trace (Paddle)")
@@ -165,14 +165,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = _compare(args)
         if args.command != "report":
             if args.json:
-                with open(args.json, "w") as f:
-                    f.write(to_json(result))
+                try:
+                    Path(args.json).write_text(to_json(result))
+                except OSError as e:
+                    raise _Usage(f"--json: cannot write {args.json}: {e.strerror or e}") from e
         else:
             formats = _formats(args.format)
             try:
                 written = write_report(result, args.out, formats)
             except ImportError as e:
                 raise _Usage(str(e)) from e
+            except OSError as e:
+                raise _Usage(f"-o: cannot write the report into {args.out}: {e.strerror or e}") from e
             print("report: " + ", ".join(str(p) for p in written.values()))
         print(result.summary())
         return 0 if result.ok else 1

@@ -293,6 +293,14 @@ def unregister_rule(module_type: type) -> None:
 
     Args:
         module_type: the torch module class.
+
+    Example::
+
+        register_rule(FusedDense, rename={"w": "weight"}, transpose=["w"])
+        try:
+            state = torch_to_paddle(model)
+        finally:
+            unregister_rule(FusedDense)
     """
     _USER_RULES.pop(module_type, None)
 

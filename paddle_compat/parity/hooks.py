@@ -16,7 +16,7 @@ import numpy as np
 
 from ._arrays import copy_of
 
-__all__ = ["LayerWatcher", "first_tensor"]
+__all__ = ["LayerWatcher", "first_tensor", "named_layers", "wants_grad"]
 
 MODEL = "(model)"
 
@@ -34,10 +34,21 @@ def first_tensor(output: Any) -> Any:
     return None
 
 
-def _wants_grad(t: Any) -> bool:
+def wants_grad(t: Any) -> bool:
+    """Whether a gradient will flow into ``t`` (torch or Paddle)."""
     if hasattr(t, "stop_gradient"):  # Paddle
         return not t.stop_gradient
     return bool(getattr(t, "requires_grad", False))
+
+
+def named_layers(model: Any) -> tuple[list[tuple[str, Any]], str]:
+    """Every layer of a torch module or a Paddle layer, the model itself first (path ``""``), and
+    the name of its framework's forward-hook method."""
+    if callable(getattr(model, "named_modules", None)):  # torch
+        return list(model.named_modules()), "register_forward_hook"
+    if callable(getattr(model, "named_sublayers", None)):  # Paddle
+        return list(model.named_sublayers(include_self=True)), "register_forward_post_hook"
+    raise TypeError(f"cannot watch the layers of {type(model).__name__}")
 
 
 class LayerWatcher:
@@ -51,14 +62,8 @@ class LayerWatcher:
 
     def __init__(self, model: Any, rename: Callable[[str], str] | None = None) -> None:
         rename = rename or (lambda name: name)
-        if callable(getattr(model, "named_modules", None)):  # torch
-            layers = list(model.named_modules())
-            register = "register_forward_hook"
-        elif callable(getattr(model, "named_sublayers", None)):  # Paddle
-            layers = list(model.named_sublayers(include_self=True))
-            register = "register_forward_post_hook"
-        else:
-            raise TypeError(f"cannot watch the layers of {type(model).__name__}")
+        layers, register = named_layers(model)
+        self.active = True  # False: the hooks copy nothing (steps a recorder does not keep)
         self._outputs: list[tuple[str, np.ndarray]] = []
         self._grads: list[tuple[str, np.ndarray]] = []
         self._calls: Counter[str] = Counter()
@@ -69,14 +74,14 @@ class LayerWatcher:
 
     def _hook(self, name: str) -> Callable[..., None]:
         def hook(layer: Any, inputs: Any, output: Any) -> None:
-            t = first_tensor(output)
+            t = first_tensor(output) if self.active else None
             if t is None:
                 return
             n = self._calls[name]
             self._calls[name] += 1
             key = name if n == 0 else f"{name}#{n}"  # a layer called twice in a step
             self._outputs.append((key, copy_of(t)))
-            if _wants_grad(t):
+            if wants_grad(t):
                 t.register_hook(self._grad_hook(key))
 
         return hook

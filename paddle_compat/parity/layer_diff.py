@@ -39,8 +39,10 @@ import torch
 from .. import _checks
 from ._arrays import closeness, copy_of
 from .align import Call, Pair, align, kind_of, layer_types
+from .compare import bound_for
 from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
 from .hooks import first_tensor as _first_tensor
+from .hooks import named_layers, wants_grad
 
 __all__ = ["LayerDiff", "LayerResult", "diff_layers"]
 
@@ -85,15 +87,10 @@ class _Recorder:
         self._stack: list[tuple[Any, Call]] = []
         self._counts: dict[str, int] = {}
         self._handles: list[Any] = []
-        if side == "torch":
-            layers = list(model.named_modules())
-            for path, layer in layers:
-                self._handles.append(layer.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-                self._handles.append(layer.register_forward_hook(self._post(path)))
-        else:
-            for path, layer in model.named_sublayers(include_self=True):
-                self._handles.append(layer.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-                self._handles.append(layer.register_forward_post_hook(self._post(path)))
+        layers, register = named_layers(model)
+        for path, layer in layers:
+            self._handles.append(layer.register_forward_pre_hook(self._pre(path), with_kwargs=True))
+            self._handles.append(getattr(layer, register)(self._post(path)))
 
     def _keep(self, x: Any) -> Any:
         if isinstance(x, torch.Tensor):
@@ -133,8 +130,7 @@ class _Recorder:
             if t is None:
                 return
             call.output = copy_of(t)
-            wants = (not t.stop_gradient) if hasattr(t, "stop_gradient") else bool(getattr(t, "requires_grad", False))
-            if wants:
+            if wants_grad(t):
                 t.register_hook(self._grad(call))
 
         return hook
@@ -307,9 +303,11 @@ class LayerDiff:
             "ok": self.ok,
             "single_step": self.single_step,
             "first": div(self.first),
+            "first_load": div(self.first_load),
             "first_forward": div(self.first_forward),
             "first_backward": div(self.first_backward),
             "notes": self.notes,
+            "params": [{"name": k, **check(c)} for k, c in self.params],
             "layers": [
                 {
                     "layer": r.key,
@@ -336,13 +334,8 @@ class _Judge:
     def tolerance(self, layer: str, phase: str) -> float:
         if not isinstance(self.rtol, Mapping):
             return float(self.rtol)
-        import fnmatch
-
-        best: float | None = None
-        for pattern, value in self.rtol.items():
-            if pattern in (phase, "*") or fnmatch.fnmatchcase(layer, pattern):
-                best = value if best is None else max(best, value)
-        return DEFAULT_RTOL if best is None else float(best)
+        found = bound_for(self.rtol, layer, phase)
+        return DEFAULT_RTOL if found is None else float(found)
 
     def check(self, layer: str, phase: str, what: str, ref: np.ndarray, cand: np.ndarray, noise: float | None) -> Check:
         if ref.shape != cand.shape:
@@ -435,7 +428,6 @@ def _replay_torch(
     input gradients, parameter gradients)``. Leaves the module's buffers and gradients as they were."""
     saved_buffers = _torch_buffers(module)
     saved_grads = {k: p.grad for k, p in module.named_parameters()}
-    leaves: list[torch.Tensor] = []
     args = [
         a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
     ]
@@ -525,17 +517,18 @@ def _noise(
         )
     except (TypeError, RuntimeError, ValueError):  # a layer with float32 hard-wired inside
         return None, [None] * len(grads32), {}
-
-    def rel(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
-        if a is None or b is None or a.shape != b.shape or not _is_float_array(np.asarray(b)):
-            return None
-        return closeness(b, a)["rel_l2"]
-
     return (
-        rel(out32, out64),
-        [rel(a, b) for a, b in zip(grads32, gin64 + [None] * len(grads32))],
-        {k: r for k, v in pgrads32.items() if (r := rel(v, gp64.get(k))) is not None},
+        _rounding(out32, out64),
+        [_rounding(a, b) for a, b in zip(grads32, gin64 + [None] * len(grads32))],
+        {k: r for k, v in pgrads32.items() if (r := _rounding(v, gp64.get(k))) is not None},
     )
+
+
+def _rounding(value: np.ndarray | None, wide: np.ndarray | None) -> float | None:
+    """The norm-relative error of a float32 result against its float64 replay (``None``: not comparable)."""
+    if value is None or wide is None or value.shape != wide.shape or not _is_float_array(wide):
+        return None
+    return closeness(wide, value)["rel_l2"]
 
 
 def _state_checks(pair: Pair, judge: _Judge, before: Mapping[str, torch.Tensor]) -> list[Check]:
@@ -613,13 +606,7 @@ def _chained_noise(
         rec.remove()
     if [(c.path, c.index) for c in rec.calls] != [(c.path, c.index) for c in calls]:
         return {}
-
-    def rel(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
-        if a is None or b is None or a.shape != b.shape or not _is_float_array(a):
-            return None
-        return closeness(b, a)["rel_l2"]
-
-    return {id(c): (rel(c.output, w.output), rel(c.grad, w.grad)) for c, w in zip(calls, rec.calls)}
+    return {id(c): (_rounding(c.output, w.output), _rounding(c.grad, w.grad)) for c, w in zip(calls, rec.calls)}
 
 
 def _paddle_param_grads_as_torch(pair: Pair, grads: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -692,8 +679,9 @@ def diff_layers(
         depth: compare layers at most this deep (the model is 0).
         single_step: feed each torch layer the Paddle layer's input and output gradient
             (default); ``False``: compare the two natural runs (errors build up).
-        rtol: the norm-relative tolerance, or ``{pattern: rtol}`` by layer path glob or phase
-            (``"forward"``, ``"backward"``): the largest matching value applies.
+        rtol: the norm-relative tolerance, or ``{key: rtol}``: the most specific key applies, a
+            layer's path, else the longest glob matching it, else its phase (``"forward"``,
+            ``"backward"``), else ``"*"`` (else 1e-6), as for :func:`.compare`'s ``tolerance``.
         noise_factor: a layer diverges only beyond this many times its own float64 rounding error.
         grad_output: the gradient of the model's (first) output to back-propagate; by default a
             seeded standard normal one (the same on both sides).
@@ -703,9 +691,10 @@ def diff_layers(
         A :class:`LayerDiff`: ``.ok``, ``.first`` (load, forward, backward), ``.tree()``,
         ``.summary()``, ``.layers`` (every aligned layer's checks), ``.notes``.
 
-    Both models should be in the same mode (train or eval) and free of randomness (dropout 0):
-    the frameworks' random streams differ. Afterwards both models hold no gradients and their
-    buffers (BatchNorm statistics) as before; the port keeps the weights ``load`` gave it.
+    Both models must be in the same mode (train or eval; ``ValueError`` otherwise) and should be
+    free of randomness (dropout 0): the frameworks' random streams differ. Afterwards both models
+    hold no gradients and their buffers (BatchNorm statistics) as before; the port keeps the
+    weights ``load`` gave it.
 
     Example::
 
@@ -716,6 +705,13 @@ def diff_layers(
         raise TypeError(f"torch_model must be a torch.nn.Module, got {type(torch_model).__name__}")
     if not callable(getattr(paddle_model, "named_sublayers", None)):
         raise TypeError(f"paddle_model must be a paddle.nn.Layer, got {type(paddle_model).__name__}")
+    modes = ["train" if getattr(m, "training", True) else "eval" for m in (paddle_model, torch_model)]
+    if modes[0] != modes[1]:  # BatchNorm and dropout would differ, and every layer after them
+        raise ValueError(
+            f"paddle_model is in {modes[0]} mode, torch_model in {modes[1]} mode: put both in the same mode"
+        )
+    if not isinstance(inputs, (np.ndarray, tuple)):
+        raise TypeError(f"inputs must be a numpy array or a tuple of numpy arrays, got {type(inputs).__name__}")
     inputs_t = inputs if isinstance(inputs, tuple) else (inputs,)
     for i, x in enumerate(inputs_t):
         if not isinstance(x, np.ndarray):
@@ -744,8 +740,12 @@ def diff_layers(
     paddle = importlib.import_module("paddle")
     judge = _Judge(rtol, float(noise_factor))
     if load == "paddle":
+        try:
+            state = paddle_to_torch(paddle_model.state_dict(), torch_model, name_map=name_map)
+        except ValueError as e:
+            raise ValueError(f"load='paddle': {e} (give name_map=, or the port's own loader as load=)") from None
         with torch.no_grad():
-            torch_model.load_state_dict(paddle_to_torch(paddle_model.state_dict(), torch_model, name_map=name_map))
+            torch_model.load_state_dict(state)
     elif callable(load):
         load(paddle_model, torch_model)
     params = _load_checks(paddle_model, torch_model, name_map, judge)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import collections
 import functools
+import contextlib
 import importlib
 import io
+import mmap
 import os
 import pickle
 import pickletools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -124,26 +126,46 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise UnsafePickleError("refusing a persistent id: paddle.save never writes one")
 
 
-def _contents(source: str | os.PathLike[str] | bytes | BinaryIO) -> tuple[bytes, str]:
-    """The bytes to unpickle and how messages name their origin."""
+@contextlib.contextmanager
+def _contents(source: str | os.PathLike[str] | bytes | BinaryIO) -> Iterator[tuple[Any, str]]:
+    """The bytes to unpickle (a file mapped, not read: a checkpoint is not held twice in memory) and
+    how messages name their origin."""
     if isinstance(source, bytes):
-        return source, "the given bytes"
-    if isinstance(source, (str, os.PathLike)):
+        yield source, "the given bytes"
+    elif isinstance(source, (str, os.PathLike)):
         with open(source, "rb") as f:
-            return f.read(), os.fspath(source)
-    if callable(getattr(source, "read", None)):
+            try:
+                mapped: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # an empty file, or one that cannot be mapped (a pipe)
+                mapped = None
+            if mapped is None:
+                yield f.read(), os.fspath(source)
+            else:
+                with mapped:
+                    yield mapped, os.fspath(source)
+    elif callable(getattr(source, "read", None)):
         data = source.read()
         if not isinstance(data, bytes):
             raise TypeError(f"source must be opened in binary mode, its read() gave {type(data).__name__}")
-        return data, str(getattr(source, "name", "the file object"))
-    raise TypeError(f"source must be a path, bytes or a binary file object, got {type(source).__name__}")
+        yield data, str(getattr(source, "name", "the file object"))
+    else:
+        raise TypeError(f"source must be a path, bytes or a binary file object, got {type(source).__name__}")
 
 
-def _check_lengths(data: bytes, origin: str) -> None:
+def _stream(data: Any) -> Any:
+    """A file-like reader over ``data`` (bytes or a memory map) from its start; reading never copies
+    more than it returns, so a corrupt length cannot make it allocate."""
+    if isinstance(data, mmap.mmap):
+        data.seek(0)
+        return data
+    return io.BytesIO(data)
+
+
+def _check_lengths(data: Any, origin: str) -> None:
     """Refuse a pickle whose declared lengths run past its end, before the unpickler allocates them
     (it reserves a frame's declared length up front)."""
     try:
-        for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+        for op, arg, pos in pickletools.genops(_stream(data)):
             if op.name == "FRAME" and (pos or 0) + 9 + int(arg or 0) > len(data):
                 raise ValueError(f"a frame of {arg} bytes at byte {pos}, but the file has {len(data)} bytes")
             if op.name == "STOP":
@@ -155,15 +177,15 @@ def _check_lengths(data: bytes, origin: str) -> None:
 
 def _read(source: str | os.PathLike[str] | bytes | BinaryIO) -> tuple[Any, str]:
     """The unpickled object and how messages name its origin."""
-    data, origin = _contents(source)
-    _check_lengths(data, origin)
-    try:
-        obj = _RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
-        _check_no_objects(obj)
-    except UnsafePickleError as e:
-        raise UnsafePickleError(f"{origin}: {e}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
-        raise CorruptFileError(f"{origin} is not a paddle.save file (corrupt): {type(e).__name__}: {e}") from None
+    with _contents(source) as (data, origin):
+        _check_lengths(data, origin)
+        try:
+            obj = _RestrictedUnpickler(_stream(data), encoding="latin1").load()
+            _check_no_objects(obj)
+        except UnsafePickleError as e:
+            raise UnsafePickleError(f"{origin}: {e}") from None
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
+            raise CorruptFileError(f"{origin} is not a paddle.save file (corrupt): {type(e).__name__}: {e}") from None
     return obj, origin
 
 

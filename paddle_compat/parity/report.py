@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .compare import Comparison, fmt_ulps
+from .convert import string_list
 
 __all__ = ["FORMATS", "available_formats", "plot", "to_json", "to_markdown", "write_report"]
 
@@ -282,8 +283,9 @@ FORMATS = tuple(_WRITERS)
 
 
 def check_formats(formats: Iterable[str]) -> list[str]:
-    """``formats`` as a list; ``ValueError`` naming the unknown ones (and the known ones)."""
-    chosen = list(formats)
+    """``formats`` as a list; ``TypeError`` for one string, ``ValueError`` naming the unknown ones
+    (and the known ones)."""
+    chosen = list(string_list(formats, "formats", "format names"))
     unknown = [f for f in chosen if f not in _WRITERS]
     if unknown:
         raise ValueError(f"formats: unknown {unknown}; choose from {', '.join(map(repr, FORMATS))}")

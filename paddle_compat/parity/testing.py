@@ -21,6 +21,7 @@ def assert_same_trajectory(
     steps: int | None = None,
     tolerance: Tolerance | None = None,
     baseline: Trace | str | os.PathLike[str] | None = None,
+    baseline_factor: float = 10.0,
     report_dir: str | os.PathLike[str] | None = None,
 ) -> Comparison:
     """Fail unless two runs agree at every step (bitwise by default).
@@ -31,8 +32,8 @@ def assert_same_trajectory(
         exact: bitwise (default); ``False`` for torch.testing's per-dtype tolerances.
         rtol, atol: explicit tolerances (with ``exact=False``).
         steps: check only the first ``steps`` steps (e.g. a short run against a long golden trace).
-        tolerance, baseline: norm-relative bounds, and a second reference run whose distance is the
-            noise (see :func:`.compare`).
+        tolerance, baseline, baseline_factor: norm-relative bounds, and a second reference run
+            whose distance is the noise, times how much (see :func:`.compare`).
         report_dir: on failure, also write the JSON/Markdown/PNG report there (the PNG only when
             matplotlib is installed).
 
@@ -44,7 +45,15 @@ def assert_same_trajectory(
         assert_same_trajectory("tests/golden/demo", recorder.trace)
     """
     result = compare(
-        reference, candidate, exact=exact, rtol=rtol, atol=atol, steps=steps, tolerance=tolerance, baseline=baseline
+        reference,
+        candidate,
+        exact=exact,
+        rtol=rtol,
+        atol=atol,
+        steps=steps,
+        tolerance=tolerance,
+        baseline=baseline,
+        baseline_factor=baseline_factor,
     )
     if not result.ok:
         if report_dir is not None:

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -109,7 +110,7 @@ class Series:
         self.steps: list[int] = []
         self.digests: list[int] = []
         self.data: Sequence[np.ndarray] = []  # full values, or the sampled ones
-        self.last: np.ndarray | None = None  # the last row (kept while streaming)
+        self.last: np.ndarray | None = None  # the last row, while streaming (its rows are on disk)
         self._sink = sink  # (file, this series' number): rows go to the file, not to memory
 
     @property
@@ -126,12 +127,13 @@ class Series:
         if self._sink is not None:
             sink, number = self._sink
             sink.write(f"{number}.{len(self.steps)}", row)
+            self.last = row
         else:
-            assert isinstance(self.data, list)
+            if not isinstance(self.data, list):  # a loaded trace, extended: its rows come into memory
+                self.data = list(self.data)
             self.data.append(row)
         self.steps.append(step)
         self.digests.append(digest(arr, self.dtype))
-        self.last = row
 
     def position(self, step: int) -> int | None:
         """Where ``step`` is in this series (``None``: not recorded then)."""
@@ -273,7 +275,7 @@ class Trace:
         if self._sink is not None:
             assert self._stream is not None
             jpath, npath = self._stream
-            if path is not None and trace_paths(path) != self._stream:
+            if path is not None and trace_paths(path)[0].resolve() != jpath.resolve():
                 raise ValueError(f"this trace streams to {npath}: save() it there (path=None)")
             for i, s in enumerate(self.series.values()):
                 for key, value in _series_arrays(i, s).items():
@@ -703,6 +705,14 @@ class TraceRecorder:
             rec.record(loss)
             opt.clear_grad()
         rec.save("traces/port")
+
+    As a context manager (PaDiff's ``PaDiffGuard``), streamed to disk, the tensors every 10 steps::
+
+        with TraceRecorder(model, opt, scaler, path="traces/port", every=10, exclude=["*.bias"]) as rec:
+            for x, y in data:
+                ...
+                rec.record(loss)
+        # traces/port.json + traces/port.npz are finished here, even if the loop raised
     """
 
     def __init__(
@@ -767,6 +777,7 @@ class TraceRecorder:
             },
             stream_to=path,
         )
+        self._streamed = path is not None
 
     def before_step(self) -> None:
         """Optional, after ``backward`` and before the optimizer step: also record the global norm
@@ -802,6 +813,8 @@ class TraceRecorder:
             scaler.minimize(opt, scaled)
             recorder.record(loss)
         """
+        if self._streamed and not self.trace.streaming:
+            raise ValueError("record() after save(): this recorder's streamed trace is finished (start a new one)")
         tensors: dict[str, np.ndarray] = {}
         keep = self._count % self._every == 0  # tensors every `every` steps; scalars always
         self._count += 1
@@ -809,6 +822,7 @@ class TraceRecorder:
             outputs, grads_in = self._watcher.drain()
             tensors.update((f"act/{k}", v) for k, v in outputs)
             tensors.update((f"actgrad/{k}", v) for k, v in grads_in)
+            self._watcher.active = self._count % self._every == 0  # the next step's layers, if it is kept
         scalars: dict[str, Any] = dict(self._pre)
         self._pre = {}
         if loss is not None:
@@ -824,28 +838,32 @@ class TraceRecorder:
             if self._opt_state:
                 for name, accs in self._side.optimizer_state().items():
                     tensors.update((f"opt/{name}/{acc}", v) for acc, v in accs.items())
-            tensors = {k: v for k, v in tensors.items() if self._wanted(k)}
+            tensors = {k: v for k, v in tensors.items() if selected(self.trace.meta, k)}
         else:
             tensors = {}
         self.trace.add_step(scalars, tensors, full_max_elements=self._full_max_elements, sample=self._sample)
-
-    def _wanted(self, name: str) -> bool:
-        return selected(self.trace.meta, name)
-
 
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Write the trace (``PATH.json`` + ``PATH.npz``); returns the JSON file's path.
 
         Args:
             path: where; ``None``: where ``python -m paddle_compat.parity record`` asked (the
-                ``PADDLE_COMPAT_PARITY_TRACE`` variable).
+                ``PADDLE_COMPAT_PARITY_TRACE`` variable). A streamed trace (``path=`` given to the
+                recorder) is finished where it streams, and copied there when ``record`` asked.
 
         Example::
 
             recorder.save("traces/port")
         """
         if self.trace.streaming:
-            return self.trace.save(path)
+            jpath = self.trace.save(path)
+            wanted = os.environ.get(ENV_OUT) if path is None else None
+            if wanted and trace_paths(wanted)[0].resolve() != jpath.resolve():
+                # recorded by `python -m paddle_compat.parity record`: a copy where the command looks
+                for src, dst in zip(trace_paths(jpath), trace_paths(wanted), strict=True):
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, dst)
+            return jpath
         if path is None:
             path = os.environ.get(ENV_OUT)
             if not path:
@@ -862,6 +880,16 @@ class TraceRecorder:
         if self._watcher is not None:
             self._watcher.remove()
             self._watcher = None
+
+    def __enter__(self) -> TraceRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Leaving a ``with`` block removes the layer hooks and finishes a streamed trace's files
+        (also when the loop raised: the steps recorded so far stay readable)."""
+        self.close()
+        if self.trace.streaming:
+            self.save()
 
 
 def _unbiased_running_var(model: torch.nn.Module | None) -> list[str]:

@@ -7,6 +7,8 @@ without a divergence; names and types align ports whose names differ."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import paddle
 import pytest
@@ -77,6 +79,9 @@ def test_injected_bug_is_named_at_its_layer(model, bug):
     else:
         assert result.first.phase == "load" and result.first_load.layer == loaded
         assert "untransposed" in result.first_load.check.reason
+        as_json = json.loads(json.dumps(result.to_dict()))
+        assert as_json["first_load"]["layer"] == loaded and as_json["first"] == as_json["first_load"]
+        assert [p["name"] for p in as_json["params"] if not p["ok"]] == [f"{loaded}.weight"]
     check = result.first_forward.check
     assert check.metrics["rel_l2"] > 16 * check.noise  # stands out of the noise floor by far
     tree = result.tree().splitlines()
@@ -198,6 +203,15 @@ def test_the_sublayers_agree_remark():
     assert result.first_forward.remark == "its sublayers agree: the difference is in its own forward code"
 
 
+def test_rtol_by_layer_and_phase_the_most_specific_wins():
+    """A bound for one layer tightens it under a looser global one; a phase's bound covers that phase."""
+    assert _run("transformer", "gelu", rtol={"*": 1.0}).ok
+    tight = _run("transformer", "gelu", rtol={"*": 1.0, "blocks.1.act": 1e-6})
+    assert tight.first_forward.layer == tight.first_backward.layer == "blocks.1.act"
+    loose_forward = _run("transformer", "gelu", rtol={"forward": 1.0})
+    assert loose_forward.first_forward is None and loose_forward.first_backward.layer == "blocks.1.act"
+
+
 def test_arguments_are_checked():
     pm, tm, x = PaddleCNN(), TorchCNN(), cnn_input()
     for kw, err, msg in [
@@ -206,16 +220,23 @@ def test_arguments_are_checked():
         ({"depth": -1}, ValueError, "depth should be >= 0, but received -1"),
         ({"ignore": "bn1"}, TypeError, "ignore must be a list of glob patterns"),
         ({"ignore_types": [3]}, TypeError, "ignore_types must hold classes or class names"),
+        ({"ignore_types": "GELU"}, TypeError, "ignore_types must be a list of classes or class names, got 'GELU'"),
         ({"load": "torch"}, ValueError, "load must be 'paddle', a callable or None"),
         ({"layer_map": {"a": 1}}, TypeError, "layer_map must be a dict"),
         ({"single_step": "yes"}, TypeError, "single_step should be a bool"),
     ]:
         with pytest.raises(err, match=msg):
             diff_layers(pm, tm, x, **kw)
-    with pytest.raises(TypeError, match="inputs\\[0\\] must be a numpy array"):
+    with pytest.raises(TypeError, match="inputs must be a numpy array or a tuple of numpy arrays, got Tensor"):
         diff_layers(pm, tm, torch.zeros(1))
+    with pytest.raises(TypeError, match="inputs\\[1\\] must be a numpy array, got list"):
+        diff_layers(pm, tm, (x, [x]))
+    with pytest.raises(ValueError, match="load='paddle': missing from the Paddle state dict: .*give name_map="):
+        diff_layers(pm, TorchTransformer(), x)
     with pytest.raises(TypeError, match="paddle_model must be a paddle.nn.Layer"):
         diff_layers(tm, tm, x)
+    with pytest.raises(ValueError, match="paddle_model is in train mode, torch_model in eval mode: put both in"):
+        diff_layers(pm, TorchCNN().eval(), x)
 
 
 class MyDense(nn.Module):
