@@ -331,8 +331,14 @@ def run(device: str) -> list[Result]:
     return results
 
 
+_DESCRIPTION = (
+    "Does this machine compute what paddle_compat promises? A fixed battery, one verdict per line (PASS, FAIL, "
+    "or SKIP where the machine lacks what a check needs); the exit status is 0 only without a FAIL."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m paddle_compat.selfcheck", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m paddle_compat.selfcheck", description=_DESCRIPTION)
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None,
                         help="the battery to run (default: cuda when a GPU is visible, else cpu)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")

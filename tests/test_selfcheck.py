@@ -43,6 +43,13 @@ def test_without_the_compiled_kernels_the_cpu_comparisons_are_skipped(monkeypatc
     assert result.verdict == "SKIP" and "not used" in result.detail
 
 
+def test_the_help_says_what_the_battery_is(capsys) -> None:
+    with pytest.raises(SystemExit):
+        selfcheck.main(["--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and "exit status is 0 only without a FAIL" in out
+
+
 def test_a_failing_check_makes_the_exit_status_1(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setattr(selfcheck, "CONFIGS", {"SGD": selfcheck.CONFIGS["SGD"]})
     monkeypatch.setattr(selfcheck, "DTYPES", {"fp32": selfcheck.DTYPES["fp32"]})
