@@ -19,6 +19,7 @@ import paddle
 import pytest
 import torch
 
+from paddle_compat import optimizer as pc_optim
 from paddle_compat.amp import AmpScaler, GradScaler, auto_cast
 
 from .paddle_oracle import (
@@ -482,8 +483,6 @@ def test_minimize_of_some_parameters_unscales_every_gradient(fused):
     ``fused=True``, which unscales itself) leaves no gradient scaled either. (The oracle unscales
     as Paddle's GPU kernel, as we do everywhere: its CPU kernel zeroes some gradients of a skipped
     step.)"""
-    from paddle_compat import optimizer as pc_optim
-
     kwargs = dict(init_loss_scaling=1000.0, incr_every_n_steps=2)
     ours, pscaler = GradScaler(**kwargs), paddle_scaler(**kwargs)
     model = make_model(31)
