@@ -15,6 +15,8 @@ The rules, and why:
 - Work on a tensor is enqueued on its device's current stream, with that device current
   (``device_of``), and an event marking a copy out of a tensor is recorded on that same stream
   (``copy_to_host_async``), not on the stream of whatever device happens to be current.
+- While a CUDA graph is captured, nothing takes pinned memory or records an event for the host
+  (``_multi_tensor.Launch.point_grads``, ``FoundInf.in_flight``): values exist only at replays.
 """
 
 from __future__ import annotations
