@@ -17,6 +17,8 @@ The rules, and why:
   (``copy_to_host_async``), not on the stream of whatever device happens to be current.
 - While a CUDA graph is captured, nothing takes pinned memory or records an event for the host
   (``_multi_tensor.Launch.point_grads``, ``FoundInf.in_flight``): values exist only at replays.
+  State a replay moves is written in place, into tensors made before the capture (``capturing``,
+  ``ScaleTracker``): a tensor made or filled during the capture is made anew at each replay.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "PLAIN_TYPES", "address", "addressable", "copy_to", "copy_to_host_async", "device_of", "gpu_kernels", "on_device",
-    "upload",
+    "PLAIN_TYPES", "address", "addressable", "capturing", "copy_to", "copy_to_host_async", "device_of", "gpu_kernels",
+    "on_device", "upload",
 ]
 
 # The tensor types whose data_ptr() is their data (subclasses, DTensor and FakeTensor among them,
@@ -41,6 +43,12 @@ PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 def gpu_kernels(t: Tensor) -> bool:
     """Whether updates of ``t`` follow Paddle's GPU kernels (CUDA tensors) rather than its CPU ones."""
     return t.is_cuda
+
+
+def capturing(t: Tensor) -> bool:
+    """Whether work on ``t`` is being captured into a CUDA graph now, on the current stream (the
+    tests force it on CPU tensors)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def addressable(t: Tensor) -> bool:

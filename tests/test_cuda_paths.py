@@ -199,7 +199,8 @@ def test_the_copy_event_is_recorded_on_the_stream_of_the_flags_device(monkeypatc
 def test_a_flag_recorded_while_a_cuda_graph_is_captured_stays_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fused step captured whole into a CUDA graph: ``FoundInf.in_flight`` takes no pinned buffer
     and records no event there (illegal, or an event the host could never wait on); the host reads
-    the flag on the device once the capture is over (torch.cuda stood in for: no GPU here)."""
+    the flag on the device once the capture is over, at each read: each replay sets it anew
+    (torch.cuda stood in for: no GPU here)."""
     capturing = [True]
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
 
@@ -212,16 +213,30 @@ def test_a_flag_recorded_while_a_cuda_graph_is_captured_stays_on_the_device(monk
         device, shape, dtype = torch.device("cuda", 0), (1,), torch.float32
         reads = 0
 
-        def item(self):
+        def item(self):  # the replays found inf, then not
             self.reads += 1
-            return 1.0
+            return 1.0 if self.reads == 1 else 0.0
 
     tensor = Flag()
     flag = FoundInf.in_flight(tensor)  # type: ignore[arg-type]
     assert flag.on_device and not flag.ready() and tensor.reads == 0
     capturing[0] = False
-    assert flag.ready() and flag.value() is True and flag.value() is True
-    assert tensor.reads == 1
+    assert flag.ready() and flag.value() is True and flag.value() is False
+    assert tensor.reads == 2
+
+
+def test_capturing_asks_torch_cuda_for_cuda_tensors_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_devices.capturing``, which puts the scale tracker on its in-place path (torch.cuda stood in
+    for: no GPU here)."""
+    capturing = [True]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+
+    class OnCuda:
+        is_cuda = True
+
+    assert _devices.capturing(OnCuda()) and not _devices.capturing(torch.zeros(1))  # type: ignore[arg-type]
+    capturing[0] = False
+    assert not _devices.capturing(OnCuda())  # type: ignore[arg-type]
 
 
 # --- the exact emulations the GPU formulas are checked against ------------------------------------

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from paddle_compat import _devices
 from paddle_compat.amp import AmpScaler, GradScaler, auto_cast
 from paddle_compat.amp.amp_state import amp_global_state
 
@@ -333,6 +334,41 @@ def test_fused_optimizers_follow_the_same_trajectory(explicit_unscale, decr_n):
     assert plain[0] == fused[0] and plain[1] == fused[1] == 8  # steps 2, 3, 9, 10, 16, 17, 23, 24
     # torch's fused Adam divides by the scale, Paddle's kernel multiplies by its reciprocal.
     assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(plain[2], fused[2]))
+
+
+@pytest.mark.parametrize("decr_ratio", [0.5, 0.3], ids=["the-optimizer-unscales", "unscaled-first"])
+def test_a_fused_step_captured_in_a_cuda_graph_moves_the_scale_as_eager_steps_do(monkeypatch, decr_ratio):
+    """torch's whole-network recipe (warm-up steps, then every step captured), the capture stood in
+    for on CPU tensors: the scale tensor the graph holds is written in place, and the scale, the
+    counters, the skips and the parameters follow the eager run bit for bit."""
+
+    def run(capture_from):
+        model, opt = make_model(opt="adam", fused=True)
+        scaler = GradScaler(init_loss_scaling=8.0, incr_every_n_steps=2, decr_ratio=decr_ratio)
+        torch.manual_seed(5)
+        trajectory, tensors = [], set()
+        for i in range(16):
+            with monkeypatch.context() as m:
+                if i >= capture_from:
+                    m.setattr(_devices, "capturing", lambda t: True)
+                x = torch.randn(4, 6)
+                if i in (4, 5, 11):
+                    x[0, 0] = float("inf")
+                backward(scaler, model, x)
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad()
+            if i >= capture_from:
+                tensors.add(id(scaler._scale))
+            trajectory.append((scaler.get_scale(), scaler.last_step_skipped(), scaler._incr_count, scaler._decr_count))
+        params = [p.detach().view(torch.int32) for p in model.parameters()]
+        return trajectory, scaler.get_skipped_steps(), params, len(tensors)
+
+    eager, captured = run(capture_from=99), run(capture_from=2)
+    assert captured[3] == 1  # one tensor from the capture on
+    assert captured[:2] == eager[:2] and eager[1] == 3
+    assert all(torch.equal(a, b) for a, b in zip(captured[2], eager[2]))
+    assert len({s for s, *_ in eager[0]}) > 3  # it fell and grew
 
 
 @pytest.mark.parametrize("decr_n", [1, 3])

@@ -4,10 +4,12 @@ resets and pickling, it agrees with the plain host policy, and its tensors agree
 import dataclasses
 import pickle
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from paddle_compat import _devices
 from paddle_compat.amp.loss_scale import HOST, LossScalePolicy, LossScaleState, next_state, round_f32
 from paddle_compat.amp.scale_tracker import FoundInf, ScaleTracker
 
@@ -98,3 +100,127 @@ def test_may_be_below_one_is_a_bound_without_reading_the_device():
     floor = ScaleTracker(LossScalePolicy(min_loss_scaling=1.0), 2.0)
     floor.reset(scale=1.0)
     assert not floor.may_be_below_one()
+
+
+# -- a CUDA graph capture, stood in for on CPU tensors --------------------------------------------
+@pytest.fixture
+def capture(monkeypatch):
+    """``capture[0] = True``: ``_devices.capturing`` says a CUDA graph is being captured, for CPU
+    tensors (no GPU here): the tracker then takes its in-place path."""
+    capturing = [False]
+    monkeypatch.setattr(_devices, "capturing", lambda t: capturing[0])
+    return capturing
+
+
+def device_step(tracker, bad):
+    flag = FoundInf.in_flight(torch.tensor([float(bad)]))
+    tracker.record_step(flag)
+    tracker.update(flag)
+
+
+def bits(t):
+    return t.view(torch.int32).tolist()
+
+
+@pytest.mark.parametrize("decr_n", [1, 2], ids=["torch-update-kernel", "paddle-rule-on-tensors"])
+def test_a_captured_policy_writes_in_place_along_the_eager_trajectory(capture, decr_n):
+    """Once a capture saw a fused step, the scale and its counters are written in place (a replay
+    must move the tensors the next replay reads), bit for bit as the eager path moves them, through
+    overflows, decreases, growth and the ceiling."""
+    policy = LossScalePolicy(incr_ratio=3.0, decr_ratio=0.3, incr_every_n_steps=3, decr_every_n_nan_or_inf=decr_n,
+                             max_loss_scaling=5000.0)
+    overflows = {2, 3, 9, 10, 34}
+    eager, graphed = ScaleTracker(policy, 1000.0), ScaleTracker(policy, 1000.0)
+    device_step(eager, False)
+    device_step(graphed, False)  # the warm-up, eager: it makes the device counters
+    capture[0] = True
+    held, counters = graphed.tensor(), graphed._device_counters
+    scales = set()
+    for i in range(1, 45):
+        device_step(eager, i in overflows)
+        device_step(graphed, i in overflows)
+        assert graphed.tensor() is held and all(a is b for a, b in zip(graphed._device_counters, counters))
+        assert bits(graphed.tensor()) == bits(eager.tensor())
+        scales.add(eager.tensor().item())
+    assert len(scales) > 6 and 5000.0 in scales  # it fell and grew, up to the ceiling
+    capture[0] = False
+    assert graphed.state() == eager.state()  # read from the device: nothing was queued for the host
+    assert graphed.skipped_steps() == eager.skipped_steps() == len(overflows)
+    assert not graphed._pending_updates and not graphed._pending_steps
+
+
+IN_PLACE_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("host"), st.booleans()),
+        st.tuples(st.just("device"), st.booleans()),
+        st.tuples(st.just("none"), st.none()),
+        st.tuples(st.just("scale"), st.sampled_from([1.0, 8.0, 1000.0])),
+        st.tuples(st.just("period"), st.integers(1, 3)),
+        st.tuples(st.just("skipped"), st.integers(0, 5)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(POLICIES, st.sampled_from([1.0, 64.0, 2.0**100]), IN_PLACE_OPS)
+def test_written_in_place_the_tracker_still_agrees_with_the_host_policy(policy, init, ops):
+    """Host updates, setters and fused steps after a capture: the replica, read from the device,
+    follows the host policy, and the scale keeps its tensor (the graph holds it)."""
+    tracker = ScaleTracker(policy, init)
+    device_step(tracker, False)  # eager: the warm-up
+    ops = [("device", False), *ops]  # the captured step
+    ref, ref_policy, skipped = next_state(LossScaleState(round_f32(init), 0, 0), False, policy, HOST)[0], policy, 0
+    held = tracker.tensor()
+    for kind, arg in ops:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(_devices, "capturing", lambda t: True)
+            if kind in ("host", "device"):
+                flag = FoundInf.known(arg) if kind == "host" else FoundInf.in_flight(torch.tensor([float(arg)]))
+                tracker.record_step(flag)
+                tracker.update(flag)
+                ref, _ = next_state(ref, arg, ref_policy, HOST)
+                skipped += arg
+            elif kind == "none":
+                tracker.update(None)
+                ref, _ = next_state(ref, False, ref_policy, HOST)
+            elif kind == "scale":
+                tracker.reset(scale=arg)
+                ref = ref._replace(scale=round_f32(arg))
+            elif kind == "period":
+                ref_policy = dataclasses.replace(policy, incr_every_n_steps=arg, decr_every_n_nan_or_inf=arg)
+                tracker.reset(policy=ref_policy)
+            else:
+                tracker.reset(skipped=arg)
+                skipped = arg
+        assert tracker.state() == ref
+        assert tracker.skipped_steps() == skipped
+        assert tracker.tensor() is held and tracker.tensor().item() == ref.scale
+
+
+def test_nothing_is_made_during_a_capture(capture):
+    """A capture before any eager fused step would make the device counters (or the scale's
+    tensor) inside the graph, reset at each replay: refused, naming the cure, with nothing changed."""
+    tracker = ScaleTracker(LossScalePolicy(), 8.0)
+    capture[0] = True
+    with pytest.raises(RuntimeError, match="run the same step eagerly before capturing it"):
+        tracker.record_step(FoundInf.in_flight(torch.tensor([1.0])))
+    with pytest.raises(RuntimeError, match="made during a CUDA graph capture"):
+        tracker.claim(torch.device("meta"))
+    capture[0] = False
+    assert tracker.state() == (8.0, 0, 0) and tracker.skipped_steps() == 0 and tracker.tensor().device.type == "cpu"
+
+
+def test_a_captured_step_computes_its_own_reciprocal(capture):
+    """The reciprocal cache keys on the tensor, and a replay changes the tensor's value, not the
+    tensor: during and after a capture each step computes its own."""
+    tracker = ScaleTracker(LossScalePolicy(incr_every_n_steps=1), 16.0)
+    device_step(tracker, False)
+    scale = tracker.tensor()
+    assert tracker.reciprocal(scale) is tracker.reciprocal(scale)  # eager: cached
+    capture[0] = True
+    inside = tracker.reciprocal(scale)
+    assert inside is not tracker.reciprocal(scale)
+    device_step(tracker, False)  # 32 -> 64, in place
+    capture[0] = False
+    assert scale.item() == 64.0 and tracker.reciprocal(scale).item() == 1 / 64.0

@@ -14,6 +14,12 @@ replica exact (``state()``, ``skipped_steps()``) wait for flags still in flight;
 The device copy is replaced, never written in place, so a tensor handed out earlier keeps the
 value it had (a thread that scaled its loss with it unscales with it too). All methods take one
 lock: a tracker may be shared by threads.
+
+Except once a CUDA graph has captured a step of the device policy (a fused step): a replay reads
+the tensors the capture saw, so from then on the scale, its counters and a device count of skipped
+steps are written in place, as an eager step would move them, and the device is the reference: the
+replica is read back from it (one sync) when asked. Threads sharing such a tracker may then unscale
+with a scale that another thread moved.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _devices
 from .._devices import copy_to, copy_to_host_async
-from .loss_scale import DEVICE, HOST, LossScalePolicy, LossScaleState, next_state, round_f32
+from .loss_scale import _INT32_MAX, DEVICE, HOST, LossScalePolicy, LossScaleState, next_state, round_f32
 
 __all__ = ["FoundInf", "ScaleTracker"]
 
@@ -81,11 +88,12 @@ class FoundInf:
         return self._value is not None or not torch.cuda.is_current_stream_capturing()
 
     def value(self) -> bool:
-        """The flag; waits for the copy if it is still in flight (the only sync it ever makes)."""
+        """The flag; waits for the copy if it is still in flight (the only sync it ever makes).
+        A flag captured in a CUDA graph is read from the device at each call: the last replay's."""
         if self._value is None:
-            if self._event is None:  # captured in a CUDA graph: read from the device
+            if self._event is None:  # captured: each replay sets it anew
                 assert self.tensor is not None
-                self._value = bool(self.tensor.item())
+                return bool(self.tensor.item())
             else:
                 assert self._host is not None
                 self._event.synchronize()
@@ -117,6 +125,10 @@ class ScaleTracker:
         self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=self._device)
         self.generation = 0  # bumped whenever the scale's value may change
         self._device_counters: tuple[Tensor, Tensor] | None = None  # while the device runs the policy
+        self._device_skipped: Tensor | None = None  # int64 [1]: steps skipped in place (see module doc)
+        self._skipped_read = 0  # its value at the last read
+        self._in_place = False  # whether a CUDA graph captured the device policy (see module doc)
+        self._clamp_due = False  # in place: the counters may exceed a period (``_forget_device_counters``)
         self._reciprocal: tuple[Tensor, Tensor] | None = None  # (a scale tensor, 1 / it)
         self._pending_updates: deque[FoundInf] = deque()  # updates the device ran, not yet replayed
         self._pending_steps: deque[FoundInf] = deque()  # steps whose skip is not yet known here
@@ -157,7 +169,8 @@ class ScaleTracker:
             if not self._homed:
                 self._homed = True
                 if device != self._scale.device:
-                    self._device_counters = None
+                    self._refuse_capture("the scale's tensor on its device")
+                    self._device_counters = self._device_skipped = None
                     self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=device)
             return self.tensor(device)
 
@@ -165,6 +178,8 @@ class ScaleTracker:
         """``1 / scale`` for a tensor ``tensor``/``claim`` returned, computed once per tensor:
         the scale moves rarely and every step unscales with its reciprocal."""
         with self._lock:
+            if self._in_place or _devices.capturing(scale):  # replays move it unseen: each computes its own
+                return torch.reciprocal(scale)
             if self._reciprocal is None or self._reciprocal[0] is not scale:
                 self._reciprocal = (scale, torch.reciprocal(scale))
             return self._reciprocal[1]
@@ -172,6 +187,8 @@ class ScaleTracker:
     def may_be_below_one(self) -> bool:
         """Whether the device scale may be < 1, from a host lower bound (no sync)."""
         with self._lock:
+            if self._in_place:  # replays moved it unseen
+                return self._policy.lowest < 1.0
             self._replay(block=False)
             # Each update not yet replayed may have decreased it.
             bound = self._host.scale * self._policy.decr_ratio ** len(self._pending_updates)
@@ -191,10 +208,16 @@ class ScaleTracker:
     def record_step(self, flag: FoundInf) -> None:
         """Count the step as skipped if its flag says so (when the flag reaches the host)."""
         with self._lock:
-            if flag.on_device:
-                self._pending_steps.append(flag)
-            else:
+            if not flag.on_device:
                 self._skipped += flag.value()
+                return
+            assert flag.tensor is not None
+            self._start_in_place_if_captured()
+            if self._in_place:
+                assert self._device_skipped is not None
+                self._device_skipped.add_(copy_to(flag.tensor, self._device_skipped.device) != 0)
+            else:
+                self._pending_steps.append(flag)
 
     def update(self, flag: FoundInf | None) -> None:
         """One step of the policy; ``None`` (no step since the last update) counts as finite."""
@@ -205,11 +228,13 @@ class ScaleTracker:
                 self._host = self._advance(self._host, flag is not None and flag.value())
                 if self._host.scale != old:
                     self._write_scale()
-                self._device_counters = None  # the device did not see this update
+                self._forget_device_counters()  # the device did not see this update
                 return
             assert flag.tensor is not None
+            self._start_in_place_if_captured()
             self._device_update(flag.tensor)
-            self._pending_updates.append(flag)
+            if not self._in_place:
+                self._pending_updates.append(flag)
 
     def reset(
         self,
@@ -233,42 +258,95 @@ class ScaleTracker:
             if skipped is not None:
                 self._skipped = skipped
             self._write_scale()
-            self._device_counters = None  # rebuilt from the replica, clamped to the periods
+            self._forget_device_counters()
 
     # -- mechanics ---------------------------------------------------------------------------
 
     def _write_scale(self) -> None:
-        self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=self._scale.device)
+        if self._in_place:
+            self._scale.fill_(self._host.scale)
+        else:
+            self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=self._scale.device)
         self.generation += 1
+
+    def _forget_device_counters(self) -> None:
+        """The replica's counters changed without the device: rebuild the device's from it at the
+        next device update, or, once written in place, now."""
+        if not self._in_place:
+            self._device_counters = None
+            return
+        assert self._device_counters is not None
+        for counter, count in zip(self._device_counters, self._host[1:]):
+            counter.fill_(min(count, _INT32_MAX))  # exact, read back as such; clamped at the next update
+        self._clamp_due = True
+
+    def _device_counts(self) -> tuple[int, int]:
+        """The replica's counters as the device holds them. A count past a period lowered by a
+        setter fires at the next step either way, so clamping it keeps every decision while letting
+        torch's ``==`` test (``_device_update``) fire."""
+        p = self._policy
+        return (min(self._host.incr_count, p.incr_every_n_steps - 1),
+                min(self._host.decr_count, p.decr_every_n_nan_or_inf - 1))
+
+    def _refuse_capture(self, what: str) -> None:
+        """Refuse to make ``what`` during a CUDA graph capture: each replay would make it anew."""
+        if _devices.capturing(self._scale):
+            raise RuntimeError(
+                f"GradScaler: {what} would be made during a CUDA graph capture, and so made anew at each "
+                "replay: run the same step eagerly before capturing it (torch's recipe warms up on a side stream)"
+            )
+
+    def _start_in_place_if_captured(self) -> None:
+        """Write the device state in place from now on if a CUDA graph is capturing this step."""
+        if self._in_place or not _devices.capturing(self._scale):
+            return
+        if self._device_counters is None or self._device_skipped is None:
+            self._refuse_capture("the device's loss-scale counters")
+        self._in_place = True
+
+    def _read_device(self) -> None:
+        """Bring the replica to the device's state, written in place (one sync)."""
+        assert self._device_counters is not None and self._device_skipped is not None
+        with _devices.device_of(self._scale.device):
+            parts = (self._scale, *self._device_counters, self._device_skipped)
+            scale, incr, decr, skipped = torch.cat([t.double() for t in parts]).tolist()
+        self._host = LossScaleState(scale, int(incr), int(decr))
+        self._skipped += int(skipped) - self._skipped_read
+        self._skipped_read = int(skipped)
 
     def _device_update(self, found_inf: Tensor) -> None:
         """Run the policy on the device, without reading anything back."""
         p = self._policy
         if self._device_counters is None:
-            # A count past a period lowered by a setter fires at the next step either way, so
-            # clamping it keeps every decision while letting torch's ``==`` test below fire.
-            self._device_counters = (
-                self._device_count(self._host.incr_count, p.incr_every_n_steps),
-                self._device_count(self._host.decr_count, p.decr_every_n_nan_or_inf),
-            )
+            incr, decr = (torch.full((1,), n, dtype=torch.int32, device=self._scale.device)
+                          for n in self._device_counts())
+            self._device_counters = (incr, decr)
+        if self._device_skipped is None:  # made before any capture, for one to count in
+            self._device_skipped = torch.zeros((1,), dtype=torch.int64, device=self._scale.device)
+            self._skipped_read = 0
         incr_count, decr_count = self._device_counters
+        if self._clamp_due:
+            incr_count.clamp_(max=p.incr_every_n_steps - 1)
+            decr_count.clamp_(max=p.decr_every_n_nan_or_inf - 1)
+            self._clamp_due = False
         found_inf = copy_to(found_inf, self._scale.device)
         self.generation += 1
         if p.decr_every_n_nan_or_inf == 1:
             # With one overflow per decrease Paddle's rule is torch's update kernel, given
             # float32-exact ratios: two launches instead of a dozen small ones. It works in
-            # place, so it runs on a copy: the old tensor may still be in use (see module doc).
-            scale = self._scale.clone()
+            # place, so it runs on a copy unless the tensor is written in place (see module doc).
+            scale = self._scale if self._in_place else self._scale.clone()
             torch._amp_update_scale_(
                 scale, incr_count, found_inf, round_f32(p.incr_ratio), round_f32(p.decr_ratio), p.incr_every_n_steps
             )
             self._scale = scale.clamp_(p.lowest, p.highest)
             return
         state, _ = next_state(LossScaleState(self._scale, incr_count, decr_count), found_inf, p, DEVICE)
-        self._scale, self._device_counters = state.scale, (state.incr_count, state.decr_count)
-
-    def _device_count(self, count: int, period: int) -> Tensor:
-        return torch.full((1,), min(count, period - 1), dtype=torch.int32, device=self._scale.device)
+        if self._in_place:
+            for tensor, value in zip((self._scale, incr_count, decr_count), state):
+                tensor.copy_(value)
+        else:
+            self._scale, self._device_counters = state.scale, (state.incr_count, state.decr_count)
 
     def _advance(self, state: LossScaleState, found_inf: bool) -> LossScaleState:
         new, decreased = next_state(state, found_inf, self._policy, HOST)
@@ -278,11 +356,14 @@ class ScaleTracker:
         return new
 
     def _replay(self, block: bool) -> None:
-        """Bring the replica up to date with what the device did; ``block`` waits for it."""
+        """Bring the replica up to date with what the device did; ``block`` waits for it (and,
+        once the device state is written in place, reads it)."""
         while self._pending_steps and (block or self._pending_steps[0].ready()):
             self._skipped += self._pending_steps.popleft().value()
         while self._pending_updates and (block or self._pending_updates[0].ready()):
             self._host = self._advance(self._host, self._pending_updates.popleft().value())
+        if block and self._in_place:
+            self._read_device()
 
     # -- pickling: the replica is the state; the device side is rebuilt on load --------------
 
