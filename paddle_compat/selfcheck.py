@@ -231,16 +231,25 @@ def _sync_check(device: str) -> list[Result]:
     return results
 
 
-def _graph_check(device: str, with_scaler: bool = True) -> Result:
-    """torch's whole-network capture: forward, backward, (scaler,) optimizer in one CUDA graph."""
+_GRAPH_OVERFLOWS = {4, 5}  # the steps (replays) that find inf: the scale falls, then grows
+
+
+def _graph_check(device: str, with_scaler: bool = True, decr_every: int = 1) -> Result:
+    """torch's whole-network capture: forward, backward, (scaler,) optimizer in one CUDA graph, replayed
+    against eager steps; with a scaler through injected overflows and growth, its scale, counters and
+    skips read after each replay (``decr_every`` 1: torch's update kernel; 2: Paddle's rule on tensors)."""
 
     def build() -> tuple[torch.nn.Module, AdamW, GradScaler]:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(device)
         opt = AdamW(0.01, parameters=model.parameters(), fused=True)  # skips on the device: nothing to read
-        return model, opt, GradScaler(init_loss_scaling=1024.0)
+        scaler = GradScaler(init_loss_scaling=64.0, incr_every_n_steps=2, decr_every_n_nan_or_inf=decr_every)
+        return model, opt, scaler
 
-    xs = [torch.randn(16, 32, device=device, generator=None) for _ in range(6)]
+    xs = [torch.randn(16, 32, device=device, generator=None) for _ in range(12)]
+    if with_scaler:
+        for i in _GRAPH_OVERFLOWS:
+            xs[i][0, 0] = float("inf")
 
     def step(model: torch.nn.Module, opt: AdamW, scaler: GradScaler, x: Tensor) -> None:
         opt.clear_grad(set_to_zero=False)
@@ -253,6 +262,10 @@ def _graph_check(device: str, with_scaler: bool = True) -> Result:
         scaled = scaler.scale(loss)
         scaled.backward()
         scaler.minimize(opt, scaled)
+
+    def seen(scaler: GradScaler) -> tuple[Any, ...]:  # one sync per read, none per replay
+        return (scaler.get_scale(), scaler._incr_count, scaler._decr_count, scaler.last_step_skipped(),
+                scaler.get_skipped_steps())
 
     eager = build()
     graphed = build()
@@ -269,15 +282,31 @@ def _graph_check(device: str, with_scaler: bool = True) -> Result:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step(*graphed, static_x)
+    got, expected = [], []
     for x in xs[3:]:
         static_x.copy_(x)
         graph.replay()
         step(*eager, x)
+        if with_scaler:
+            got.append(seen(graphed[2]))
+            expected.append(seen(eager[2]))
     torch.cuda.synchronize()
     same = _same_bits([p.detach().cpu() for p in graphed[0].parameters()],
                       [p.detach().cpu() for p in eager[0].parameters()])
-    name = "CUDA graph of a whole training step" + (" with a GradScaler" if with_scaler else " (torch's recipe)")
-    return Result(name, PASS if same else FAIL, "3 replays against eager steps")
+    replays = len(xs) - 3
+    if not with_scaler:
+        return Result("CUDA graph of a whole training step (torch's recipe)", PASS if same else FAIL,
+                      f"{replays} replays against eager steps")
+    scales = [s[0] for s in expected]
+    moved = min(scales) < scales[0] < max(scales)  # it fell, then grew past where it started
+    ok = same and got == expected and moved and expected[-1][4] == len(_GRAPH_OVERFLOWS)
+    detail = f"{replays} replays, {len(_GRAPH_OVERFLOWS)} overflows, scales {scales}"
+    if got != expected:
+        detail += f"; replayed (scale, incr, decr, skipped, skips) {got} != eager {expected}"
+    elif not same:
+        detail += "; parameters differ"
+    return Result(f"CUDA graph of a whole training step with a GradScaler (decr_every_n_nan_or_inf={decr_every})",
+                  PASS if ok else FAIL, detail)
 
 
 def _second_device_check() -> Result:
@@ -320,7 +349,8 @@ def run(device: str) -> list[Result]:
                                                lambda: [_scaler_check(device)]]
     if device == "cuda":
         steps += [lambda: _sync_check(device), lambda: [_graph_check(device, with_scaler=False)],
-                  lambda: [_graph_check(device)], lambda: [_second_device_check()]]
+                  lambda: [_graph_check(device, decr_every=1), _graph_check(device, decr_every=2)],
+                  lambda: [_second_device_check()]]
     results: list[Result] = []
     for index, step in enumerate(steps):
         try:

@@ -480,6 +480,9 @@ def test_cuda_a_later_variant_failing_to_compile_falls_back_whole(monkeypatch: p
 
 @pytest.mark.cuda
 @needs_cuda
-@pytest.mark.parametrize("with_scaler", [False, True], ids=["torch-recipe", "with-grad-scaler"])
-def test_cuda_whole_training_step_captured_in_a_graph(with_scaler) -> None:
-    assert selfcheck._graph_check("cuda", with_scaler).verdict == "PASS"
+@pytest.mark.parametrize("with_scaler, decr_every", [(False, 1), (True, 1), (True, 2)],
+                         ids=["torch-recipe", "with-grad-scaler", "with-grad-scaler-paddle-rule"])
+def test_cuda_whole_training_step_captured_in_a_graph(with_scaler, decr_every) -> None:
+    """Replays through injected overflows and growth: the scale moves as eager steps move it."""
+    result = selfcheck._graph_check("cuda", with_scaler, decr_every)
+    assert result.verdict == "PASS", result.detail
