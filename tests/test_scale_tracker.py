@@ -20,24 +20,21 @@ POLICIES = st.builds(
     incr_every_n_steps=st.integers(1, 4),
     decr_every_n_nan_or_inf=st.integers(1, 3),
 )
-OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("host"), st.booleans()),  # a step whose flag was read (one sync)
-        st.tuples(st.just("device"), st.booleans()),  # a fused step: the device runs the policy
-        st.tuples(st.just("none"), st.none()),  # update() with no step since the last one
-        st.tuples(st.just("scale"), st.sampled_from([1.0, 8.0, 1000.0])),
-        st.tuples(st.just("period"), st.integers(1, 3)),
-        st.tuples(st.just("pickle"), st.none()),
-    ),
-    max_size=40,
-)
+STEPS_AND_SETTERS = [
+    st.tuples(st.just("host"), st.booleans()),  # a step whose flag was read (one sync)
+    st.tuples(st.just("device"), st.booleans()),  # a fused step: the device runs the policy
+    st.tuples(st.just("none"), st.none()),  # update() with no step since the last one
+    st.tuples(st.just("scale"), st.sampled_from([1.0, 8.0, 1000.0])),
+    st.tuples(st.just("period"), st.integers(1, 3)),
+    st.tuples(st.just("skipped"), st.integers(0, 5)),
+]
+OPS = st.lists(st.one_of(*STEPS_AND_SETTERS, st.tuples(st.just("pickle"), st.none())), max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
-@given(POLICIES, st.sampled_from([1.0, 64.0, 2.0**100]), OPS)
-def test_tracker_agrees_with_the_host_policy(policy, init, ops):
-    tracker = ScaleTracker(policy, init)
-    ref, ref_policy, skipped = LossScaleState(round_f32(init), 0, 0), policy, 0
+def follow_the_host_policy(tracker, policy, ops, check):
+    """Apply ``ops`` to ``tracker`` and to the plain host policy side by side; after each,
+    ``check(tracker, expected state, policy, skipped)``."""
+    ref, ref_policy, skipped = LossScaleState(tracker.state().scale, 0, 0), policy, 0
     for kind, arg in ops:
         if kind in ("host", "device"):
             flag = FoundInf.known(arg) if kind == "host" else FoundInf.in_flight(torch.tensor([float(arg)]))
@@ -54,12 +51,24 @@ def test_tracker_agrees_with_the_host_policy(policy, init, ops):
         elif kind == "period":
             ref_policy = dataclasses.replace(policy, incr_every_n_steps=arg, decr_every_n_nan_or_inf=arg)
             tracker.reset(policy=ref_policy)
+        elif kind == "skipped":
+            tracker.reset(skipped=arg)
+            skipped = arg
         else:
             tracker = pickle.loads(pickle.dumps(tracker))
+        check(tracker, ref, ref_policy, skipped)
+
+
+@settings(max_examples=150, deadline=None)
+@given(POLICIES, st.sampled_from([1.0, 64.0, 2.0**100]), OPS)
+def test_tracker_agrees_with_the_host_policy(policy, init, ops):
+    def check(tracker, ref, ref_policy, skipped):
         assert tracker.state() == ref
         assert tracker.skipped_steps() == skipped
         assert tracker.tensor().item() == ref.scale  # the device copy follows the replica
         assert tracker.policy == ref_policy
+
+    follow_the_host_policy(ScaleTracker(policy, init), policy, ops, check)
 
 
 def test_a_scale_tensor_handed_out_keeps_its_value():
@@ -149,53 +158,25 @@ def test_a_captured_policy_writes_in_place_along_the_eager_trajectory(capture, d
     assert not graphed._pending_updates and not graphed._pending_steps
 
 
-IN_PLACE_OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("host"), st.booleans()),
-        st.tuples(st.just("device"), st.booleans()),
-        st.tuples(st.just("none"), st.none()),
-        st.tuples(st.just("scale"), st.sampled_from([1.0, 8.0, 1000.0])),
-        st.tuples(st.just("period"), st.integers(1, 3)),
-        st.tuples(st.just("skipped"), st.integers(0, 5)),
-    ),
-    max_size=30,
-)
-
-
 @settings(max_examples=100, deadline=None)
-@given(POLICIES, st.sampled_from([1.0, 64.0, 2.0**100]), IN_PLACE_OPS)
+@given(POLICIES, st.sampled_from([1.0, 64.0, 2.0**100]), st.lists(st.one_of(*STEPS_AND_SETTERS), max_size=30))
 def test_written_in_place_the_tracker_still_agrees_with_the_host_policy(policy, init, ops):
     """Host updates, setters and fused steps after a capture: the replica, read from the device,
     follows the host policy, and the scale keeps its tensor (the graph holds it)."""
     tracker = ScaleTracker(policy, init)
-    device_step(tracker, False)  # eager: the warm-up
-    ops = [("device", False), *ops]  # the captured step
-    ref, ref_policy, skipped = next_state(LossScaleState(round_f32(init), 0, 0), False, policy, HOST)[0], policy, 0
-    held = tracker.tensor()
-    for kind, arg in ops:
-        with pytest.MonkeyPatch.context() as m:
-            m.setattr(_devices, "capturing", lambda t: True)
-            if kind in ("host", "device"):
-                flag = FoundInf.known(arg) if kind == "host" else FoundInf.in_flight(torch.tensor([float(arg)]))
-                tracker.record_step(flag)
-                tracker.update(flag)
-                ref, _ = next_state(ref, arg, ref_policy, HOST)
-                skipped += arg
-            elif kind == "none":
-                tracker.update(None)
-                ref, _ = next_state(ref, False, ref_policy, HOST)
-            elif kind == "scale":
-                tracker.reset(scale=arg)
-                ref = ref._replace(scale=round_f32(arg))
-            elif kind == "period":
-                ref_policy = dataclasses.replace(policy, incr_every_n_steps=arg, decr_every_n_nan_or_inf=arg)
-                tracker.reset(policy=ref_policy)
-            else:
-                tracker.reset(skipped=arg)
-                skipped = arg
+    capturing = [False]
+    held = []
+
+    def check(tracker, ref, ref_policy, skipped):
         assert tracker.state() == ref
         assert tracker.skipped_steps() == skipped
-        assert tracker.tensor() is held and tracker.tensor().item() == ref.scale
+        held.append(tracker.tensor())
+        assert held[-1] is held[0] and held[-1].item() == ref.scale
+        capturing[0] = True  # after the warm-up step
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_devices, "capturing", lambda t: capturing[0])
+        follow_the_host_policy(tracker, policy, [("device", False), ("device", False), *ops], check)
 
 
 def test_nothing_is_made_during_a_capture(capture):
@@ -224,3 +205,20 @@ def test_a_captured_step_computes_its_own_reciprocal(capture):
     device_step(tracker, False)  # 32 -> 64, in place
     capture[0] = False
     assert scale.item() == 64.0 and tracker.reciprocal(scale).item() == 1 / 64.0
+
+
+def test_no_copy_event_is_queried_during_a_capture(capture):
+    """Bounding the scale during a capture (the unscale before the capture's first update) asks no
+    event whether a copy landed: a query is illegal while a CUDA graph is captured."""
+
+    class Unqueryable:
+        def query(self):
+            raise AssertionError("an event queried during a capture")
+
+    tracker = ScaleTracker(LossScalePolicy(), 8.0)
+    flag = FoundInf.in_flight(torch.tensor([0.0]))
+    flag._value, flag._event = None, Unqueryable()  # a copy from a GPU, still in flight
+    tracker.record_step(flag)
+    tracker.update(flag)
+    capture[0] = True
+    assert tracker.may_be_below_one()  # the floor is below 1, and the scale may have fallen to it

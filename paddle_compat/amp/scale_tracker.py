@@ -187,7 +187,7 @@ class ScaleTracker:
     def may_be_below_one(self) -> bool:
         """Whether the device scale may be < 1, from a host lower bound (no sync)."""
         with self._lock:
-            if self._in_place:  # replays moved it unseen
+            if self._in_place or _devices.capturing(self._scale):  # replays move it unseen; no event query there
                 return self._policy.lowest < 1.0
             self._replay(block=False)
             # Each update not yet replayed may have decreased it.
