@@ -45,10 +45,10 @@ def gpu_kernels(t: Tensor) -> bool:
     return t.is_cuda
 
 
-def capturing(t: Tensor) -> bool:
-    """Whether work on ``t`` is being captured into a CUDA graph now, on the current stream (the
-    tests force it on CPU tensors)."""
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+def capturing(device: torch.device) -> bool:
+    """Whether work on ``device`` is being captured into a CUDA graph now, on the current stream (the
+    tests force it on the CPU)."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def addressable(t: Tensor) -> bool:

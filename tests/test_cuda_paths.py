@@ -231,12 +231,10 @@ def test_capturing_asks_torch_cuda_for_cuda_tensors_only(monkeypatch: pytest.Mon
     capturing = [True]
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
 
-    class OnCuda:
-        is_cuda = True
-
-    assert _devices.capturing(OnCuda()) and not _devices.capturing(torch.zeros(1))  # type: ignore[arg-type]
+    cuda = torch.device("cuda", 1)
+    assert _devices.capturing(cuda) and not _devices.capturing(torch.device("cpu"))
     capturing[0] = False
-    assert not _devices.capturing(OnCuda())  # type: ignore[arg-type]
+    assert not _devices.capturing(cuda)
 
 
 # --- the exact emulations the GPU formulas are checked against ------------------------------------

@@ -179,17 +179,19 @@ def test_written_in_place_the_tracker_still_agrees_with_the_host_policy(policy, 
         follow_the_host_policy(tracker, policy, [("device", False), ("device", False), *ops], check)
 
 
-def test_nothing_is_made_during_a_capture(capture):
+def test_nothing_is_made_during_a_capture(monkeypatch):
     """A capture before any eager fused step would make the device counters (or the scale's
     tensor) inside the graph, reset at each replay: refused, naming the cure, with nothing changed."""
     tracker = ScaleTracker(LossScalePolicy(), 8.0)
-    capture[0] = True
+    monkeypatch.setattr(_devices, "capturing", lambda device: True)
     with pytest.raises(RuntimeError, match="run the same step eagerly before capturing it"):
         tracker.record_step(FoundInf.in_flight(torch.tensor([1.0])))
-    with pytest.raises(RuntimeError, match="made during a CUDA graph capture"):
+    monkeypatch.setattr(_devices, "capturing", lambda device: device.type == "meta")  # captured: the new home
+    with pytest.raises(RuntimeError, match="the scale's tensor on its device would be made during a CUDA graph"):
         tracker.claim(torch.device("meta"))
-    capture[0] = False
+    monkeypatch.setattr(_devices, "capturing", lambda device: False)
     assert tracker.state() == (8.0, 0, 0) and tracker.skipped_steps() == 0 and tracker.tensor().device.type == "cpu"
+    assert tracker.claim(torch.device("meta")) is tracker.tensor()  # still free to move, once
 
 
 def test_a_captured_step_computes_its_own_reciprocal(capture):

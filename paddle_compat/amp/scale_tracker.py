@@ -167,18 +167,18 @@ class ScaleTracker:
         """Move the device copy to ``device`` if nothing has fixed its home yet; return it there."""
         with self._lock:
             if not self._homed:
-                self._homed = True
                 if device != self._scale.device:
-                    self._refuse_capture("the scale's tensor on its device")
+                    self._refuse_capture("the scale's tensor on its device", device)
                     self._device_counters = self._device_skipped = None
                     self._scale = torch.full((1,), self._host.scale, dtype=torch.float32, device=device)
+                self._homed = True
             return self.tensor(device)
 
     def reciprocal(self, scale: Tensor) -> Tensor:
         """``1 / scale`` for a tensor ``tensor``/``claim`` returned, computed once per tensor:
         the scale moves rarely and every step unscales with its reciprocal."""
         with self._lock:
-            if self._in_place or _devices.capturing(scale):  # replays move it unseen: each computes its own
+            if self._in_place or _devices.capturing(scale.device):  # replays move it unseen: each computes its own
                 return torch.reciprocal(scale)
             if self._reciprocal is None or self._reciprocal[0] is not scale:
                 self._reciprocal = (scale, torch.reciprocal(scale))
@@ -187,7 +187,7 @@ class ScaleTracker:
     def may_be_below_one(self) -> bool:
         """Whether the device scale may be < 1, from a host lower bound (no sync)."""
         with self._lock:
-            if self._in_place or _devices.capturing(self._scale):  # replays move it unseen; no event query there
+            if self._in_place or _devices.capturing(self._scale.device):  # replays move it unseen; no event query there
                 return self._policy.lowest < 1.0
             self._replay(block=False)
             # Each update not yet replayed may have decreased it.
@@ -288,9 +288,10 @@ class ScaleTracker:
         return (min(self._host.incr_count, p.incr_every_n_steps - 1),
                 min(self._host.decr_count, p.decr_every_n_nan_or_inf - 1))
 
-    def _refuse_capture(self, what: str) -> None:
-        """Refuse to make ``what`` during a CUDA graph capture: each replay would make it anew."""
-        if _devices.capturing(self._scale):
+    def _refuse_capture(self, what: str, device: torch.device) -> None:
+        """Refuse to make ``what`` on ``device`` during a CUDA graph capture: each replay would make
+        it anew."""
+        if _devices.capturing(device):
             raise RuntimeError(
                 f"GradScaler: {what} would be made during a CUDA graph capture, and so made anew at each "
                 "replay: run the same step eagerly before capturing it (torch's recipe warms up on a side stream)"
@@ -298,10 +299,10 @@ class ScaleTracker:
 
     def _start_in_place_if_captured(self) -> None:
         """Write the device state in place from now on if a CUDA graph is capturing this step."""
-        if self._in_place or not _devices.capturing(self._scale):
+        if self._in_place or not _devices.capturing(self._scale.device):
             return
         if self._device_counters is None or self._device_skipped is None:
-            self._refuse_capture("the device's loss-scale counters")
+            self._refuse_capture("the device's loss-scale counters", self._scale.device)
         self._in_place = True
 
     def _read_device(self) -> None:
