@@ -222,8 +222,10 @@ def chunks(*tensors: Tensor) -> Iterator[tuple[Tensor, ...]]:
 
 
 def sqrt_rn_into(out: Tensor, x: Tensor, wide: Tensor | None) -> Tensor:
-    """``sqrt_rn(x)`` on CPU, written into ``out`` (``wide``: a float64 buffer shaped like ``x``, or
-    ``None`` for float64 ``x``)."""
+    """``sqrt_rn(x)`` written into ``out`` (``wide``: a float64 buffer shaped like ``x``, or ``None``
+    for float64 ``x``; unused on CUDA, whose ``sqrt`` is IEEE)."""
+    if x.device.type == "cuda":
+        return torch.sqrt(x, out=out)
     if _np is not None:
         _np.sqrt(x.numpy(), out=out.numpy())
         return out

@@ -55,11 +55,18 @@ def test_fp16_params_on_cuda_give_the_cpu_trajectory():
     assert comparable(train("cuda", dtype=torch.float16)) == comparable(train("cpu", dtype=torch.float16))
 
 
-def _steps(model, opt, scaler, n, bad=()):
-    for i in range(n):
-        x = torch.randn(16, 32, device="cuda")
-        if i in bad:
-            x[0, 0] = float("inf")
+def _inputs(n, bad=()):
+    """The batches, overflows injected, made before any sync is counted (writing a Python float
+    into a CUDA tensor is a host-to-device copy that torch's sync check counts)."""
+    xs = [torch.randn(16, 32, device="cuda") for _ in range(n)]
+    for i in bad:
+        xs[i][0, 0] = float("inf")
+    torch.cuda.synchronize()
+    return xs
+
+
+def _steps(model, opt, scaler, xs):
+    for x in xs:
         loss = model(x).pow(2).mean()
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -72,7 +79,7 @@ def _model_and_scaler(fused):
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True) if fused else torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = GradScaler(init_loss_scaling=1024.0, incr_every_n_steps=2, decr_every_n_nan_or_inf=2)
-    _steps(model, opt, scaler, 3)  # warm up: lazy state, allocator, first kernels
+    _steps(model, opt, scaler, _inputs(3))  # warm up: lazy state, allocator, first kernels
     torch.cuda.synchronize()
     return model, opt, scaler
 
@@ -81,9 +88,10 @@ def _model_and_scaler(fused):
 def test_fused_optimizer_steps_make_no_host_sync(decr_n):
     model, opt, scaler = _model_and_scaler(fused=True)
     scaler.set_decr_every_n_nan_or_inf(decr_n)
+    xs = _inputs(12, bad={3, 4, 8})
     torch.cuda.set_sync_debug_mode("error")
     try:
-        _steps(model, opt, scaler, 12, bad={3, 4, 8})
+        _steps(model, opt, scaler, xs)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert scaler.get_skipped_steps() == 3
@@ -91,11 +99,12 @@ def test_fused_optimizer_steps_make_no_host_sync(decr_n):
 
 def test_other_optimizers_make_exactly_one_host_sync_per_step():
     model, opt, scaler = _model_and_scaler(fused=False)
+    xs = _inputs(10, bad={2, 3, 7})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            _steps(model, opt, scaler, 10, bad={2, 3, 7})
+            _steps(model, opt, scaler, xs)
         finally:
             torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]

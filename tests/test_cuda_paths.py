@@ -412,7 +412,7 @@ needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two 
 
 
 def _emulated(make, dtypes):
-    with selfcheck._gpu_formulas_on_cpu(), selfcheck._compiled_kernels(False):
+    with selfcheck._gpu_formulas_on_cpu(), selfcheck._compiled_kernels(False), selfcheck._clips_on("cuda"):
         return selfcheck._train(make, dtypes, "cpu")
 
 

@@ -442,7 +442,7 @@ def _params(dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:
 def _grads(params: list[torch.Tensor], seed: int = 1) -> None:
     gen = torch.Generator().manual_seed(seed)
     for p in params:
-        p.grad = torch.randn(p.shape, generator=gen).to(p.dtype)
+        p.grad = torch.randn(p.shape, generator=gen).to(p.device, p.dtype)
 
 
 @pytest.mark.parametrize("cls", OPTIMIZERS)

@@ -224,7 +224,10 @@ def test_a_fast_math_library_is_refused_and_leaves_subnormals_alone(tmp_path: Pa
         print((torch.tensor([1e-40]) * 1).item() != 0)
     """, tmp_path)
     count, reason = out.splitlines()[0].split(" ", 1)
-    assert count == "1" and "refused" in reason and "flushed to zero" in reason
+    # Older GCCs link crtfastmath into a -ffast-math library (flush-to-zero at load); newer ones
+    # (seen: GCC 13) do not, and the self-test's NaN probe refuses it instead.
+    assert count == "1" and "refused" in reason
+    assert "flushed to zero" in reason or "NaN comparisons were folded away" in reason, reason
     assert out.splitlines()[1] == "True"
 
 

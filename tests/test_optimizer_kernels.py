@@ -39,7 +39,9 @@ needs_compiler = pytest.mark.skipif(
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    a, b = a.detach().contiguous(), b.detach().contiguous()
+    """Same dtype, shape and bits, wherever each lives (Adam's beta powers stay on the GPU with the
+    multi-tensor kernels and on the host per tensor, as Paddle's)."""
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     nan_a, nan_b = torch.isnan(a.float()), torch.isnan(b.float())
@@ -287,6 +289,10 @@ def interpreted_gpu_path(monkeypatch: pytest.MonkeyPatch):
     """CPU tensors take the GPU formulas (the test hook of test_optimizer_gpu_formulas.py) and the
     Triton kernels run in Triton's interpreter."""
     pytest.importorskip("triton")
+    from triton._C.libtriton import interpreter
+
+    if not hasattr(interpreter, "fma_fp32"):  # seen with Triton 3.6 (the suite pins a later one)
+        pytest.skip("this Triton's interpreter rounds tl.fma twice: it cannot stand in for the GPU")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
     if _multi_tensor.kernels(torch.device("cpu")) is None:

@@ -117,8 +117,7 @@ class Launch:
     dtypes, whether every tensor is aligned for vector access, Adam's beta powers (the first ones,
     the second ones), and which rows of the batch it launches (``members``)."""
 
-    __slots__ = ("aligned", "base", "blocks", "dtypes", "grads", "grid", "members", "per", "pows", "rows",
-                 "stale", "staging")
+    __slots__ = ("aligned", "base", "blocks", "dtypes", "grads", "grid", "members", "per", "pows", "rows", "stale")
 
     def __init__(
         self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], aligned: bool, device: torch.device,
@@ -134,8 +133,6 @@ class Launch:
                 if relative[i]:
                     relative[i] -= origin
         self.members, self.stale = members, False
-        # pinned host memory for the gradient offsets of a step being captured (see ``point_grads``)
-        self.staging: Tensor | None = torch.empty(count, dtype=torch.int64, pin_memory=device.type == "cuda")
         self.grads = _devices.upload(torch.tensor(relative[2 :: _native.ROW], dtype=torch.int64), device)
         # (tensor, block) for every block of every tensor, made with torch: a large model has
         # hundreds of thousands of blocks
@@ -156,8 +153,10 @@ class Launch:
         """Rewrite the gradient offsets from the batch's rows, in place on the device (one copy, no
         host sync); ``False`` when a gradient lost the alignment the launch was made for.
 
-        A step being captured into a CUDA graph copies from the launch's own pinned buffer, which
-        the graph then owns (replays copy the same offsets): the launch takes a new one.
+        A step being captured into a CUDA graph writes each offset with a fill kernel instead: the
+        value travels in the kernel's arguments, which the graph keeps, so no host memory is read at
+        replay. (A copy from pinned memory in a capture records an event in torch's pinned-memory
+        cache that later pinned allocations fail on: seen with torch 2.11 on an H100.)
         """
         addresses = [batch.rows[i * _native.ROW + 2] for i in self.members]
         if self.aligned and any(a % 16 for a in addresses):
@@ -166,16 +165,11 @@ class Launch:
         offsets = [a - origin for a in addresses]
         if self.grads.device.type != "cuda":
             self.grads.copy_(torch.tensor(offsets, dtype=torch.int64))
-        elif torch.cuda.is_current_stream_capturing():  # no allocation while capturing
-            if self.staging is None:
-                raise RuntimeError("a second CUDA graph capture of this step without an eager step between")
-            self.staging.copy_(torch.tensor(offsets, dtype=torch.int64))
-            self.grads.copy_(self.staging, non_blocking=True)
-            self.staging = None  # the graph's now; the next eager step pins another
+        elif torch.cuda.is_current_stream_capturing():  # no host memory is read by a replay
+            for slot, offset in zip(self.grads, offsets):
+                slot.fill_(offset)
         else:  # pinned by torch's caching host allocator, which keeps it until the copy is done
             self.grads.copy_(torch.tensor(offsets, dtype=torch.int64).pin_memory(), non_blocking=True)
-            if self.staging is None:
-                self.staging = torch.empty(len(offsets), dtype=torch.int64, pin_memory=True)
         self.stale = False
         return True
 

@@ -57,8 +57,11 @@ def _run(
 ) -> Run:
     out = tmp_path_factory.mktemp(name)
     args = [str(out), device, init, *scenarios]
-    # CPU ranks are forked from one parent (fast start-up); CUDA ranks each start afresh.
-    return Run(launch("tests.distributed.worker", args, nprocs, DEADLINE, out, fork=device == "cpu"), out)
+    # CPU ranks are forked from one parent (fast start-up) where no GPU is present; CUDA ranks,
+    # and every rank on a GPU machine, start afresh (gloo ranks forked there never finished: seen
+    # on an H100 machine with torch 2.11).
+    fork = device == "cpu" and not torch.cuda.is_available()
+    return Run(launch("tests.distributed.worker", args, nprocs, DEADLINE, out, fork=fork), out)
 
 
 @pytest.fixture(scope="session")

@@ -344,6 +344,7 @@ def test_checkpoints_set_state_dict_of_an_unsharded_model_loads_without_the_sche
 
 
 def test_a_whole_state_loaded_into_a_sharded_optimizer_is_sharded(one_rank):
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
@@ -355,7 +356,7 @@ def test_a_whole_state_loaded_into_a_sharded_optimizer_is_sharded(one_rank):
     model(torch.randn(3, 4)).sum().backward()
     opt.step()
     saved = opt.state_dict()
-    fully_shard(model)
+    fully_shard(model, mesh=init_device_mesh("cpu", (1,)))  # the CPU even where a GPU is present
     sharded = popt.Momentum(0.1, parameters=model.parameters())
     sharded.load_state_dict(saved)
     for p, whole in zip(model.parameters(), saved["state"].values()):
@@ -400,6 +401,7 @@ def test_a_sharded_step_keeps_its_plan_and_shows_the_real_state_after(one_rank):
     while nothing changes, made again after load_state_dict."""
     from collections import defaultdict
 
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
@@ -408,7 +410,7 @@ def test_a_sharded_step_keeps_its_plan_and_shows_the_real_state_after(one_rank):
     torch.manual_seed(0)
     model, plain = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
     plain.load_state_dict(model.state_dict())
-    fully_shard(model)
+    fully_shard(model, mesh=init_device_mesh("cpu", (1,)))  # the CPU even where a GPU is present
     opt = popt.AdamW(0.01, parameters=model.parameters(), weight_decay=0.1)
     ref = popt.AdamW(0.01, parameters=plain.parameters(), weight_decay=0.1)
     plans = []

@@ -47,6 +47,14 @@ def scenario(fn: Callable[[Context], Any]) -> Callable[[Context], Any]:
 # -- helpers ---------------------------------------------------------------------------------
 
 
+def cpu_or_device_mesh(ctx: Context) -> Any:
+    """All ranks as a mesh on the scenario's device (``fully_shard``'s default mesh is on CUDA
+    wherever a GPU is present, also for a gloo group of CPU ranks)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return DeviceMesh.from_group(dist.group.WORLD, ctx.device.type)
+
+
 def make_model(seed: int, device: torch.device) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).to(device)
@@ -175,7 +183,7 @@ def fsdp2(ctx: Context) -> dict[str, Any]:
     batches = [batch(s, ctx.rank, ctx.device) for s in range(STEPS)]
     for name, make_opt in (("fully_shard_sgd", sgd), ("fully_shard_fused_adamw", fused_adamw)):
         model = make_model(0, ctx.device)
-        fully_shard(model)
+        fully_shard(model, mesh=cpu_or_device_mesh(ctx))
         opt = make_opt(model.parameters())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -313,7 +321,7 @@ def paddle_optimizers_fsdp2(ctx: Context) -> dict[str, Any]:
             dtype = torch.bfloat16 if "bf16" in name else torch.float32
             model = build(ctx.rank if how != "fully_shard" else 0, ctx.device).to(dtype)
             if how == "fully_shard":
-                fully_shard(model)
+                fully_shard(model, mesh=cpu_or_device_mesh(ctx))
                 opt, scaler = makers[name](model.parameters()), new_scaler()
             else:  # every rank starts elsewhere: rank 0's parameters are broadcast
                 opt = makers[name](model.parameters())
@@ -335,7 +343,7 @@ def paddle_optimizers_fsdp2(ctx: Context) -> dict[str, Any]:
     refused = {}
     for name, make in (("lamb", popt.Lamb), ("asgd", popt.ASGD)):
         model = make_model(0, ctx.device)
-        fully_shard(model)
+        fully_shard(model, mesh=cpu_or_device_mesh(ctx))
         opt = make(0.01, parameters=model.parameters())
         before = full_params(model)
         (model(batch(0, ctx.rank, ctx.device, {})[0]).sum()).backward()
