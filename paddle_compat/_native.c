@@ -17,6 +17,7 @@
  * the compute type are widened into local buffers of CHUNK elements and narrowed back, so the
  * arithmetic loops always run on plain float/double arrays, and vectorise.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -416,6 +417,468 @@ int pc_adam(int64_t count, const int64_t *rows, const double *per, double *scrat
             *(float *)p2 = *(float *)p2 * (float)b2;
         }
     }
+    return 0;
+}
+
+/* ================================================================================================
+ * The rest of paddle.optimizer (Paddle's Eigen CPU kernels): Adagrad, RMSProp, Adamax, Adadelta,
+ * RAdam, NAdam. Every operation is rounded in the compute type (float32 for float32/bfloat16/float16
+ * values, float64 for float64), in the order of the torch forms in paddle_compat/optimizer/. The
+ * float32 loops take their square roots as Eigen's packets do (eigen_sqrt_f32), so they run in
+ * phases over the block: the elementwise part into local arrays, the roots, the rest.
+ * ============================================================================================== */
+typedef struct {
+    const int64_t *rows;
+    const double *per;
+    const double *scratch; /* per tensor: the scalars of the step (pc_*'s prologue), SCRATCH each */
+    double h[4];           /* the group's hyper-parameters (float32 values: Paddle's attributes) */
+    int flag;
+} family_ctx;
+
+#define SCRATCH 8
+
+/* Eigen's float32 sqrt, in place, on x[0, len) of a tensor whose first `fast` elements here lie in
+ * its whole 8-lane packets: the CPU's rsqrtps refined by one Newton step, x*(r*(1.5 - (r*r)*(0.5*x))),
+ * 0 for zero and subnormal inputs; the elements past the packets take the correctly rounded root
+ * (so do all, where there is no rsqrtps: the torch forms' root then). The approximations are
+ * taken four lanes at a time (a partial group padded), as rsqrtps computes them. */
+static void eigen_sqrt_f32(float *restrict x, int64_t len, int64_t fast) {
+    fast = fast < 0 ? 0 : fast > len ? len : fast;
+#if defined(__SSE__)
+    float r[BLOCK];
+    int64_t i = 0;
+    for (; i + 4 <= fast; i += 4) _mm_storeu_ps(r + i, _mm_rsqrt_ps(_mm_loadu_ps(x + i)));
+    if (i < fast) {
+        float pad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        memcpy(pad, x + i, (size_t)(fast - i) * sizeof(float));
+        _mm_storeu_ps(pad, _mm_rsqrt_ps(_mm_loadu_ps(pad)));
+        memcpy(r + i, pad, (size_t)(fast - i) * sizeof(float));
+    }
+    for (i = 0; i < fast; i++) {
+        float xi = x[i], ri = r[i];
+        float t = -((ri * ri) * (xi * 0.5f)) + 1.5f;
+        float root = xi * (ri * t);
+        x[i] = (xi < FLT_MIN && xi >= 0.0f) ? 0.0f : root;
+    }
+#else
+    fast = 0;
+#endif
+    for (int64_t i = fast; i < len; i++) x[i] = sqrtf(x[i]);
+}
+
+/* Elements of tensor t before `off` + the returned count lie in its whole 8-lane packets. */
+static inline int64_t packet_elements(const int64_t *rows, int64_t t, int64_t off) {
+    return (rows[t * ROW + S_N] / 8) * 8 - off;
+}
+
+/* The gradient with the fused L2 decay, g + w*l2 in float32, into buf (g itself without). */
+static const float *with_l2(const float *restrict g, const float *restrict w, double l2_d, int64_t len,
+                            float *restrict buf) {
+    if (l2_d != l2_d) return g;
+    const float l2 = (float)l2_d;
+    for (int64_t i = 0; i < len; i++) buf[i] = g[i] + w[i] * l2;
+    return buf;
+}
+
+/* The float32 loops' operands: w and g (g with its fused L2), lr, and `fast` (eigen_sqrt_f32). */
+#define FAMILY_F32_OPERANDS                                                                        \
+    const family_ctx *c = (const family_ctx *)ctx;                                                 \
+    const int wt = dt_w(dt), st = dt_s(dt);                                                        \
+    float wbuf[CHUNK], gbuf[CHUNK], lbuf[BLOCK];                                                   \
+    float *restrict w = load_f(PTR(t, S_W), wt, off, len, wbuf);                                   \
+    const float *restrict g = with_l2(load_f(PTR(t, S_G), dt_g(dt), off, len, gbuf), w,            \
+                                      c->per[t * PER + P_L2], len, lbuf);                          \
+    const float lr = (float)c->per[t * PER + P_LR];                                                \
+    const int64_t fast = packet_elements(c->rows, t, off);                                         \
+    (void)st; (void)lr; (void)fast;
+
+#define FAMILY_F64_OPERANDS                                                                        \
+    const family_ctx *c = (const family_ctx *)ctx;                                                 \
+    double *restrict w = (double *)PTR(t, S_W) + off;                                              \
+    const double *restrict g = (const double *)PTR(t, S_G) + off;                                  \
+    const double lr = c->per[t * PER + P_LR], l2 = c->per[t * PER + P_L2];                         \
+    const int has_l2 = l2 == l2;                                                                   \
+    (void)dt; (void)lr;
+#define G64(i) (has_l2 ? g[i] + w[i] * l2 : g[i])
+
+/* --- Adagrad: m = m + g*g;  w = w - (g*lr)/(sqrt(m) + eps) ------------------------------------- */
+static void adagrad_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict m = (double *)PTR(t, S_S1) + off;
+    const double eps = c->h[0];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), mi = m[i] + gi * gi;
+        m[i] = mi;
+        w[i] = w[i] - (gi * lr) / (sqrt(mi) + eps);
+    }
+}
+
+static void adagrad_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS
+    float mbuf[CHUNK], den[BLOCK];
+    float *restrict m = load_f(PTR(t, S_S1), st, off, len, mbuf);
+    const float eps = (float)c->h[0];
+    for (int64_t i = 0; i < len; i++) {
+        float mi = m[i] + g[i] * g[i];
+        m[i] = mi;
+        den[i] = mi;
+    }
+    eigen_sqrt_f32(den, len, fast);
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - (g[i] * lr) / (den[i] + eps);
+    store_f(PTR(t, S_S1), st, off, len, m);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+int pc_adagrad(int64_t count, const int64_t *rows, const double *per, double eps, int nthreads) {
+    family_ctx c = {rows, per, NULL, {eps, 0, 0, 0}, 0};
+    for_all(&c, adagrad_f64, adagrad_f32, rows, count, nthreads, GRAIN_ADAM);
+    return 0;
+}
+
+/* --- RMSProp (states: momentum, mean_square, mean_grad when centered) ---------------------------
+ *   ms = ms*rho + (g*(1-rho))*g;  centered: mg = mg*rho + g*(1-rho), den = sqrt((ms - mg*mg) + eps)
+ *   else den = sqrt(ms + eps);  mom = mom*mu + (g*lr)/den;  w = w - mom */
+static void rmsprop_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict mom = (double *)PTR(t, S_S1) + off, *restrict ms = (double *)PTR(t, S_S2) + off;
+    double *restrict mg = c->flag ? (double *)PTR(t, S_S3) + off : NULL;
+    const double rho = c->h[0], eps = c->h[1], mu = c->h[2], keep = 1.0 - rho;
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), msi = ms[i] * rho + (gi * keep) * gi, den;
+        ms[i] = msi;
+        if (mg) {
+            double mgi = mg[i] * rho + gi * keep;
+            mg[i] = mgi;
+            den = (msi - mgi * mgi) + eps;
+        } else {
+            den = msi + eps;
+        }
+        double momi = mom[i] * mu + (gi * lr) / sqrt(den);
+        mom[i] = momi;
+        w[i] = w[i] - momi;
+    }
+}
+
+static void rmsprop_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS
+    float b1[CHUNK], b2[CHUNK], b3[CHUNK], den[BLOCK];
+    float *restrict mom = load_f(PTR(t, S_S1), st, off, len, b1);
+    float *restrict ms = load_f(PTR(t, S_S2), st, off, len, b2);
+    float *restrict mg = c->flag ? load_f(PTR(t, S_S3), st, off, len, b3) : NULL;
+    const float rho = (float)c->h[0], eps = (float)c->h[1], mu = (float)c->h[2], keep = 1.0f - rho;
+    if (mg) {
+        for (int64_t i = 0; i < len; i++) {
+            float gi = g[i], msi = ms[i] * rho + (gi * keep) * gi, mgi = mg[i] * rho + gi * keep;
+            ms[i] = msi;
+            mg[i] = mgi;
+            den[i] = (msi - mgi * mgi) + eps;
+        }
+    } else {
+        for (int64_t i = 0; i < len; i++) {
+            float gi = g[i], msi = ms[i] * rho + (gi * keep) * gi;
+            ms[i] = msi;
+            den[i] = msi + eps;
+        }
+    }
+    eigen_sqrt_f32(den, len, fast);
+    for (int64_t i = 0; i < len; i++) {
+        float momi = mom[i] * mu + (g[i] * lr) / den[i];
+        mom[i] = momi;
+        w[i] = w[i] - momi;
+    }
+    store_f(PTR(t, S_S1), st, off, len, mom);
+    store_f(PTR(t, S_S2), st, off, len, ms);
+    if (mg) store_f(PTR(t, S_S3), st, off, len, mg);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+int pc_rmsprop(int64_t count, const int64_t *rows, const double *per, double rho, double eps, double mu,
+               int centered, int nthreads) {
+    family_ctx c = {rows, per, NULL, {rho, eps, mu, 0}, centered};
+    for_all(&c, rmsprop_f64, rmsprop_f32, rows, count, nthreads, GRAIN_ADAM);
+    return 0;
+}
+
+/* --- Adamax (states: moment, inf_norm; the beta1 power, advanced by the caller) -----------------
+ *   m = m*b1 + g*(1-b1);  u = inf*b2 + eps;  inf = |g| < u ? u : |g| (NaN: |g|)
+ *   w = w - (m/inf)*lr_t,  lr_t = lr/(1 - b1^t) (per tensor, lr unrounded) */
+static void adamax_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict m = (double *)PTR(t, S_S1) + off, *restrict inf = (double *)PTR(t, S_S2) + off;
+    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], keep = 1.0 - b1, lr_t = c->scratch[t * SCRATCH];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), mi = m[i] * b1 + gi * keep, ui = inf[i] * b2 + eps, ai = fabs(gi);
+        ui = ai < ui ? ui : ai;
+        m[i] = mi;
+        inf[i] = ui;
+        w[i] = w[i] - (mi / ui) * lr_t;
+    }
+}
+
+static void adamax_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS
+    float b1buf[CHUNK], b2buf[CHUNK];
+    float *restrict m = load_f(PTR(t, S_S1), st, off, len, b1buf);
+    float *restrict inf = load_f(PTR(t, S_S2), st, off, len, b2buf);
+    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], keep = 1.0f - b1;
+    const float lr_t = (float)c->scratch[t * SCRATCH];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i], mi = m[i] * b1 + gi * keep, ui = inf[i] * b2 + eps, ai = fabsf(gi);
+        ui = ai < ui ? ui : ai;
+        m[i] = mi;
+        inf[i] = ui;
+        w[i] = w[i] - (mi / ui) * lr_t;
+    }
+    store_f(PTR(t, S_S1), st, off, len, m);
+    store_f(PTR(t, S_S2), st, off, len, inf);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+int pc_adamax(int64_t count, const int64_t *rows, const double *per, double b1, double b2, double eps,
+              int nthreads) {
+    double *scratch = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    if (!scratch) return 1;
+    for (int64_t t = 0; t < count; t++) {
+        const void *pow1 = ROW_PTR(rows, t, S_POW1);
+        double lr = per[t * PER + P_LR];
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64)
+            scratch[t * SCRATCH] = lr / (1.0 - *(const double *)pow1);
+        else
+            scratch[t * SCRATCH] = (float)(lr / (double)(1.0f - *(const float *)pow1));
+    }
+    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0};
+    for_all(&c, adamax_f64, adamax_f32, rows, count, nthreads, GRAIN_ADAM);
+    free(scratch);
+    return 0;
+}
+
+/* --- Adadelta (states: avg_squared_grad, avg_squared_update) -------------------------------------
+ *   asg = asg*rho + (g*g)*(1-rho);  u = -((sqrt(asu + eps)/sqrt(asg + eps))*g)
+ *   w = w + u*lr;  asu = asu*rho + (u*u)*(1-rho) */
+static void adadelta_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict asg = (double *)PTR(t, S_S1) + off, *restrict asu = (double *)PTR(t, S_S2) + off;
+    const double rho = c->h[0], eps = c->h[1], keep = 1.0 - rho;
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), asgi = asg[i] * rho + (gi * gi) * keep;
+        asg[i] = asgi;
+        double u = -((sqrt(asu[i] + eps) / sqrt(asgi + eps)) * gi);
+        w[i] = w[i] + u * lr;
+        asu[i] = asu[i] * rho + (u * u) * keep;
+    }
+}
+
+static void adadelta_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS
+    float b1[CHUNK], b2[CHUNK], up[BLOCK], den[BLOCK];
+    float *restrict asg = load_f(PTR(t, S_S1), st, off, len, b1);
+    float *restrict asu = load_f(PTR(t, S_S2), st, off, len, b2);
+    const float rho = (float)c->h[0], eps = (float)c->h[1], keep = 1.0f - rho;
+    for (int64_t i = 0; i < len; i++) {
+        float asgi = asg[i] * rho + (g[i] * g[i]) * keep;
+        asg[i] = asgi;
+        up[i] = asu[i] + eps;
+        den[i] = asgi + eps;
+    }
+    eigen_sqrt_f32(up, len, fast);
+    eigen_sqrt_f32(den, len, fast);
+    for (int64_t i = 0; i < len; i++) {
+        float u = -((up[i] / den[i]) * g[i]);
+        w[i] = w[i] + u * lr;
+        asu[i] = asu[i] * rho + (u * u) * keep;
+    }
+    store_f(PTR(t, S_S1), st, off, len, asg);
+    store_f(PTR(t, S_S2), st, off, len, asu);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+int pc_adadelta(int64_t count, const int64_t *rows, const double *per, double rho, double eps, int nthreads) {
+    family_ctx c = {rows, per, NULL, {rho, eps, 0, 0}, 0};
+    for_all(&c, adadelta_f64, adadelta_f32, rows, count, nthreads, GRAIN_ADAM);
+    return 0;
+}
+
+/* --- RAdam (states: moment1, moment2; the powers beta1_pow, beta2_pow and rho, advanced here) -----
+ *   m1 = m1*b1 + g*(1-b1);  m2 = m2*b2 + (g*(1-b2))*g;  s = (m1/(1 - b1^t))*lr
+ *   when rho_t > 5: s = (s*r_t)*(sqrt(1 - b2^t)/(sqrt(m2) + eps));  w = w - s
+ * The per-tensor scalars are the torch form's prologue; the root of the constant 1 - b2^t is
+ * Eigen's too (fast in the packets, exact on the tail). */
+enum { RA_C1, RA_RT, RA_ROOT_FAST, RA_ROOT_EXACT, RA_RECT };
+
+static void radam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict m1 = (double *)PTR(t, S_S1) + off, *restrict m2 = (double *)PTR(t, S_S2) + off;
+    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], k1 = 1.0 - b1, k2 = 1.0 - b2;
+    const double *s = c->scratch + t * SCRATCH;
+    const double c1 = s[RA_C1], r_t = s[RA_RT], root = s[RA_ROOT_EXACT];
+    const int rect = s[RA_RECT] != 0.0;
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
+        m1[i] = m1i;
+        m2[i] = m2i;
+        double step = (m1i / c1) * lr;
+        if (rect) step = (step * r_t) * (root / (sqrt(m2i) + eps));
+        w[i] = w[i] - step;
+    }
+}
+
+static void radam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS
+    float b1buf[CHUNK], b2buf[CHUNK], step[BLOCK], den[BLOCK];
+    float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
+    float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
+    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], k1 = 1.0f - b1, k2 = 1.0f - b2;
+    const double *s = c->scratch + t * SCRATCH;
+    const float c1 = (float)s[RA_C1], r_t = (float)s[RA_RT];
+    const float root_fast = (float)s[RA_ROOT_FAST], root_exact = (float)s[RA_ROOT_EXACT];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i], m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
+        m1[i] = m1i;
+        m2[i] = m2i;
+        step[i] = (m1i / c1) * lr;
+        den[i] = m2i;
+    }
+    if (s[RA_RECT] != 0.0) {
+        eigen_sqrt_f32(den, len, fast);
+        for (int64_t i = 0; i < len; i++) {
+            float root = i < fast ? root_fast : root_exact;
+            step[i] = (step[i] * r_t) * (root / (den[i] + eps));
+        }
+    }
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - step[i];
+    store_f(PTR(t, S_S1), st, off, len, m1);
+    store_f(PTR(t, S_S2), st, off, len, m2);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+/* pow3: per tensor, the third power's address (rho). */
+int pc_radam(int64_t count, const int64_t *rows, const double *per, const int64_t *pow3, double b1, double b2,
+             double eps, int nthreads) {
+    double *scratch = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    if (!scratch) return 1;
+    for (int64_t t = 0; t < count; t++) {
+        void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2), *p3 = (void *)(intptr_t)pow3[t];
+        double *s = scratch + t * SCRATCH;
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
+            double rho_inf = 2.0 / (1.0 - b2) - 1.0;
+            double b1p = *(double *)p1 * b1, b2p = *(double *)p2 * b2;
+            double rho = ((*(double *)p3 * (b2 - b2p)) + b2p) / (1.0 - b2p), rho_t = rho_inf - 2.0 * rho;
+            s[RA_C1] = 1.0 - b1p;
+            s[RA_RECT] = rho_t > 5.0;
+            s[RA_RT] = sqrt((((rho_t - 4.0) * (rho_t - 2.0)) * rho_inf) /
+                            (((rho_inf - 4.0) * (rho_inf - 2.0)) * rho_t));
+            s[RA_ROOT_FAST] = s[RA_ROOT_EXACT] = sqrt(1.0 - b2p);
+            *(double *)p1 = b1p;
+            *(double *)p2 = b2p;
+            *(double *)p3 = rho;
+        } else {
+            const float fb1 = (float)b1, fb2 = (float)b2;
+            float rho_inf = 2.0f / (1.0f - fb2) - 1.0f;
+            float b1p = *(float *)p1 * fb1, b2p = *(float *)p2 * fb2;
+            float rho = ((*(float *)p3 * (fb2 - b2p)) + b2p) / (1.0f - b2p), rho_t = rho_inf - 2.0f * rho;
+            float c2[1] = {1.0f - b2p};
+            s[RA_C1] = 1.0f - b1p;
+            s[RA_RECT] = rho_t > 5.0f;
+            s[RA_RT] = sqrtf((((rho_t - 4.0f) * (rho_t - 2.0f)) * rho_inf) /
+                             (((rho_inf - 4.0f) * (rho_inf - 2.0f)) * rho_t));
+            s[RA_ROOT_EXACT] = sqrtf(c2[0]);
+            eigen_sqrt_f32(c2, 1, 1);
+            s[RA_ROOT_FAST] = c2[0];
+            *(float *)p1 = b1p;
+            *(float *)p2 = b2p;
+            *(float *)p3 = rho;
+        }
+    }
+    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0};
+    for_all(&c, radam_f64, radam_f32, rows, count, nthreads, GRAIN_ADAM);
+    free(scratch);
+    return 0;
+}
+
+/* --- NAdam (states: moment1, moment2; the powers momentum_decay_pow, beta2_pow, mu_product) ------
+ *   m1, m2 as RAdam's;  h = (m1*mu_next)/(1 - mu_product_next) + (g*(1 - mu_t))/(1 - mu_product)
+ *   w = w - (h*lr)/(sqrt(m2/(1 - b2^t)) + eps) */
+enum { NA_MU_NEXT, NA_C_NEXT, NA_K_T, NA_C_PROD, NA_C2 };
+
+static void nadam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict m1 = (double *)PTR(t, S_S1) + off, *restrict m2 = (double *)PTR(t, S_S2) + off;
+    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], k1 = 1.0 - b1, k2 = 1.0 - b2;
+    const double *s = c->scratch + t * SCRATCH;
+    const double mu_next = s[NA_MU_NEXT], c_next = s[NA_C_NEXT], k_t = s[NA_K_T], c_prod = s[NA_C_PROD];
+    const double c2 = s[NA_C2];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
+        m1[i] = m1i;
+        m2[i] = m2i;
+        double hat = (m1i * mu_next) / c_next + (gi * k_t) / c_prod;
+        w[i] = w[i] - (hat * lr) / (sqrt(m2i / c2) + eps);
+    }
+}
+
+static void nadam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS
+    float b1buf[CHUNK], b2buf[CHUNK], hat[BLOCK], den[BLOCK];
+    float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
+    float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
+    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], k1 = 1.0f - b1, k2 = 1.0f - b2;
+    const double *s = c->scratch + t * SCRATCH;
+    const float mu_next = (float)s[NA_MU_NEXT], c_next = (float)s[NA_C_NEXT], k_t = (float)s[NA_K_T];
+    const float c_prod = (float)s[NA_C_PROD], c2 = (float)s[NA_C2];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i], m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
+        m1[i] = m1i;
+        m2[i] = m2i;
+        hat[i] = (m1i * mu_next) / c_next + (gi * k_t) / c_prod;
+        den[i] = m2i / c2;
+    }
+    eigen_sqrt_f32(den, len, fast);
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - (hat[i] * lr) / (den[i] + eps);
+    store_f(PTR(t, S_S1), st, off, len, m1);
+    store_f(PTR(t, S_S2), st, off, len, m2);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+/* pow3: per tensor, the third power's address (mu_product); decay: the momentum schedule's base. */
+int pc_nadam(int64_t count, const int64_t *rows, const double *per, const int64_t *pow3, double b1, double b2,
+             double eps, double md, double decay, int nthreads) {
+    double *scratch = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    if (!scratch) return 1;
+    for (int64_t t = 0; t < count; t++) {
+        void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2), *p3 = (void *)(intptr_t)pow3[t];
+        double *s = scratch + t * SCRATCH;
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
+            double decay_pow = *(double *)p1 * decay, b2p = *(double *)p2 * b2;
+            double half = 0.5 * pow(decay_pow, md);
+            double mu_t = b1 * (1.0 - half), mu_next = b1 * (1.0 - half * pow(decay, md));
+            double mu_product = *(double *)p3 * mu_t, mu_product_next = mu_product * mu_next;
+            s[NA_MU_NEXT] = mu_next;
+            s[NA_C_NEXT] = 1.0 - mu_product_next;
+            s[NA_K_T] = 1.0 - mu_t;
+            s[NA_C_PROD] = 1.0 - mu_product;
+            s[NA_C2] = 1.0 - b2p;
+            *(double *)p1 = decay_pow;
+            *(double *)p2 = b2p;
+            *(double *)p3 = mu_product;
+        } else {
+            const float fb1 = (float)b1, fb2 = (float)b2, fmd = (float)md, fdecay = (float)decay;
+            float decay_pow = *(float *)p1 * fdecay, b2p = *(float *)p2 * fb2;
+            float half = 0.5f * powf(decay_pow, fmd);
+            float mu_t = fb1 * (1.0f - half), mu_next = fb1 * (1.0f - half * powf(fdecay, fmd));
+            float mu_product = *(float *)p3 * mu_t, mu_product_next = mu_product * mu_next;
+            s[NA_MU_NEXT] = mu_next;
+            s[NA_C_NEXT] = 1.0f - mu_product_next;
+            s[NA_K_T] = 1.0f - mu_t;
+            s[NA_C_PROD] = 1.0f - mu_product;
+            s[NA_C2] = 1.0f - b2p;
+            *(float *)p1 = decay_pow;
+            *(float *)p2 = b2p;
+            *(float *)p3 = mu_product;
+        }
+    }
+    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0};
+    for_all(&c, nadam_f64, nadam_f32, rows, count, nthreads, GRAIN_ADAM);
+    free(scratch);
     return 0;
 }
 

@@ -26,7 +26,7 @@ from . import _multi_tensor
 if TYPE_CHECKING:
     from .optimizer import Optimizer
 
-__all__ = ["Engine", "Item", "attr_ratio", "kernels_take", "optional_form", "same_layout"]
+__all__ = ["Engine", "Item", "attr_ratio", "cpu_kernels_take", "kernels_take", "optional_form", "same_layout"]
 
 # (param, grad, state, master weight or None): one parameter's share of a step
 Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
@@ -51,6 +51,23 @@ def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Te
     if gpu:
         return _gpu_dtypes(value, grad, lr)
     return value.is_cpu and _native_dtypes(value, grad)
+
+
+def cpu_kernels_take(
+    value: Tensor, grad: Tensor, param: Tensor, states: tuple[Tensor, ...], powers: tuple[Tensor, ...] = ()
+) -> bool:
+    """Whether the compiled CPU kernels take ``value`` updated from ``grad`` (``param`` beside it)
+    with its parameter-shaped ``states`` (one dtype: float64 beside a float64 value, else float32,
+    bfloat16 or float16) and its one-element ``powers`` on the CPU (in the compute dtype)."""
+    compute = torch.float32 if value.dtype in (torch.float16, torch.bfloat16) else value.dtype
+    if any(s.dtype != states[0].dtype for s in states):
+        return False
+    if states and (states[0].dtype == torch.float64) != (compute == torch.float64):
+        return False
+    for t in powers:
+        if not (_devices.addressable(t) and t.is_cpu and t.numel() == 1 and t.dtype == compute):
+            return False
+    return kernels_take(value, grad, 0.0, False, param, *states)
 
 
 def _native_dtypes(value: Tensor, grad: Tensor) -> bool:

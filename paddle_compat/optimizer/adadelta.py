@@ -8,11 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
-from .._numerics import round_to
+from .. import _checks, _native
+from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_kernels_take
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adadelta"]
 
@@ -57,6 +58,21 @@ class Adadelta(Optimizer):
         dtype = torch.float32 if self._uses_master(p) else p.dtype
         for key in ("_avg_squared_grad", "_avg_squared_update"):
             state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, g, state, master = item
+        value = master if master is not None else p
+        states, powers = (state["_avg_squared_grad"], state["_avg_squared_update"]), ()
+        if not cpu_kernels_take(value, g, p, states):
+            return None
+        g, l2, fresh = self._grad_for_kernel(p, g, group)
+        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, l2=l2)
+        return not fresh
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.adadelta(batch, round_f32(group["rho"]), round_f32(group["epsilon"]))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

@@ -8,12 +8,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
-from .._numerics import round_to
+from .. import _checks, _native
+from .._numerics import round_f32, round_to
 from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_kernels_take
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adamax"]
 
@@ -63,6 +64,21 @@ class Adamax(Optimizer):
         state["inf_norm"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         pow_dtype = torch.float32 if self._uses_master(p) else p.dtype
         state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=pow_dtype)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, g, state, master = item
+        value = master if master is not None else p
+        states, powers = (state["moment"], state["inf_norm"]), (state["beta1_pow_acc"],)
+        if not cpu_kernels_take(value, g, p, states, powers):
+            return None
+        g, l2, fresh = self._grad_for_kernel(p, g, group)
+        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, l2=l2)
+        return not fresh
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.adamax(batch, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

@@ -9,10 +9,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import round_to
+from .. import _native
+from .._numerics import round_f32, round_to
 from ._eigen import adam_moments_, float_attrs, sqrt_like_eigen
 from .nadam import check_adam_family, check_learning_rate, init_powers_and_moments
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_kernels_take
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["RAdam"]
 
@@ -57,6 +59,22 @@ class RAdam(Optimizer):
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         init_powers_and_moments(p, state, self._host_state)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, g, state, master = item
+        value = master if master is not None else p
+        states = (state["moment1"], state["moment2"])
+        powers = (state["beta1_pow"], state["beta2_pow"], state["rho"])
+        if not cpu_kernels_take(value, g, p, states, powers):
+            return None
+        g, l2, fresh = self._grad_for_kernel(p, g, group)
+        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, l2=l2)
+        return not fresh
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.radam(batch, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

@@ -8,11 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
-from .._numerics import round_to
+from .. import _checks, _native
+from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_kernels_take
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["RMSProp"]
 
@@ -67,6 +68,23 @@ class RMSProp(Optimizer):
         dtype = torch.float32 if self._uses_master(p) else p.dtype
         for key in ("momentum", "mean_square", "mean_grad"):
             state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, g, state, master = item
+        value = master if master is not None else p
+        keys = ("momentum", "mean_square", "mean_grad") if group["centered"] else ("momentum", "mean_square")
+        states, powers = tuple(state[key] for key in keys), ()
+        if not cpu_kernels_take(value, g, p, states):
+            return None
+        g, l2, fresh = self._grad_for_kernel(p, g, group)
+        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, l2=l2)
+        return not fresh
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        rho, eps, mu = (round_f32(group[key]) for key in ("rho", "epsilon", "momentum"))
+        kern.rmsprop(batch, rho, eps, mu, group["centered"])
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
