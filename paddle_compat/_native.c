@@ -422,7 +422,7 @@ int pc_adam(int64_t count, const int64_t *rows, const double *per, double *scrat
 
 /* ================================================================================================
  * The rest of paddle.optimizer (Paddle's Eigen CPU kernels): Adagrad, RMSProp, Adamax, Adadelta,
- * RAdam, NAdam. Every operation is rounded in the compute type (float32 for float32/bfloat16/float16
+ * RAdam, NAdam, ASGD. Every operation is rounded in the compute type (float32 for float32/bfloat16/float16
  * values, float64 for float64), in the order of the torch forms in paddle_compat/optimizer/. The
  * float32 loops take their square roots as Eigen's packets do (eigen_sqrt_f32), so they run in
  * phases over the block: the elementwise part into local arrays, the roots, the rest.
@@ -878,6 +878,65 @@ int pc_nadam(int64_t count, const int64_t *rows, const double *per, const int64_
     }
     family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0};
     for_all(&c, nadam_f64, nadam_f32, rows, count, nthreads, GRAIN_ADAM);
+    free(scratch);
+    return 0;
+}
+
+/* --- ASGD (states: d, and y, the last batch_num gradients, [batch_num, n]; the update count m) ----
+ *   i = m % batch_num, m = m + 1 (per tensor, here);  d = (d - y[i]) + g;  y[i] = g
+ *   w = w - d*lr_t,  lr_t = lr/min(m, batch_num) (lr unrounded) */
+enum { AS_SLICE, AS_LR };
+
+static void asgd_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    const double *s = c->scratch + t * SCRATCH;
+    double *restrict d = (double *)PTR(t, S_S1) + off;
+    double *restrict y = (double *)PTR(t, S_S2) + (int64_t)s[AS_SLICE] * c->rows[t * ROW + S_N] + off;
+    const double lr_t = s[AS_LR];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), di = (d[i] - y[i]) + gi;
+        d[i] = di;
+        y[i] = gi;
+        w[i] = w[i] - di * lr_t;
+    }
+}
+
+static void asgd_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS
+    const double *s = c->scratch + t * SCRATCH;
+    const int64_t y_off = (int64_t)s[AS_SLICE] * c->rows[t * ROW + S_N] + off;
+    float dbuf[CHUNK], ybuf[CHUNK];
+    float *restrict d = load_f(PTR(t, S_S1), st, off, len, dbuf);
+    float *restrict y = load_f(PTR(t, S_S2), st, y_off, len, ybuf);
+    const float lr_t = (float)s[AS_LR];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i], di = (d[i] - y[i]) + gi;
+        d[i] = di;
+        y[i] = gi;
+        w[i] = w[i] - di * lr_t;
+    }
+    store_f(PTR(t, S_S1), st, off, len, d);
+    store_f(PTR(t, S_S2), st, y_off, len, y);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+/* The counts m are int64 (S_POW1); batch_num >= 1. */
+int pc_asgd(int64_t count, const int64_t *rows, const double *per, int64_t batch_num, int nthreads) {
+    double *scratch = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    if (!scratch) return 1;
+    for (int64_t t = 0; t < count; t++) {
+        int64_t *m = (int64_t *)ROW_PTR(rows, t, S_POW1);
+        double *s = scratch + t * SCRATCH, lr = per[t * PER + P_LR];
+        s[AS_SLICE] = (double)(*m % batch_num);
+        *m += 1;
+        int64_t seen = *m < batch_num ? *m : batch_num;
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64)
+            s[AS_LR] = lr / (double)seen;
+        else
+            s[AS_LR] = (float)(lr / (double)(float)seen);
+    }
+    family_ctx c = {rows, per, scratch, {0, 0, 0, 0}, 0};
+    for_all(&c, asgd_f64, asgd_f32, rows, count, nthreads, GRAIN_MOMENTUM);
     free(scratch);
     return 0;
 }

@@ -66,6 +66,7 @@ class Kernels:
         self._adamax = _bind(lib.pc_adamax, [i64, ptr, ptr, dbl, dbl, dbl, cint])
         self._adadelta = _bind(lib.pc_adadelta, [i64, ptr, ptr, dbl, dbl, cint])
         self._radam = _bind(lib.pc_radam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint])
+        self._asgd = _bind(lib.pc_asgd, [i64, ptr, ptr, i64, cint])
         self._nadam = _bind(lib.pc_nadam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, dbl, dbl, cint])
         self._sumsq = _bind(lib.pc_sumsq, [i64, ptr, ptr])
         self._rsqrt = _bind(lib.pc_rsqrt, [i64, ptr, ptr])
@@ -88,7 +89,8 @@ class Kernels:
         )
 
     # The rest of paddle.optimizer: the hyper-parameters are the group's, as Paddle's float32
-    # attributes (rounded to float32); the powers of Adamax, RAdam and NAdam are in the batch's rows.
+    # attributes (rounded to float32); the powers of Adamax, RAdam and NAdam (ASGD's update count)
+    # are in the batch's rows.
     def adagrad(self, batch: Batch, eps: float) -> None:
         _check(self._adagrad(len(batch), _addr(batch.rows), _addr(batch.per), eps, torch.get_num_threads()))
 
@@ -113,6 +115,9 @@ class Kernels:
             len(batch), _addr(batch.rows), _addr(batch.per), _addr(batch.pow3), b1, b2, eps, momentum_decay, base,
             torch.get_num_threads(),
         ))
+
+    def asgd(self, batch: Batch, batch_num: int) -> None:
+        _check(self._asgd(len(batch), _addr(batch.rows), _addr(batch.per), batch_num, torch.get_num_threads()))
 
     def _rsqrt_of(self, x: torch.Tensor) -> torch.Tensor:
         """The CPU's approximate ``1/sqrt`` of each element of a contiguous float32 CPU tensor."""

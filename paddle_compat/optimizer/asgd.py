@@ -8,11 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
+from .. import _checks, _native
 from .._dtensor import is_dtensor
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_kernels_take
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["ASGD"]
 
@@ -75,6 +76,24 @@ class ASGD(Optimizer):
                 )
             value = value[0]
         super()._check_state_tensor(where, index, key, value, p)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, g, state, master = item
+        value = master if master is not None else p
+        d, y, count = state["d"], state["y"], state["m"]
+        if not (
+            y.is_contiguous() and count.dtype == torch.int64 and count.numel() == 1 and count.is_cpu
+            and cpu_kernels_take(value, g, p, (d, y[0]))
+        ):
+            return None
+        g, l2, fresh = self._grad_for_kernel(p, g, group)
+        batch.add(value, g, p if master is not None else None, (d, y), (count,), lr=lr, l2=l2)
+        return not fresh
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.asgd(batch, self._n)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
