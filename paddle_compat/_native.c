@@ -422,7 +422,7 @@ int pc_adam(int64_t count, const int64_t *rows, const double *per, double *scrat
 
 /* ================================================================================================
  * The rest of paddle.optimizer (Paddle's Eigen CPU kernels): Adagrad, RMSProp, Adamax, Adadelta,
- * RAdam, NAdam, ASGD. Every operation is rounded in the compute type (float32 for float32/bfloat16/float16
+ * RAdam, NAdam, ASGD, Rprop. Every operation is rounded in the compute type (float32 for float32/bfloat16/float16
  * values, float64 for float64), in the order of the torch forms in paddle_compat/optimizer/. The
  * float32 loops take their square roots as Eigen's packets do (eigen_sqrt_f32), so they run in
  * phases over the block: the elementwise part into local arrays, the roots, the rest.
@@ -938,6 +938,48 @@ int pc_asgd(int64_t count, const int64_t *rows, const double *per, int64_t batch
     family_ctx c = {rows, per, scratch, {0, 0, 0, 0}, 0};
     for_all(&c, asgd_f64, asgd_f32, rows, count, nthreads, GRAIN_MOMENTUM);
     free(scratch);
+    return 0;
+}
+
+/* --- Rprop (states: prevs, learning_rates, in the value's dtype: float32 or float64 here) ---------
+ *   p = g*prev;  eta = p > 0 ? eta_plus : p < 0 ? eta_minus : 1;  prev = p < 0 ? 0 : g
+ *   rate = clamp(rate*eta, lo, hi) (NaN kept);  w = w - sign(prev)*rate (sign(NaN) = 0) */
+#define RPROP_LOOP(T)                                                                              \
+    for (int64_t i = 0; i < len; i++) {                                                            \
+        T gi = G(i), prod = gi * prev[i];                                                          \
+        T eta = prod > 0 ? eta_plus : prod < 0 ? eta_minus : (T)1;                                 \
+        T pi = prod < 0 ? (T)0 : gi;                                                               \
+        T ri = rate[i] * eta;                                                                      \
+        ri = ri != ri ? ri : ri < lo ? lo : ri > hi ? hi : ri;                                     \
+        prev[i] = pi;                                                                              \
+        rate[i] = ri;                                                                              \
+        w[i] = w[i] - (T)((pi > 0) - (pi < 0)) * ri;                                               \
+    }
+
+static void rprop_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict prev = (double *)PTR(t, S_S1) + off, *restrict rate = (double *)PTR(t, S_S2) + off;
+    const double lo = c->h[0], hi = c->h[1], eta_minus = c->h[2], eta_plus = c->h[3];
+#define G(i) G64(i)
+    RPROP_LOOP(double)
+#undef G
+}
+
+static void rprop_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS
+    float *restrict prev = (float *)PTR(t, S_S1) + off, *restrict rate = (float *)PTR(t, S_S2) + off;
+    const float lo = (float)c->h[0], hi = (float)c->h[1], eta_minus = (float)c->h[2], eta_plus = (float)c->h[3];
+#define G(i) g[i]
+    RPROP_LOOP(float)
+#undef G
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+/* lo, hi, eta_minus, eta_plus: rounded as the torch form rounds them (each row's dtype rounds again). */
+int pc_rprop(int64_t count, const int64_t *rows, const double *per, double lo, double hi, double eta_minus,
+             double eta_plus, int nthreads) {
+    family_ctx c = {rows, per, NULL, {lo, hi, eta_minus, eta_plus}, 0};
+    for_all(&c, rprop_f64, rprop_f32, rows, count, nthreads, GRAIN_MOMENTUM);
     return 0;
 }
 

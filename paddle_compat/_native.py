@@ -67,6 +67,7 @@ class Kernels:
         self._adadelta = _bind(lib.pc_adadelta, [i64, ptr, ptr, dbl, dbl, cint])
         self._radam = _bind(lib.pc_radam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint])
         self._asgd = _bind(lib.pc_asgd, [i64, ptr, ptr, i64, cint])
+        self._rprop = _bind(lib.pc_rprop, [i64, ptr, ptr, dbl, dbl, dbl, dbl, cint])
         self._nadam = _bind(lib.pc_nadam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, dbl, dbl, cint])
         self._sumsq = _bind(lib.pc_sumsq, [i64, ptr, ptr])
         self._rsqrt = _bind(lib.pc_rsqrt, [i64, ptr, ptr])
@@ -118,6 +119,11 @@ class Kernels:
 
     def asgd(self, batch: Batch, batch_num: int) -> None:
         _check(self._asgd(len(batch), _addr(batch.rows), _addr(batch.per), batch_num, torch.get_num_threads()))
+
+    def rprop(self, batch: Batch, lo: float, hi: float, eta_minus: float, eta_plus: float) -> None:
+        self._rprop(
+            len(batch), _addr(batch.rows), _addr(batch.per), lo, hi, eta_minus, eta_plus, torch.get_num_threads()
+        )
 
     def _rsqrt_of(self, x: torch.Tensor) -> torch.Tensor:
         """The CPU's approximate ``1/sqrt`` of each element of a contiguous float32 CPU tensor."""

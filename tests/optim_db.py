@@ -414,9 +414,11 @@ OPTIM_DB += [
     ),
     _family(
         "Rprop", 0.01,
-        ("rprop", {}, ("parity", "copies"), {}),
+        ("rprop", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("rprop_range_etas_globalnorm_scaler", {"learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3),
                                                 "grad_clip": GLOBAL}, ("parity", "handover"), SCALER),
+        ("rprop_range_etas", {"learning_rate": 0.04, "learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3)}, FORMS,
+         {"steps": 5}),
         ("rprop_groups_byvalue", {"groups": None, "grad_clip": ("ClipGradByValue", 0.2)}, ("parity",), {}),
         ("rprop_float64", {}, ("parity",), F64),
         # Paddle's CPU build has a bf16 Rprop kernel (bf16 arithmetic, no master weights)
