@@ -422,10 +422,11 @@ int pc_adam(int64_t count, const int64_t *rows, const double *per, double *scrat
 
 /* ================================================================================================
  * The rest of paddle.optimizer (Paddle's Eigen CPU kernels): Adagrad, RMSProp, Adamax, Adadelta,
- * RAdam, NAdam, ASGD, Rprop. Every operation is rounded in the compute type (float32 for float32/bfloat16/float16
- * values, float64 for float64), in the order of the torch forms in paddle_compat/optimizer/. The
- * float32 loops take their square roots as Eigen's packets do (eigen_sqrt_f32), so they run in
- * phases over the block: the elementwise part into local arrays, the roots, the rest.
+ * RAdam, NAdam, ASGD, Rprop (and Lamb, after the sums of squares below). Every operation is
+ * rounded in the compute type (float32 for float32/bfloat16/float16 values, float64 for float64),
+ * in the order of the torch forms in paddle_compat/optimizer/. The float32 loops take their square
+ * roots as Eigen's packets do (eigen_sqrt_f32), so they run in phases over the block: the
+ * elementwise part into local arrays, the roots, the rest.
  * ============================================================================================== */
 typedef struct {
     const int64_t *rows;
@@ -433,6 +434,7 @@ typedef struct {
     const double *scratch; /* per tensor: the scalars of the step (pc_*'s prologue), SCRATCH each */
     double h[4];           /* the group's hyper-parameters (float32 values: Paddle's attributes) */
     int flag;
+    void *buf; /* Lamb's direction */
 } family_ctx;
 
 #define SCRATCH 8
@@ -1030,6 +1032,105 @@ int pc_rprop(int64_t count, const int64_t *rows, const double *per, double lo, d
 
 DEFINE_SUMSQ(sumsq_f32, float, 8, FOLD8)
 DEFINE_SUMSQ(sumsq_f64, double, 4, FOLD4)
+
+/* --- Lamb (states: moment1, moment2; the beta powers, advanced here), one tensor at a time --------
+ *   m1, m2 as RAdam's;  dir = (m1/(1 - b1^t))/(sqrt(m2/(1 - b2^t)) + eps) + w*decay (exact sqrt)
+ *   ratio = |w|/|dir| (Eigen's sums of squares, exact roots) when adapting and both are > 0, else 1
+ *   w = w - dir*rate,  rate = lr*ratio (lr unrounded)
+ * The direction of the tensor in hand waits in the caller's buffer between the two passes. */
+enum { LA_C1, LA_C2, LA_RATE };
+
+static void lamb_direction_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict m1 = (double *)PTR(t, S_S1) + off, *restrict m2 = (double *)PTR(t, S_S2) + off;
+    double *restrict dir = (double *)c->buf + off;
+    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], k1 = 1.0 - b1, k2 = 1.0 - b2;
+    const double c1 = c->scratch[LA_C1], c2 = c->scratch[LA_C2], decay = c->per[t * PER + P_DECAY];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
+        m1[i] = m1i;
+        m2[i] = m2i;
+        dir[i] = (m1i / c1) / (sqrt(m2i / c2) + eps) + w[i] * decay;
+    }
+}
+
+static void lamb_direction_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS
+    float b1buf[CHUNK], b2buf[CHUNK];
+    float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
+    float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
+    float *restrict dir = (float *)c->buf + off;
+    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], k1 = 1.0f - b1, k2 = 1.0f - b2;
+    const float c1 = (float)c->scratch[LA_C1], c2 = (float)c->scratch[LA_C2];
+    const float decay = (float)c->per[t * PER + P_DECAY];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i], m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
+        m1[i] = m1i;
+        m2[i] = m2i;
+        dir[i] = (m1i / c1) / (sqrtf(m2i / c2) + eps) + w[i] * decay;
+    }
+    store_f(PTR(t, S_S1), st, off, len, m1);
+    store_f(PTR(t, S_S2), st, off, len, m2);
+}
+
+static void lamb_update_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const family_ctx *c = (const family_ctx *)ctx;
+    double *restrict w = (double *)PTR(t, S_W) + off;
+    const double *restrict dir = (const double *)c->buf + off;
+    const double rate = c->scratch[LA_RATE];
+    (void)dt;
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - dir[i] * rate;
+}
+
+static void lamb_update_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const family_ctx *c = (const family_ctx *)ctx;
+    float *restrict w = (float *)PTR(t, S_W) + off; /* float32 values only (see pc_lamb) */
+    const float *restrict dir = (const float *)c->buf + off;
+    const float rate = (float)c->scratch[LA_RATE];
+    (void)dt;
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - dir[i] * rate;
+}
+
+/* Values float32 (the parameter or its master weight) or float64; buf: room for the largest
+ * tensor's direction in its dtype; always_adapt: adapt without decay too. */
+int pc_lamb(int64_t count, const int64_t *rows, const double *per, void *buf, double b1, double b2, double eps,
+            int always_adapt, int nthreads) {
+    for (int64_t t = 0; t < count; t++) {
+        int64_t row[ROW];
+        memcpy(row, rows + t * ROW, sizeof row);
+        void *p1 = ROW_PTR(row, 0, S_POW1), *p2 = ROW_PTR(row, 0, S_POW2), *w = ROW_PTR(row, 0, S_W);
+        const double *mine = per + t * PER;
+        const int64_t n = row[S_N], dt = row[S_DT];
+        const int adapt = mine[P_DECAY] != 0.0 || always_adapt;
+        double scalars[3];
+        family_ctx c = {row, mine, scalars, {b1, b2, eps, 0}, 0, buf};
+        row[S_DT] = (dt & ~((int64_t)15 << 8)) | ((int64_t)DT_NONE << 8); /* no refresh of a parameter yet */
+        if (dt_w(dt) == DT_F64) {
+            scalars[LA_C1] = 1.0 - *(double *)p1;
+            scalars[LA_C2] = 1.0 - *(double *)p2;
+            for_all(&c, lamb_direction_f64, lamb_direction_f32, row, 1, nthreads, GRAIN_ADAM);
+            double p_norm = sqrt(sumsq_f64((const double *)w, 0, n));
+            double d_norm = sqrt(sumsq_f64((const double *)buf, 0, n));
+            double ratio = adapt && p_norm > 0.0 && d_norm > 0.0 ? p_norm / d_norm : 1.0;
+            scalars[LA_RATE] = mine[P_LR] * ratio;
+            *(double *)p1 = *(double *)p1 * b1;
+            *(double *)p2 = *(double *)p2 * b2;
+        } else {
+            scalars[LA_C1] = 1.0f - *(float *)p1;
+            scalars[LA_C2] = 1.0f - *(float *)p2;
+            for_all(&c, lamb_direction_f64, lamb_direction_f32, row, 1, nthreads, GRAIN_ADAM);
+            float p_norm = sqrtf(sumsq_f32((const float *)w, 0, n));
+            float d_norm = sqrtf(sumsq_f32((const float *)buf, 0, n));
+            float ratio = adapt && p_norm > 0.0f && d_norm > 0.0f ? p_norm / d_norm : 1.0f;
+            scalars[LA_RATE] = (float)(mine[P_LR] * (double)ratio);
+            *(float *)p1 = *(float *)p1 * (float)b1;
+            *(float *)p2 = *(float *)p2 * (float)b2;
+        }
+        row[S_DT] = dt;
+        for_all(&c, lamb_update_f64, lamb_update_f32, row, 1, nthreads, GRAIN_SGD);
+    }
+    return 0;
+}
 
 /* rows: count x (n, pointer, dtype); out: one sum per tensor (a float32 sum is exact as a double). */
 int pc_sumsq(int64_t count, const int64_t *rows, double *out) {

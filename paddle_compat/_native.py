@@ -68,6 +68,7 @@ class Kernels:
         self._radam = _bind(lib.pc_radam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint])
         self._asgd = _bind(lib.pc_asgd, [i64, ptr, ptr, i64, cint])
         self._rprop = _bind(lib.pc_rprop, [i64, ptr, ptr, dbl, dbl, dbl, dbl, cint])
+        self._lamb = _bind(lib.pc_lamb, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint, cint])
         self._nadam = _bind(lib.pc_nadam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, dbl, dbl, cint])
         self._sumsq = _bind(lib.pc_sumsq, [i64, ptr, ptr])
         self._rsqrt = _bind(lib.pc_rsqrt, [i64, ptr, ptr])
@@ -123,6 +124,13 @@ class Kernels:
     def rprop(self, batch: Batch, lo: float, hi: float, eta_minus: float, eta_plus: float) -> None:
         self._rprop(
             len(batch), _addr(batch.rows), _addr(batch.per), lo, hi, eta_minus, eta_plus, torch.get_num_threads()
+        )
+
+    def lamb(self, batch: Batch, direction: torch.Tensor, b1: float, b2: float, eps: float, always_adapt: bool) -> None:
+        """``direction``: a contiguous CPU scratch tensor with room for the largest row's update."""
+        self._lamb(
+            len(batch), _addr(batch.rows), _addr(batch.per), direction.data_ptr(), b1, b2, eps, int(always_adapt),
+            torch.get_num_threads(),
         )
 
     def _rsqrt_of(self, x: torch.Tensor) -> torch.Tensor:

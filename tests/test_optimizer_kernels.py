@@ -161,7 +161,7 @@ def test_forms_agree_on_inf_and_nan_gradients(name, monkeypatch: pytest.MonkeyPa
 @needs_compiler
 @pytest.mark.parametrize(("name", "sizes"), [("sgd", (2_000_003, 100_000)), ("momentum", (1_000_003, 50_001)),
                                              ("adamw", (300_001, 70_000)), ("rmsprop", (13, 300_001, 70_003)),
-                                             ("nadam", (13, 300_001, 70_003))])
+                                             ("nadam", (13, 300_001, 70_003)), ("lamb", (13, 300_001, 70_003))])
 def test_threaded_kernels_give_the_same_bits(name, sizes) -> None:
     """Large enough for the kernels to split the work across threads, inside and across tensors
     (one thread gives the torch forms' bits: the tests above). The threads' shares of RMSProp's and

@@ -9,13 +9,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
+from .. import _checks, _native
 from .._dtensor import is_dtensor
-from .._numerics import round_to, sqrt_rn_into
+from .._numerics import round_f32, round_to, sqrt_rn_into
 from ..nn.clip import squared_l2_norm
 from ._eigen import adam_moments_, float_attrs
 from .adamax import check_betas
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_kernels_take
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Lamb"]
 
@@ -93,6 +94,30 @@ class Lamb(Optimizer):
         state["moment2"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=dtype)
         state["beta2_pow_acc"] = torch.full([1], group["beta2"], dtype=dtype)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, g, state, master = item
+        value = master if master is not None else p
+        states = (state["moment1"], state["moment2"])
+        powers = (state["beta1_pow_acc"], state["beta2_pow_acc"])
+        # float32/float64 values (the parameter, or its master weight): the kernel sums their squares
+        if not (value.dtype in (torch.float32, torch.float64) and cpu_kernels_take(value, g, p, states, powers)):
+            return None
+        fn = group["exclude_from_weight_decay_fn"]
+        decay = 0.0 if fn is not None and fn(p) else float_attrs(group, value.dtype, "lamb_weight_decay")[0]
+        g, l2, fresh = self._grad_for_kernel(p, g, group)
+        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, decay=decay, l2=l2)
+        return not fresh and fn is None  # the callback is asked again at every step, as by the torch form
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        # room for the largest tensor's direction, in float64 if any row computes in it
+        largest = max(batch.tensors, key=lambda t: t.numel())
+        wide = any(t.dtype == torch.float64 for t in batch.tensors)
+        direction = self._buffer(largest, torch.float64 if wide else torch.float32, "direction")
+        b1, b2, eps = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon"))
+        kern.lamb(batch, direction, b1, b2, eps, self.always_adapt)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
