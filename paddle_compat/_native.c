@@ -949,13 +949,17 @@ int pc_asgd(int64_t count, const int64_t *rows, const double *per, int64_t batch
 #define RPROP_LOOP(T)                                                                              \
     for (int64_t i = 0; i < len; i++) {                                                            \
         T gi = G(i), prod = gi * prev[i];                                                          \
-        T eta = prod > 0 ? eta_plus : prod < 0 ? eta_minus : (T)1;                                 \
+        T eta = prod > 0 ? eta_plus : (T)1;                                                        \
+        eta = prod < 0 ? eta_minus : eta;                                                          \
         T pi = prod < 0 ? (T)0 : gi;                                                               \
         T ri = rate[i] * eta;                                                                      \
-        ri = ri != ri ? ri : ri < lo ? lo : ri > hi ? hi : ri;                                     \
+        ri = ri < lo ? lo : ri; /* NaN stays */                                                    \
+        ri = ri > hi ? hi : ri;                                                                    \
+        T sign = pi > 0 ? (T)1 : (T)0;                                                             \
+        sign = pi < 0 ? (T)-1 : sign;                                                              \
         prev[i] = pi;                                                                              \
         rate[i] = ri;                                                                              \
-        w[i] = w[i] - (T)((pi > 0) - (pi < 0)) * ri;                                               \
+        w[i] = w[i] - sign * ri;                                                                   \
     }
 
 static void rprop_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
