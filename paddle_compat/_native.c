@@ -22,7 +22,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE__)
+#if defined(__AVX__)
+#include <immintrin.h>
+#elif defined(__SSE__)
 #include <xmmintrin.h>
 #endif
 #ifdef _OPENMP
@@ -438,6 +440,8 @@ typedef struct {
 } family_ctx;
 
 #define SCRATCH 8
+/* Elements per pass of the float32 loops: their phases then keep every operand in the L1 cache. */
+#define SUB 512
 
 /* Eigen's float32 sqrt, in place, on x[0, len) of a tensor whose first `fast` elements here lie in
  * its whole 8-lane packets: the CPU's rsqrtps refined by one Newton step, x*(r*(1.5 - (r*r)*(0.5*x))),
@@ -447,8 +451,11 @@ typedef struct {
 static void eigen_sqrt_f32(float *restrict x, int64_t len, int64_t fast) {
     fast = fast < 0 ? 0 : fast > len ? len : fast;
 #if defined(__SSE__)
-    float r[BLOCK];
+    float r[SUB];
     int64_t i = 0;
+#if defined(__AVX__)
+    for (; i + 8 <= fast; i += 8) _mm256_storeu_ps(r + i, _mm256_rsqrt_ps(_mm256_loadu_ps(x + i)));
+#endif
     for (; i + 4 <= fast; i += 4) _mm_storeu_ps(r + i, _mm_rsqrt_ps(_mm_loadu_ps(x + i)));
     if (i < fast) {
         float pad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
@@ -482,11 +489,21 @@ static const float *with_l2(const float *restrict g, const float *restrict w, do
     return buf;
 }
 
-/* The float32 loops' operands: w and g (g with its fused L2), lr, and `fast` (eigen_sqrt_f32). */
-#define FAMILY_F32_OPERANDS                                                                        \
+/* A float32 loop over [off, off+len) as passes of at most SUB elements. */
+static void in_passes(loop_fn f, const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    for (int64_t o = 0; o < len; o += SUB) f(ctx, t, off + o, len - o < SUB ? len - o : SUB, dt);
+}
+
+/* The float32 loops' operands (`self`: the loop, run in passes of SUB elements): w and g (g with
+ * its fused L2), lr, and `fast` (eigen_sqrt_f32). */
+#define FAMILY_F32_OPERANDS(self)                                                                  \
+    if (len > SUB) {                                                                               \
+        in_passes(self, ctx, t, off, len, dt);                                                     \
+        return;                                                                                    \
+    }                                                                                              \
     const family_ctx *c = (const family_ctx *)ctx;                                                 \
     const int wt = dt_w(dt), st = dt_s(dt);                                                        \
-    float wbuf[CHUNK], gbuf[CHUNK], lbuf[BLOCK];                                                   \
+    float wbuf[SUB], gbuf[SUB], lbuf[SUB];                                                         \
     float *restrict w = load_f(PTR(t, S_W), wt, off, len, wbuf);                                   \
     const float *restrict g = with_l2(load_f(PTR(t, S_G), dt_g(dt), off, len, gbuf), w,            \
                                       c->per[t * PER + P_L2], len, lbuf);                          \
@@ -516,8 +533,8 @@ static void adagrad_f64(const void *ctx, int64_t t, int64_t off, int64_t len, in
 }
 
 static void adagrad_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
-    FAMILY_F32_OPERANDS
-    float mbuf[CHUNK], den[BLOCK];
+    FAMILY_F32_OPERANDS(adagrad_f32)
+    float mbuf[SUB], den[SUB];
     float *restrict m = load_f(PTR(t, S_S1), st, off, len, mbuf);
     const float eps = (float)c->h[0];
     for (int64_t i = 0; i < len; i++) {
@@ -562,8 +579,8 @@ static void rmsprop_f64(const void *ctx, int64_t t, int64_t off, int64_t len, in
 }
 
 static void rmsprop_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
-    FAMILY_F32_OPERANDS
-    float b1[CHUNK], b2[CHUNK], b3[CHUNK], den[BLOCK];
+    FAMILY_F32_OPERANDS(rmsprop_f32)
+    float b1[SUB], b2[SUB], b3[SUB], den[SUB];
     float *restrict mom = load_f(PTR(t, S_S1), st, off, len, b1);
     float *restrict ms = load_f(PTR(t, S_S2), st, off, len, b2);
     float *restrict mg = c->flag ? load_f(PTR(t, S_S3), st, off, len, b3) : NULL;
@@ -618,8 +635,8 @@ static void adamax_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int
 }
 
 static void adamax_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
-    FAMILY_F32_OPERANDS
-    float b1buf[CHUNK], b2buf[CHUNK];
+    FAMILY_F32_OPERANDS(adamax_f32)
+    float b1buf[SUB], b2buf[SUB];
     float *restrict m = load_f(PTR(t, S_S1), st, off, len, b1buf);
     float *restrict inf = load_f(PTR(t, S_S2), st, off, len, b2buf);
     const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], keep = 1.0f - b1;
@@ -671,8 +688,8 @@ static void adadelta_f64(const void *ctx, int64_t t, int64_t off, int64_t len, i
 }
 
 static void adadelta_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
-    FAMILY_F32_OPERANDS
-    float b1[CHUNK], b2[CHUNK], up[BLOCK], den[BLOCK];
+    FAMILY_F32_OPERANDS(adadelta_f32)
+    float b1[SUB], b2[SUB], up[SUB], den[SUB];
     float *restrict asg = load_f(PTR(t, S_S1), st, off, len, b1);
     float *restrict asu = load_f(PTR(t, S_S2), st, off, len, b2);
     const float rho = (float)c->h[0], eps = (float)c->h[1], keep = 1.0f - rho;
@@ -725,8 +742,8 @@ static void radam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int6
 }
 
 static void radam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
-    FAMILY_F32_OPERANDS
-    float b1buf[CHUNK], b2buf[CHUNK], step[BLOCK], den[BLOCK];
+    FAMILY_F32_OPERANDS(radam_f32)
+    float b1buf[SUB], b2buf[SUB], step[SUB], den[SUB];
     float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
     float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
     const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], k1 = 1.0f - b1, k2 = 1.0f - b2;
@@ -819,8 +836,8 @@ static void nadam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int6
 }
 
 static void nadam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
-    FAMILY_F32_OPERANDS
-    float b1buf[CHUNK], b2buf[CHUNK], hat[BLOCK], den[BLOCK];
+    FAMILY_F32_OPERANDS(nadam_f32)
+    float b1buf[SUB], b2buf[SUB], hat[SUB], den[SUB];
     float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
     float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
     const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], k1 = 1.0f - b1, k2 = 1.0f - b2;
@@ -904,10 +921,10 @@ static void asgd_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64
 }
 
 static void asgd_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
-    FAMILY_F32_OPERANDS
+    FAMILY_F32_OPERANDS(asgd_f32)
     const double *s = c->scratch + t * SCRATCH;
     const int64_t y_off = (int64_t)s[AS_SLICE] * c->rows[t * ROW + S_N] + off;
-    float dbuf[CHUNK], ybuf[CHUNK];
+    float dbuf[SUB], ybuf[SUB];
     float *restrict d = load_f(PTR(t, S_S1), st, off, len, dbuf);
     float *restrict y = load_f(PTR(t, S_S2), st, y_off, len, ybuf);
     const float lr_t = (float)s[AS_LR];
@@ -972,7 +989,7 @@ static void rprop_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int6
 }
 
 static void rprop_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
-    FAMILY_F32_OPERANDS
+    FAMILY_F32_OPERANDS(rprop_f32)
     float *restrict prev = (float *)PTR(t, S_S1) + off, *restrict rate = (float *)PTR(t, S_S2) + off;
     const float lo = (float)c->h[0], hi = (float)c->h[1], eta_minus = (float)c->h[2], eta_plus = (float)c->h[3];
 #define G(i) g[i]
@@ -1059,8 +1076,8 @@ static void lamb_direction_f64(const void *ctx, int64_t t, int64_t off, int64_t 
 }
 
 static void lamb_direction_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
-    FAMILY_F32_OPERANDS
-    float b1buf[CHUNK], b2buf[CHUNK];
+    FAMILY_F32_OPERANDS(lamb_direction_f32)
+    float b1buf[SUB], b2buf[SUB];
     float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
     float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
     float *restrict dir = (float *)c->buf + off;
