@@ -436,7 +436,8 @@ typedef struct {
     const double *scratch; /* per tensor: the scalars of the step (pc_*'s prologue), SCRATCH each */
     double h[4];           /* the group's hyper-parameters (float32 values: Paddle's attributes) */
     int flag;
-    void *buf; /* Lamb's direction */
+    void *buf;           /* Lamb's directions */
+    const int64_t *offs; /* per tensor, the byte offset of its direction in buf */
 } family_ctx;
 
 #define SCRATCH 8
@@ -1054,19 +1055,23 @@ int pc_rprop(int64_t count, const int64_t *rows, const double *per, double lo, d
 DEFINE_SUMSQ(sumsq_f32, float, 8, FOLD8)
 DEFINE_SUMSQ(sumsq_f64, double, 4, FOLD4)
 
-/* --- Lamb (states: moment1, moment2; the beta powers, advanced here), one tensor at a time --------
+/* --- Lamb (states: moment1, moment2; the beta powers, advanced here) -----------------------------
  *   m1, m2 as RAdam's;  dir = (m1/(1 - b1^t))/(sqrt(m2/(1 - b2^t)) + eps) + w*decay (exact sqrt)
  *   ratio = |w|/|dir| (Eigen's sums of squares, exact roots) when adapting and both are > 0, else 1
  *   w = w - dir*rate,  rate = lr*ratio (lr unrounded)
- * The direction of the tensor in hand waits in the caller's buffer between the two passes. */
+ * The trust ratio needs a tensor's two norms between its two passes: the tensors go in groups whose
+ * directions fit the caller's buffer, each group in three steps (the directions over the threads,
+ * the norms, the updates over the threads), so a step of many small tensors starts few threads. */
 enum { LA_C1, LA_C2, LA_RATE };
+#define LA_DIR(T, t) ((T *)((char *)c->buf + c->offs[t]))
 
 static void lamb_direction_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     FAMILY_F64_OPERANDS
     double *restrict m1 = (double *)PTR(t, S_S1) + off, *restrict m2 = (double *)PTR(t, S_S2) + off;
-    double *restrict dir = (double *)c->buf + off;
+    double *restrict dir = LA_DIR(double, t) + off;
     const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], k1 = 1.0 - b1, k2 = 1.0 - b2;
-    const double c1 = c->scratch[LA_C1], c2 = c->scratch[LA_C2], decay = c->per[t * PER + P_DECAY];
+    const double *s = c->scratch + t * SCRATCH;
+    const double c1 = s[LA_C1], c2 = s[LA_C2], decay = c->per[t * PER + P_DECAY];
     for (int64_t i = 0; i < len; i++) {
         double gi = G64(i), m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
         m1[i] = m1i;
@@ -1080,10 +1085,10 @@ static void lamb_direction_f32(const void *ctx, int64_t t, int64_t off, int64_t 
     float b1buf[SUB], b2buf[SUB];
     float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
     float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
-    float *restrict dir = (float *)c->buf + off;
+    float *restrict dir = LA_DIR(float, t) + off;
     const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], k1 = 1.0f - b1, k2 = 1.0f - b2;
-    const float c1 = (float)c->scratch[LA_C1], c2 = (float)c->scratch[LA_C2];
-    const float decay = (float)c->per[t * PER + P_DECAY];
+    const double *s = c->scratch + t * SCRATCH;
+    const float c1 = (float)s[LA_C1], c2 = (float)s[LA_C2], decay = (float)c->per[t * PER + P_DECAY];
     for (int64_t i = 0; i < len; i++) {
         float gi = g[i], m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
         m1[i] = m1i;
@@ -1097,8 +1102,8 @@ static void lamb_direction_f32(const void *ctx, int64_t t, int64_t off, int64_t 
 static void lamb_update_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     const family_ctx *c = (const family_ctx *)ctx;
     double *restrict w = (double *)PTR(t, S_W) + off;
-    const double *restrict dir = (const double *)c->buf + off;
-    const double rate = c->scratch[LA_RATE];
+    const double *restrict dir = LA_DIR(double, t) + off;
+    const double rate = c->scratch[t * SCRATCH + LA_RATE];
     (void)dt;
     for (int64_t i = 0; i < len; i++) w[i] = w[i] - dir[i] * rate;
 }
@@ -1106,50 +1111,84 @@ static void lamb_update_f64(const void *ctx, int64_t t, int64_t off, int64_t len
 static void lamb_update_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     const family_ctx *c = (const family_ctx *)ctx;
     float *restrict w = (float *)PTR(t, S_W) + off; /* float32 values only (see pc_lamb) */
-    const float *restrict dir = (const float *)c->buf + off;
-    const float rate = (float)c->scratch[LA_RATE];
+    const float *restrict dir = LA_DIR(float, t) + off;
+    const float rate = (float)c->scratch[t * SCRATCH + LA_RATE];
     (void)dt;
     for (int64_t i = 0; i < len; i++) w[i] = w[i] - dir[i] * rate;
 }
 
-/* Values float32 (the parameter or its master weight) or float64; buf: room for the largest
- * tensor's direction in its dtype; always_adapt: adapt without decay too. */
-int pc_lamb(int64_t count, const int64_t *rows, const double *per, void *buf, double b1, double b2, double eps,
-            int always_adapt, int nthreads) {
+/* Values float32 (the parameter or its master weight) or float64; buf: buf_bytes of room, at least
+ * the largest tensor's direction in its dtype; always_adapt: adapt without decay too. */
+int pc_lamb(int64_t count, const int64_t *rows, const double *per, void *buf, int64_t buf_bytes, double b1,
+            double b2, double eps, int always_adapt, int nthreads) {
+    double *scalars = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    int64_t *offs = malloc((size_t)(count > 0 ? count : 1) * sizeof(int64_t));
+    int64_t *quiet = malloc((size_t)(count > 0 ? count : 1) * ROW * sizeof(int64_t));
+    if (!scalars || !offs || !quiet) {
+        free(scalars);
+        free(offs);
+        free(quiet);
+        return 1;
+    }
+    /* the rows of the first pass leave the parameters alone: their master weights change later */
+    memcpy(quiet, rows, (size_t)count * ROW * sizeof(int64_t));
     for (int64_t t = 0; t < count; t++) {
-        int64_t row[ROW];
-        memcpy(row, rows + t * ROW, sizeof row);
-        void *p1 = ROW_PTR(row, 0, S_POW1), *p2 = ROW_PTR(row, 0, S_POW2), *w = ROW_PTR(row, 0, S_W);
-        const double *mine = per + t * PER;
-        const int64_t n = row[S_N], dt = row[S_DT];
-        const int adapt = mine[P_DECAY] != 0.0 || always_adapt;
-        double scalars[3];
-        family_ctx c = {row, mine, scalars, {b1, b2, eps, 0}, 0, buf};
-        row[S_DT] = (dt & ~((int64_t)15 << 8)) | ((int64_t)DT_NONE << 8); /* no refresh of a parameter yet */
-        if (dt_w(dt) == DT_F64) {
-            scalars[LA_C1] = 1.0 - *(double *)p1;
-            scalars[LA_C2] = 1.0 - *(double *)p2;
-            for_all(&c, lamb_direction_f64, lamb_direction_f32, row, 1, nthreads, GRAIN_ADAM);
-            double p_norm = sqrt(sumsq_f64((const double *)w, 0, n));
-            double d_norm = sqrt(sumsq_f64((const double *)buf, 0, n));
-            double ratio = adapt && p_norm > 0.0 && d_norm > 0.0 ? p_norm / d_norm : 1.0;
-            scalars[LA_RATE] = mine[P_LR] * ratio;
+        int64_t *dt = &quiet[t * ROW + S_DT];
+        *dt = (*dt & ~((int64_t)15 << 8)) | ((int64_t)DT_NONE << 8);
+        void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2);
+        double *s = scalars + t * SCRATCH;
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
+            s[LA_C1] = 1.0 - *(double *)p1;
+            s[LA_C2] = 1.0 - *(double *)p2;
+        } else {
+            s[LA_C1] = 1.0f - *(float *)p1;
+            s[LA_C2] = 1.0f - *(float *)p2;
+        }
+    }
+    for (int64_t t0 = 0, t1; t0 < count; t0 = t1) {
+        int64_t used = 0;
+        for (t1 = t0; t1 < count; t1++) {
+            int64_t size = rows[t1 * ROW + S_N] * (dt_w(rows[t1 * ROW + S_DT]) == DT_F64 ? 8 : 4);
+            if (t1 > t0 && used + size > buf_bytes) break;
+            offs[t1] = used;
+            used += (size + 63) & ~(int64_t)63; /* whole cache lines: no line shared between tensors */
+        }
+        family_ctx c = {quiet + t0 * ROW, per + t0 * PER, scalars + t0 * SCRATCH, {b1, b2, eps, 0}, 0, buf,
+                        offs + t0};
+        for_all(&c, lamb_direction_f64, lamb_direction_f32, quiet + t0 * ROW, t1 - t0, nthreads, GRAIN_ADAM);
+        for (int64_t t = t0; t < t1; t++) {
+            const void *w = ROW_PTR(rows, t, S_W), *dir = (const char *)buf + offs[t];
+            const int64_t n = rows[t * ROW + S_N];
+            const double lr = per[t * PER + P_LR];
+            const int adapt = per[t * PER + P_DECAY] != 0.0 || always_adapt;
+            double *s = scalars + t * SCRATCH;
+            if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
+                double p_norm = sqrt(sumsq_f64((const double *)w, 0, n));
+                double d_norm = sqrt(sumsq_f64((const double *)dir, 0, n));
+                s[LA_RATE] = lr * (adapt && p_norm > 0.0 && d_norm > 0.0 ? p_norm / d_norm : 1.0);
+            } else {
+                float p_norm = sqrtf(sumsq_f32((const float *)w, 0, n));
+                float d_norm = sqrtf(sumsq_f32((const float *)dir, 0, n));
+                float ratio = adapt && p_norm > 0.0f && d_norm > 0.0f ? p_norm / d_norm : 1.0f;
+                s[LA_RATE] = (float)(lr * (double)ratio);
+            }
+        }
+        c.rows = rows + t0 * ROW;
+        for_all(&c, lamb_update_f64, lamb_update_f32, rows + t0 * ROW, t1 - t0, nthreads, GRAIN_SGD);
+    }
+    for (int64_t t = 0; t < count; t++) {
+        void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2);
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
             *(double *)p1 = *(double *)p1 * b1;
             *(double *)p2 = *(double *)p2 * b2;
         } else {
-            scalars[LA_C1] = 1.0f - *(float *)p1;
-            scalars[LA_C2] = 1.0f - *(float *)p2;
-            for_all(&c, lamb_direction_f64, lamb_direction_f32, row, 1, nthreads, GRAIN_ADAM);
-            float p_norm = sqrtf(sumsq_f32((const float *)w, 0, n));
-            float d_norm = sqrtf(sumsq_f32((const float *)buf, 0, n));
-            float ratio = adapt && p_norm > 0.0f && d_norm > 0.0f ? p_norm / d_norm : 1.0f;
-            scalars[LA_RATE] = (float)(mine[P_LR] * (double)ratio);
             *(float *)p1 = *(float *)p1 * (float)b1;
             *(float *)p2 = *(float *)p2 * (float)b2;
         }
-        row[S_DT] = dt;
-        for_all(&c, lamb_update_f64, lamb_update_f32, row, 1, nthreads, GRAIN_SGD);
     }
+    free(scalars);
+    free(offs);
+    free(quiet);
     return 0;
 }
 

@@ -68,7 +68,7 @@ class Kernels:
         self._radam = _bind(lib.pc_radam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint])
         self._asgd = _bind(lib.pc_asgd, [i64, ptr, ptr, i64, cint])
         self._rprop = _bind(lib.pc_rprop, [i64, ptr, ptr, dbl, dbl, dbl, dbl, cint])
-        self._lamb = _bind(lib.pc_lamb, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint, cint])
+        self._lamb = _bind(lib.pc_lamb, [i64, ptr, ptr, ptr, i64, dbl, dbl, dbl, cint, cint])
         self._nadam = _bind(lib.pc_nadam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, dbl, dbl, cint])
         self._sumsq = _bind(lib.pc_sumsq, [i64, ptr, ptr])
         self._rsqrt = _bind(lib.pc_rsqrt, [i64, ptr, ptr])
@@ -126,12 +126,14 @@ class Kernels:
             len(batch), _addr(batch.rows), _addr(batch.per), lo, hi, eta_minus, eta_plus, torch.get_num_threads()
         )
 
-    def lamb(self, batch: Batch, direction: torch.Tensor, b1: float, b2: float, eps: float, always_adapt: bool) -> None:
-        """``direction``: a contiguous CPU scratch tensor with room for the largest row's update."""
-        self._lamb(
-            len(batch), _addr(batch.rows), _addr(batch.per), direction.data_ptr(), b1, b2, eps, int(always_adapt),
-            torch.get_num_threads(),
-        )
+    def lamb(
+        self, batch: Batch, directions: torch.Tensor, b1: float, b2: float, eps: float, always_adapt: bool
+    ) -> None:
+        """``directions``: a contiguous CPU scratch tensor, with room for the largest row's update."""
+        _check(self._lamb(
+            len(batch), _addr(batch.rows), _addr(batch.per), directions.data_ptr(),
+            directions.numel() * directions.element_size(), b1, b2, eps, int(always_adapt), torch.get_num_threads(),
+        ))
 
     def _rsqrt_of(self, x: torch.Tensor) -> torch.Tensor:
         """The CPU's approximate ``1/sqrt`` of each element of a contiguous float32 CPU tensor."""

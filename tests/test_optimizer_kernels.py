@@ -25,7 +25,7 @@ import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
 from paddle_compat import _devices, _native, _numerics
 from paddle_compat.nn.clip import _eigen_sum, squared_l2_norms
-from paddle_compat.optimizer import _eigen, _multi_tensor
+from paddle_compat.optimizer import _eigen, _multi_tensor, lamb
 from paddle_compat.optimizer.optimizer import Optimizer
 
 from .optim_db import CLASSES, OPTIM_DB, case, cases, ids, new
@@ -175,6 +175,15 @@ def test_threaded_kernels_give_the_same_bits(name, sizes) -> None:
     finally:
         torch.set_num_threads(saved)
     assert_same_run(threaded, single)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtypes", ["fp32", "fp64", "bf16_master"])
+def test_lamb_in_several_groups_gives_the_same_bits(dtypes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lamb's kernel takes the tensors in groups that fit its buffer (two groups here)."""
+    monkeypatch.setattr(lamb, "_GROUP", 500)
+    compiled, in_place, plain = forms(monkeypatch, maker("lamb"), DTYPES[dtypes])
+    assert_same_run(compiled, in_place)
 
 
 def spy(monkeypatch: pytest.MonkeyPatch, owner: object, names: list[str]) -> list[str]:

@@ -324,6 +324,14 @@ class Engine:
                 opt._multi_tensor_call(plan.kernels[device], launch, group, flag)
         return True
 
+    def flat(self, n: int, dtype: torch.dtype, device: torch.device, slot: str) -> Tensor:
+        """The first ``n`` elements of the flat buffer of ``slot`` (see ``scratch``), grown as needed."""
+        buf = self._scratch.get((slot, dtype, device))
+        if buf is None or buf.numel() < n:
+            buf = self._scratch[(slot, dtype, device)] = torch.empty(n, dtype=dtype, device=device)
+            self._views.clear()  # views of the replaced buffer would keep it alive
+        return buf[:n]
+
     def scratch(self, like: Tensor, dtype: torch.dtype, slot: str) -> Tensor:
         """A scratch tensor shaped like ``like``, reused by every parameter and step.
 
@@ -341,11 +349,7 @@ class Engine:
         view = views.get(key)
         if view is not None:
             return view
-        buf = self._scratch.get(key[:3])
-        if buf is None or buf.numel() < like.numel():
-            buf = self._scratch[key[:3]] = torch.empty(like.numel(), dtype=dtype, device=like.device)
-            views.clear()  # views of the replaced buffer would keep it alive
-        flat = buf[: like.numel()]
+        flat = self.flat(like.numel(), dtype, like.device, slot)
         if like.is_contiguous():
             view = flat.view(like.shape)
         else:

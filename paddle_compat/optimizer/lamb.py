@@ -20,6 +20,10 @@ from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Lamb"]
 
+# Elements of the compiled kernel's groups (see _compiled_call): few thread starts for many small
+# tensors, while a group's updates stay in the last-level cache between its passes.
+_GROUP = 1 << 20
+
 
 
 class Lamb(Optimizer):
@@ -112,12 +116,15 @@ class Lamb(Optimizer):
         return not fresh and fn is None  # the callback is asked again at every step, as by the torch form
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
-        # room for the largest tensor's direction, in float64 if any row computes in it
-        largest = max(batch.tensors, key=lambda t: t.numel())
+        # The kernel takes the tensors in groups whose updates fit this buffer (float64 where a row
+        # computes in it): the largest tensor's at least, else _GROUP elements, or all when fewer.
+        sizes = batch.rows[:: _native.ROW]
+        n = max(max(sizes), min(sum(sizes), _GROUP))
         wide = any(t.dtype == torch.float64 for t in batch.tensors)
-        direction = self._buffer(largest, torch.float64 if wide else torch.float32, "direction")
+        dtype = torch.float64 if wide else torch.float32
+        directions = self._compat_engine.flat(n, dtype, torch.device("cpu"), "direction")
         b1, b2, eps = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon"))
-        kern.lamb(batch, direction, b1, b2, eps, self.always_adapt)
+        kern.lamb(batch, directions, b1, b2, eps, self.always_adapt)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
