@@ -441,6 +441,11 @@ typedef struct {
 } family_ctx;
 
 #define SCRATCH 8
+
+/* Room for SCRATCH scalars per tensor (free it), or NULL. */
+static double *per_tensor_scalars(int64_t count) {
+    return malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+}
 /* Elements per pass of the float32 loops: their phases (and a fused L2's gradient) keep every
  * operand in the L1 cache (512 measured the same; the whole BLOCK, up to 2x slower). */
 #define SUB 1024
@@ -551,7 +556,7 @@ static void adagrad_f32(const void *ctx, int64_t t, int64_t off, int64_t len, in
 }
 
 int pc_adagrad(int64_t count, const int64_t *rows, const double *per, double eps, int nthreads) {
-    family_ctx c = {rows, per, NULL, {eps, 0, 0, 0}, 0};
+    family_ctx c = {rows, per, NULL, {eps, 0, 0, 0}, 0, NULL, NULL};
     for_all(&c, adagrad_f64, adagrad_f32, rows, count, nthreads, GRAIN_ADAM);
     return 0;
 }
@@ -615,7 +620,7 @@ static void rmsprop_f32(const void *ctx, int64_t t, int64_t off, int64_t len, in
 
 int pc_rmsprop(int64_t count, const int64_t *rows, const double *per, double rho, double eps, double mu,
                int centered, int nthreads) {
-    family_ctx c = {rows, per, NULL, {rho, eps, mu, 0}, centered};
+    family_ctx c = {rows, per, NULL, {rho, eps, mu, 0}, centered, NULL, NULL};
     for_all(&c, rmsprop_f64, rmsprop_f32, rows, count, nthreads, GRAIN_ADAM);
     return 0;
 }
@@ -657,7 +662,7 @@ static void adamax_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int
 
 int pc_adamax(int64_t count, const int64_t *rows, const double *per, double b1, double b2, double eps,
               int nthreads) {
-    double *scratch = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    double *scratch = per_tensor_scalars(count);
     if (!scratch) return 1;
     for (int64_t t = 0; t < count; t++) {
         const void *pow1 = ROW_PTR(rows, t, S_POW1);
@@ -667,7 +672,7 @@ int pc_adamax(int64_t count, const int64_t *rows, const double *per, double b1, 
         else
             scratch[t * SCRATCH] = (float)(lr / (double)(1.0f - *(const float *)pow1));
     }
-    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0};
+    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0, NULL, NULL};
     for_all(&c, adamax_f64, adamax_f32, rows, count, nthreads, GRAIN_ADAM);
     free(scratch);
     return 0;
@@ -714,10 +719,27 @@ static void adadelta_f32(const void *ctx, int64_t t, int64_t off, int64_t len, i
 }
 
 int pc_adadelta(int64_t count, const int64_t *rows, const double *per, double rho, double eps, int nthreads) {
-    family_ctx c = {rows, per, NULL, {rho, eps, 0, 0}, 0};
+    family_ctx c = {rows, per, NULL, {rho, eps, 0, 0}, 0, NULL, NULL};
     for_all(&c, adadelta_f64, adadelta_f32, rows, count, nthreads, GRAIN_ADAM);
     return 0;
 }
+
+/* Adam's moments as Paddle's Eigen kernels write them (RAdam, NAdam, Lamb): the operands m1 and
+ * m2 (states 1 and 2), the group's b1, b2 and eps; then, for element i, m1i = m1*b1 + g*(1-b1)
+ * and m2i = m2*b2 + (g*(1-b2))*g, stored. */
+#define ADAM_MOMENTS_F64                                                                           \
+    double *restrict m1 = (double *)PTR(t, S_S1) + off, *restrict m2 = (double *)PTR(t, S_S2) + off; \
+    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], k1 = 1.0 - b1, k2 = 1.0 - b2;
+#define ADAM_MOMENTS_F32                                                                           \
+    float m1buf[SUB], m2buf[SUB];                                                                  \
+    float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, m1buf);                                \
+    float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, m2buf);                                \
+    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2];                    \
+    const float k1 = 1.0f - b1, k2 = 1.0f - b2;
+#define ADAM_MOMENTS(T, i, gi)                                                                     \
+    const T m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;                         \
+    m1[i] = m1i;                                                                                   \
+    m2[i] = m2i;
 
 /* --- RAdam (states: moment1, moment2; the powers beta1_pow, beta2_pow and rho, advanced here) -----
  *   m1 = m1*b1 + g*(1-b1);  m2 = m2*b2 + (g*(1-b2))*g;  s = (m1/(1 - b1^t))*lr
@@ -728,15 +750,13 @@ enum { RA_C1, RA_RT, RA_ROOT_FAST, RA_ROOT_EXACT, RA_RECT };
 
 static void radam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     FAMILY_F64_OPERANDS
-    double *restrict m1 = (double *)PTR(t, S_S1) + off, *restrict m2 = (double *)PTR(t, S_S2) + off;
-    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], k1 = 1.0 - b1, k2 = 1.0 - b2;
+    ADAM_MOMENTS_F64
     const double *s = c->scratch + t * SCRATCH;
     const double c1 = s[RA_C1], r_t = s[RA_RT], root = s[RA_ROOT_EXACT];
     const int rect = s[RA_RECT] != 0.0;
     for (int64_t i = 0; i < len; i++) {
-        double gi = G64(i), m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
-        m1[i] = m1i;
-        m2[i] = m2i;
+        double gi = G64(i);
+        ADAM_MOMENTS(double, i, gi)
         double step = (m1i / c1) * lr;
         if (rect) step = (step * r_t) * (root / (sqrt(m2i) + eps));
         w[i] = w[i] - step;
@@ -745,17 +765,14 @@ static void radam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int6
 
 static void radam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     FAMILY_F32_OPERANDS(radam_f32)
-    float b1buf[SUB], b2buf[SUB], step[SUB], den[SUB];
-    float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
-    float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
-    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], k1 = 1.0f - b1, k2 = 1.0f - b2;
+    float step[SUB], den[SUB];
+    ADAM_MOMENTS_F32
     const double *s = c->scratch + t * SCRATCH;
     const float c1 = (float)s[RA_C1], r_t = (float)s[RA_RT];
     const float root_fast = (float)s[RA_ROOT_FAST], root_exact = (float)s[RA_ROOT_EXACT];
     for (int64_t i = 0; i < len; i++) {
-        float gi = g[i], m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
-        m1[i] = m1i;
-        m2[i] = m2i;
+        float gi = g[i];
+        ADAM_MOMENTS(float, i, gi)
         step[i] = (m1i / c1) * lr;
         den[i] = m2i;
     }
@@ -775,7 +792,7 @@ static void radam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int6
 /* pow3: per tensor, the third power's address (rho). */
 int pc_radam(int64_t count, const int64_t *rows, const double *per, const int64_t *pow3, double b1, double b2,
              double eps, int nthreads) {
-    double *scratch = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    double *scratch = per_tensor_scalars(count);
     if (!scratch) return 1;
     for (int64_t t = 0; t < count; t++) {
         void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2), *p3 = (void *)(intptr_t)pow3[t];
@@ -810,7 +827,7 @@ int pc_radam(int64_t count, const int64_t *rows, const double *per, const int64_
             *(float *)p3 = rho;
         }
     }
-    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0};
+    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0, NULL, NULL};
     for_all(&c, radam_f64, radam_f32, rows, count, nthreads, GRAIN_ADAM);
     free(scratch);
     return 0;
@@ -823,15 +840,13 @@ enum { NA_MU_NEXT, NA_C_NEXT, NA_K_T, NA_C_PROD, NA_C2 };
 
 static void nadam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     FAMILY_F64_OPERANDS
-    double *restrict m1 = (double *)PTR(t, S_S1) + off, *restrict m2 = (double *)PTR(t, S_S2) + off;
-    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], k1 = 1.0 - b1, k2 = 1.0 - b2;
+    ADAM_MOMENTS_F64
     const double *s = c->scratch + t * SCRATCH;
     const double mu_next = s[NA_MU_NEXT], c_next = s[NA_C_NEXT], k_t = s[NA_K_T], c_prod = s[NA_C_PROD];
     const double c2 = s[NA_C2];
     for (int64_t i = 0; i < len; i++) {
-        double gi = G64(i), m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
-        m1[i] = m1i;
-        m2[i] = m2i;
+        double gi = G64(i);
+        ADAM_MOMENTS(double, i, gi)
         double hat = (m1i * mu_next) / c_next + (gi * k_t) / c_prod;
         w[i] = w[i] - (hat * lr) / (sqrt(m2i / c2) + eps);
     }
@@ -839,17 +854,14 @@ static void nadam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int6
 
 static void nadam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     FAMILY_F32_OPERANDS(nadam_f32)
-    float b1buf[SUB], b2buf[SUB], hat[SUB], den[SUB];
-    float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
-    float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
-    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], k1 = 1.0f - b1, k2 = 1.0f - b2;
+    float hat[SUB], den[SUB];
+    ADAM_MOMENTS_F32
     const double *s = c->scratch + t * SCRATCH;
     const float mu_next = (float)s[NA_MU_NEXT], c_next = (float)s[NA_C_NEXT], k_t = (float)s[NA_K_T];
     const float c_prod = (float)s[NA_C_PROD], c2 = (float)s[NA_C2];
     for (int64_t i = 0; i < len; i++) {
-        float gi = g[i], m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
-        m1[i] = m1i;
-        m2[i] = m2i;
+        float gi = g[i];
+        ADAM_MOMENTS(float, i, gi)
         hat[i] = (m1i * mu_next) / c_next + (gi * k_t) / c_prod;
         den[i] = m2i / c2;
     }
@@ -860,44 +872,39 @@ static void nadam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int6
     store_f(PTR(t, S_W), wt, off, len, w);
 }
 
+/* The torch form's prologue in T (POW: the C library's pow of T), into s; the powers advanced. */
+#define NADAM_SCALARS(T, POW, b1, b2, md, decay)                                                   \
+    do {                                                                                           \
+        T decay_pow = *(T *)p1 * decay, b2p = *(T *)p2 * b2;                                       \
+        T half = (T)0.5 * POW(decay_pow, md);                                                      \
+        T mu_t = b1 * ((T)1 - half), mu_next = b1 * ((T)1 - half * POW(decay, md));               \
+        T mu_product = *(T *)p3 * mu_t, mu_product_next = mu_product * mu_next;                    \
+        s[NA_MU_NEXT] = mu_next;                                                                   \
+        s[NA_C_NEXT] = (T)1 - mu_product_next;                                                     \
+        s[NA_K_T] = (T)1 - mu_t;                                                                   \
+        s[NA_C_PROD] = (T)1 - mu_product;                                                          \
+        s[NA_C2] = (T)1 - b2p;                                                                     \
+        *(T *)p1 = decay_pow;                                                                      \
+        *(T *)p2 = b2p;                                                                            \
+        *(T *)p3 = mu_product;                                                                     \
+    } while (0)
+
 /* pow3: per tensor, the third power's address (mu_product); decay: the momentum schedule's base. */
 int pc_nadam(int64_t count, const int64_t *rows, const double *per, const int64_t *pow3, double b1, double b2,
              double eps, double md, double decay, int nthreads) {
-    double *scratch = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    double *scratch = per_tensor_scalars(count);
     if (!scratch) return 1;
     for (int64_t t = 0; t < count; t++) {
         void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2), *p3 = (void *)(intptr_t)pow3[t];
         double *s = scratch + t * SCRATCH;
         if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
-            double decay_pow = *(double *)p1 * decay, b2p = *(double *)p2 * b2;
-            double half = 0.5 * pow(decay_pow, md);
-            double mu_t = b1 * (1.0 - half), mu_next = b1 * (1.0 - half * pow(decay, md));
-            double mu_product = *(double *)p3 * mu_t, mu_product_next = mu_product * mu_next;
-            s[NA_MU_NEXT] = mu_next;
-            s[NA_C_NEXT] = 1.0 - mu_product_next;
-            s[NA_K_T] = 1.0 - mu_t;
-            s[NA_C_PROD] = 1.0 - mu_product;
-            s[NA_C2] = 1.0 - b2p;
-            *(double *)p1 = decay_pow;
-            *(double *)p2 = b2p;
-            *(double *)p3 = mu_product;
+            NADAM_SCALARS(double, pow, b1, b2, md, decay);
         } else {
             const float fb1 = (float)b1, fb2 = (float)b2, fmd = (float)md, fdecay = (float)decay;
-            float decay_pow = *(float *)p1 * fdecay, b2p = *(float *)p2 * fb2;
-            float half = 0.5f * powf(decay_pow, fmd);
-            float mu_t = fb1 * (1.0f - half), mu_next = fb1 * (1.0f - half * powf(fdecay, fmd));
-            float mu_product = *(float *)p3 * mu_t, mu_product_next = mu_product * mu_next;
-            s[NA_MU_NEXT] = mu_next;
-            s[NA_C_NEXT] = 1.0f - mu_product_next;
-            s[NA_K_T] = 1.0f - mu_t;
-            s[NA_C_PROD] = 1.0f - mu_product;
-            s[NA_C2] = 1.0f - b2p;
-            *(float *)p1 = decay_pow;
-            *(float *)p2 = b2p;
-            *(float *)p3 = mu_product;
+            NADAM_SCALARS(float, powf, fb1, fb2, fmd, fdecay);
         }
     }
-    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0};
+    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0, NULL, NULL};
     for_all(&c, nadam_f64, nadam_f32, rows, count, nthreads, GRAIN_ADAM);
     free(scratch);
     return 0;
@@ -943,7 +950,7 @@ static void asgd_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64
 
 /* The counts m are int64 (S_POW1); batch_num >= 1. */
 int pc_asgd(int64_t count, const int64_t *rows, const double *per, int64_t batch_num, int nthreads) {
-    double *scratch = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    double *scratch = per_tensor_scalars(count);
     if (!scratch) return 1;
     for (int64_t t = 0; t < count; t++) {
         int64_t *m = (int64_t *)ROW_PTR(rows, t, S_POW1);
@@ -956,7 +963,7 @@ int pc_asgd(int64_t count, const int64_t *rows, const double *per, int64_t batch
         else
             s[AS_LR] = (float)(lr / (double)(float)seen);
     }
-    family_ctx c = {rows, per, scratch, {0, 0, 0, 0}, 0};
+    family_ctx c = {rows, per, scratch, {0, 0, 0, 0}, 0, NULL, NULL};
     for_all(&c, asgd_f64, asgd_f32, rows, count, nthreads, GRAIN_MOMENTUM);
     free(scratch);
     return 0;
@@ -1003,7 +1010,7 @@ static void rprop_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int6
 /* lo, hi, eta_minus, eta_plus: rounded as the torch form rounds them (each row's dtype rounds again). */
 int pc_rprop(int64_t count, const int64_t *rows, const double *per, double lo, double hi, double eta_minus,
              double eta_plus, int nthreads) {
-    family_ctx c = {rows, per, NULL, {lo, hi, eta_minus, eta_plus}, 0};
+    family_ctx c = {rows, per, NULL, {lo, hi, eta_minus, eta_plus}, 0, NULL, NULL};
     for_all(&c, rprop_f64, rprop_f32, rows, count, nthreads, GRAIN_MOMENTUM);
     return 0;
 }
@@ -1068,32 +1075,26 @@ enum { LA_C1, LA_C2, LA_RATE };
 
 static void lamb_direction_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     FAMILY_F64_OPERANDS
-    double *restrict m1 = (double *)PTR(t, S_S1) + off, *restrict m2 = (double *)PTR(t, S_S2) + off;
+    ADAM_MOMENTS_F64
     double *restrict dir = LA_DIR(double, t) + off;
-    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], k1 = 1.0 - b1, k2 = 1.0 - b2;
     const double *s = c->scratch + t * SCRATCH;
     const double c1 = s[LA_C1], c2 = s[LA_C2], decay = c->per[t * PER + P_DECAY];
     for (int64_t i = 0; i < len; i++) {
-        double gi = G64(i), m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
-        m1[i] = m1i;
-        m2[i] = m2i;
+        double gi = G64(i);
+        ADAM_MOMENTS(double, i, gi)
         dir[i] = (m1i / c1) / (sqrt(m2i / c2) + eps) + w[i] * decay;
     }
 }
 
 static void lamb_direction_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     FAMILY_F32_OPERANDS(lamb_direction_f32)
-    float b1buf[SUB], b2buf[SUB];
-    float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, b1buf);
-    float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, b2buf);
+    ADAM_MOMENTS_F32
     float *restrict dir = LA_DIR(float, t) + off;
-    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], k1 = 1.0f - b1, k2 = 1.0f - b2;
     const double *s = c->scratch + t * SCRATCH;
     const float c1 = (float)s[LA_C1], c2 = (float)s[LA_C2], decay = (float)c->per[t * PER + P_DECAY];
     for (int64_t i = 0; i < len; i++) {
-        float gi = g[i], m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;
-        m1[i] = m1i;
-        m2[i] = m2i;
+        float gi = g[i];
+        ADAM_MOMENTS(float, i, gi)
         dir[i] = (m1i / c1) / (sqrtf(m2i / c2) + eps) + w[i] * decay;
     }
     store_f(PTR(t, S_S1), st, off, len, m1);
@@ -1122,7 +1123,7 @@ static void lamb_update_f32(const void *ctx, int64_t t, int64_t off, int64_t len
  * the largest tensor's direction in its dtype; always_adapt: adapt without decay too. */
 int pc_lamb(int64_t count, const int64_t *rows, const double *per, void *buf, int64_t buf_bytes, double b1,
             double b2, double eps, int always_adapt, int nthreads) {
-    double *scalars = malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+    double *scalars = per_tensor_scalars(count);
     int64_t *offs = malloc((size_t)(count > 0 ? count : 1) * sizeof(int64_t));
     int64_t *quiet = malloc((size_t)(count > 0 ? count : 1) * ROW * sizeof(int64_t));
     if (!scalars || !offs || !quiet) {

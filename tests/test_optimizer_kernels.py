@@ -184,6 +184,7 @@ def test_lamb_in_several_groups_gives_the_same_bits(dtypes, monkeypatch: pytest.
     monkeypatch.setattr(lamb, "_GROUP", 500)
     compiled, in_place, plain = forms(monkeypatch, maker("lamb"), DTYPES[dtypes])
     assert_same_run(compiled, in_place)
+    assert_same_run(compiled, plain)
 
 
 def spy(monkeypatch: pytest.MonkeyPatch, owner: object, names: list[str]) -> list[str]:

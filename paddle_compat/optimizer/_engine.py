@@ -13,6 +13,7 @@ buffers of the torch forms; a copy or pickle of the optimizer gets a fresh, empt
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,7 +27,9 @@ from . import _multi_tensor
 if TYPE_CHECKING:
     from .optimizer import Optimizer
 
-__all__ = ["Engine", "Item", "attr_ratio", "cpu_kernels_take", "kernels_take", "optional_form", "same_layout"]
+__all__ = [
+    "Engine", "Item", "attr_ratio", "cpu_kernels_take", "cpu_row", "kernels_take", "optional_form", "same_layout"
+]
 
 # (param, grad, state, master weight or None): one parameter's share of a step
 Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
@@ -68,6 +71,24 @@ def cpu_kernels_take(
         if not (_devices.addressable(t) and t.is_cpu and t.numel() == 1 and t.dtype == compute):
             return False
     return kernels_take(value, grad, 0.0, False, param, *states)
+
+
+def cpu_row(
+    opt: Optimizer, item: Item, group: dict[str, Any], lr: float, batch: _native.Batch, states: tuple[Tensor, ...],
+    powers: tuple[Tensor, ...] = (), *, decay: float = math.nan, checked: tuple[Tensor, ...] | None = None,
+) -> bool | None:
+    """A ``_compiled_row`` for the compiled CPU kernels: ``item``'s row with its ``states`` and
+    ``powers`` (``checked``: the states ``cpu_kernels_take`` checks instead, with no powers), its
+    gradient as ``_grad_for_kernel`` hands it over. ``None`` where the kernels cannot take it, else
+    whether the row may be kept for the next step."""
+    p, g, _, master = item
+    value = master if master is not None else p
+    taken = cpu_kernels_take(value, g, p, states, powers) if checked is None else cpu_kernels_take(value, g, p, checked)
+    if not taken:
+        return None
+    g, l2, fresh = opt._grad_for_kernel(p, g, group)
+    batch.add(value, g, p if master is not None else None, states, powers, lr=lr, decay=decay, l2=l2)
+    return not fresh
 
 
 def _native_dtypes(value: Tensor, grad: Tensor) -> bool:

@@ -12,7 +12,7 @@ from .. import _checks, _native
 from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
-from ._engine import cpu_kernels_take
+from ._engine import cpu_row
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adadelta"]
@@ -62,14 +62,8 @@ class Adadelta(Optimizer):
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        p, g, state, master = item
-        value = master if master is not None else p
-        states, powers = (state["_avg_squared_grad"], state["_avg_squared_update"]), ()
-        if not cpu_kernels_take(value, g, p, states):
-            return None
-        g, l2, fresh = self._grad_for_kernel(p, g, group)
-        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, l2=l2)
-        return not fresh
+        state = item[2]
+        return cpu_row(self, item, group, lr, batch, (state["_avg_squared_grad"], state["_avg_squared_update"]))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.adadelta(batch, round_f32(group["rho"]), round_f32(group["epsilon"]))

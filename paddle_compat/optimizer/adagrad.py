@@ -12,7 +12,7 @@ from .. import _checks, _native
 from .._numerics import round_f32
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
-from ._engine import cpu_kernels_take
+from ._engine import cpu_row
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adagrad"]
@@ -64,14 +64,7 @@ class Adagrad(Optimizer):
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        p, g, state, master = item
-        value = master if master is not None else p
-        states, powers = (state["moment"],), ()
-        if not cpu_kernels_take(value, g, p, states):
-            return None
-        g, l2, fresh = self._grad_for_kernel(p, g, group)
-        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, l2=l2)
-        return not fresh
+        return cpu_row(self, item, group, lr, batch, (item[2]["moment"],))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.adagrad(batch, round_f32(group["epsilon"]))

@@ -13,7 +13,7 @@ from .._numerics import round_f32, round_to
 from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs
-from ._engine import cpu_kernels_take
+from ._engine import cpu_row
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adamax"]
@@ -68,14 +68,8 @@ class Adamax(Optimizer):
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        p, g, state, master = item
-        value = master if master is not None else p
-        states, powers = (state["moment"], state["inf_norm"]), (state["beta1_pow_acc"],)
-        if not cpu_kernels_take(value, g, p, states, powers):
-            return None
-        g, l2, fresh = self._grad_for_kernel(p, g, group)
-        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, l2=l2)
-        return not fresh
+        state = item[2]
+        return cpu_row(self, item, group, lr, batch, (state["moment"], state["inf_norm"]), (state["beta1_pow_acc"],))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.adamax(batch, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))

@@ -12,7 +12,7 @@ from .. import _checks, _native
 from .._dtensor import is_dtensor
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
-from ._engine import cpu_kernels_take
+from ._engine import cpu_row
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["ASGD"]
@@ -80,17 +80,11 @@ class ASGD(Optimizer):
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        p, g, state, master = item
-        value = master if master is not None else p
-        d, y, count = state["d"], state["y"], state["m"]
-        if not (
-            y.is_contiguous() and count.dtype == torch.int64 and count.numel() == 1 and count.is_cpu
-            and cpu_kernels_take(value, g, p, (d, y[0]))
-        ):
+        d, y, count = item[2]["d"], item[2]["y"], item[2]["m"]
+        if not (y.is_contiguous() and count.dtype == torch.int64 and count.numel() == 1 and count.is_cpu):
             return None
-        g, l2, fresh = self._grad_for_kernel(p, g, group)
-        batch.add(value, g, p if master is not None else None, (d, y), (count,), lr=lr, l2=l2)
-        return not fresh
+        # the kernel finds the slot of y[m % batch_num] itself, from the update count
+        return cpu_row(self, item, group, lr, batch, (d, y), (count,), checked=(d, y[0]))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.asgd(batch, self._n)

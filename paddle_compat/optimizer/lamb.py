@@ -15,7 +15,7 @@ from .._numerics import round_f32, round_to, sqrt_rn_into
 from ..nn.clip import squared_l2_norm
 from ._eigen import adam_moments_, float_attrs
 from .adamax import check_betas
-from ._engine import cpu_kernels_take
+from ._engine import cpu_row
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Lamb"]
@@ -102,18 +102,17 @@ class Lamb(Optimizer):
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        p, g, state, master = item
+        p, _, state, master = item
         value = master if master is not None else p
-        states = (state["moment1"], state["moment2"])
-        powers = (state["beta1_pow_acc"], state["beta2_pow_acc"])
         # float32/float64 values (the parameter, or its master weight): the kernel sums their squares
-        if not (value.dtype in (torch.float32, torch.float64) and cpu_kernels_take(value, g, p, states, powers)):
+        if value.dtype not in (torch.float32, torch.float64):
             return None
         fn = group["exclude_from_weight_decay_fn"]
         decay = 0.0 if fn is not None and fn(p) else float_attrs(group, value.dtype, "lamb_weight_decay")[0]
-        g, l2, fresh = self._grad_for_kernel(p, g, group)
-        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, decay=decay, l2=l2)
-        return not fresh and fn is None  # the callback is asked again at every step, as by the torch form
+        states, powers = (state["moment1"], state["moment2"]), (state["beta1_pow_acc"], state["beta2_pow_acc"])
+        kept = cpu_row(self, item, group, lr, batch, states, powers, decay=decay)
+        # the callback is asked again at every step, as by the torch form
+        return None if kept is None else kept and fn is None
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         # The kernel takes the tensors in groups whose updates fit this buffer (float64 where a row

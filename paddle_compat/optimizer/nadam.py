@@ -11,7 +11,7 @@ from torch import Tensor
 from .. import _checks, _native
 from .._numerics import round_f32, round_to
 from ._eigen import adam_moments_, float_attrs, pow_like_libm, sqrt_like_eigen
-from ._engine import cpu_kernels_take
+from ._engine import cpu_row
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["NAdam"]
@@ -70,15 +70,9 @@ class NAdam(Optimizer):
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        p, g, state, master = item
-        value = master if master is not None else p
-        states = (state["moment1"], state["moment2"])
+        state = item[2]
         powers = (state["momentum_decay_pow"], state["beta2_pow"], state["mu_product"])
-        if not cpu_kernels_take(value, g, p, states, powers):
-            return None
-        g, l2, fresh = self._grad_for_kernel(p, g, group)
-        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, l2=l2)
-        return not fresh
+        return cpu_row(self, item, group, lr, batch, (state["moment1"], state["moment2"]), powers)
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         b1, b2, eps, decay = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon", "momentum_decay"))

@@ -12,7 +12,7 @@ from .. import _checks, _native
 from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
-from ._engine import cpu_kernels_take
+from ._engine import cpu_row
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["RMSProp"]
@@ -72,15 +72,8 @@ class RMSProp(Optimizer):
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        p, g, state, master = item
-        value = master if master is not None else p
         keys = ("momentum", "mean_square", "mean_grad") if group["centered"] else ("momentum", "mean_square")
-        states, powers = tuple(state[key] for key in keys), ()
-        if not cpu_kernels_take(value, g, p, states):
-            return None
-        g, l2, fresh = self._grad_for_kernel(p, g, group)
-        batch.add(value, g, p if master is not None else None, states, powers, lr=lr, l2=l2)
-        return not fresh
+        return cpu_row(self, item, group, lr, batch, tuple(item[2][key] for key in keys))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         rho, eps, mu = (round_f32(group[key]) for key in ("rho", "epsilon", "momentum"))

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .. import _checks, _native
 from ..regularizer import L2Decay, WeightDecayRegularizer
-from ._engine import cpu_kernels_take
+from ._engine import cpu_row
 from .optimizer import Optimizer, _Item
 
 __all__ = ["Rprop"]
@@ -85,18 +85,14 @@ class Rprop(Optimizer):
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        p, g, state, master = item
-        value = master if master is not None else p
+        p, _, state, master = item
         self._round_bounds(p)
         states = (state["prevs"], state["learning_rates"])
         # float32/float64 accumulators (bfloat16/float16 ones compute in their own dtype: torch form)
-        if not (
-            states[0].dtype == value.dtype in (torch.float32, torch.float64) and cpu_kernels_take(value, g, p, states)
-        ):
+        value = master if master is not None else p
+        if not states[0].dtype == value.dtype in (torch.float32, torch.float64):
             return None
-        g, l2, fresh = self._grad_for_kernel(p, g, group)
-        batch.add(value, g, None, states, lr=lr, l2=l2)
-        return not fresh
+        return cpu_row(self, item, group, lr, batch, states)
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         assert self._compat_bounds is not None
