@@ -216,6 +216,26 @@ def test_the_compiled_kernels_are_used_unless_switched_off(monkeypatch: pytest.M
     assert calls == []
 
 
+# The dtype mixes that keep their torch forms (docs/optimizers.md): the forms tests above compare
+# the compiled kernels only where they run, so which ones run is pinned here.
+FAMILY_KERNELS = ("lamb", "rmsprop", "adagrad", "adamax", "adadelta", "nadam", "radam", "asgd", "rprop")
+TORCH_FORM_ONLY = {
+    "lamb": {"bf16", "fp16_fp32_main_grad"},
+    "adamax": {"bf16", "fp16_fp32_main_grad"},
+    "rprop": {"bf16_master", "fp16_master_fp32_main_grad", "bf16", "fp16_fp32_main_grad"},
+}
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtypes", DTYPES.keys())
+@pytest.mark.parametrize("name", FAMILY_KERNELS)
+def test_the_family_kernels_run_on_the_dtype_mixes_they_take(name, dtypes, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = spy(monkeypatch, _native.Kernels, [name])
+    dtype, grad_dtype, mp, main_grad = DTYPES[dtypes]
+    train(lambda ps: maker(name)(ps, mp), dtype, grad_dtype, main_grad, SIZES)
+    assert len(calls) == (0 if dtypes in TORCH_FORM_ONLY.get(name, ()) else 3)
+
+
 @needs_compiler
 def test_rows_are_kept_while_nothing_changes_and_rebuilt_when_something_does(monkeypatch: pytest.MonkeyPatch) -> None:
     params = [torch.nn.Parameter(torch.randn(50)) for _ in range(2)]
