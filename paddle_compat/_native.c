@@ -446,6 +446,23 @@ typedef struct {
 static double *per_tensor_scalars(int64_t count) {
     return malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
 }
+
+/* The per-tensor prologue of the optimizers with three one-element powers (RAdam, NAdam): for each
+ * tensor, f64 or f32 (by its value's dtype) reads and advances the powers (the row's two, and pow3's:
+ * per tensor, the third's address) and writes the tensor's scalars; h: the hyper-parameters, as given.
+ * Returns the scalars (count rows of SCRATCH; the caller frees them), NULL when out of memory. */
+typedef void (*powers_fn)(void *p1, void *p2, void *p3, double *s, const double *h);
+
+static double *three_powers(int64_t count, const int64_t *rows, const int64_t *pow3, powers_fn f64, powers_fn f32,
+                            const double *h) {
+    double *scratch = per_tensor_scalars(count);
+    if (!scratch) return NULL;
+    for (int64_t t = 0; t < count; t++) {
+        powers_fn f = dt_w(rows[t * ROW + S_DT]) == DT_F64 ? f64 : f32;
+        f(ROW_PTR(rows, t, S_POW1), ROW_PTR(rows, t, S_POW2), (void *)(intptr_t)pow3[t], scratch + t * SCRATCH, h);
+    }
+    return scratch;
+}
 /* Elements per pass of the float32 loops: their phases (and a fused L2's gradient) keep every
  * operand in the L1 cache (512 measured the same; the whole BLOCK, up to 2x slower). */
 #define SUB 1024
@@ -789,44 +806,44 @@ static void radam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int6
     store_f(PTR(t, S_W), wt, off, len, w);
 }
 
+/* h: b1, b2 (RAdam's powers: beta1_pow, beta2_pow, rho) */
+static void radam_powers_f64(void *p1, void *p2, void *p3, double *s, const double *h) {
+    const double b1 = h[0], b2 = h[1];
+    double rho_inf = 2.0 / (1.0 - b2) - 1.0;
+    double b1p = *(double *)p1 * b1, b2p = *(double *)p2 * b2;
+    double rho = ((*(double *)p3 * (b2 - b2p)) + b2p) / (1.0 - b2p), rho_t = rho_inf - 2.0 * rho;
+    s[RA_C1] = 1.0 - b1p;
+    s[RA_RECT] = rho_t > 5.0;
+    s[RA_RT] = sqrt((((rho_t - 4.0) * (rho_t - 2.0)) * rho_inf) / (((rho_inf - 4.0) * (rho_inf - 2.0)) * rho_t));
+    s[RA_ROOT_FAST] = s[RA_ROOT_EXACT] = sqrt(1.0 - b2p);
+    *(double *)p1 = b1p;
+    *(double *)p2 = b2p;
+    *(double *)p3 = rho;
+}
+
+static void radam_powers_f32(void *p1, void *p2, void *p3, double *s, const double *h) {
+    const float fb1 = (float)h[0], fb2 = (float)h[1];
+    float rho_inf = 2.0f / (1.0f - fb2) - 1.0f;
+    float b1p = *(float *)p1 * fb1, b2p = *(float *)p2 * fb2;
+    float rho = ((*(float *)p3 * (fb2 - b2p)) + b2p) / (1.0f - b2p), rho_t = rho_inf - 2.0f * rho;
+    float c2[1] = {1.0f - b2p};
+    s[RA_C1] = 1.0f - b1p;
+    s[RA_RECT] = rho_t > 5.0f;
+    s[RA_RT] = sqrtf((((rho_t - 4.0f) * (rho_t - 2.0f)) * rho_inf) / (((rho_inf - 4.0f) * (rho_inf - 2.0f)) * rho_t));
+    s[RA_ROOT_EXACT] = sqrtf(c2[0]);
+    eigen_sqrt_f32(c2, 1, 1);
+    s[RA_ROOT_FAST] = c2[0];
+    *(float *)p1 = b1p;
+    *(float *)p2 = b2p;
+    *(float *)p3 = rho;
+}
+
 /* pow3: per tensor, the third power's address (rho). */
 int pc_radam(int64_t count, const int64_t *rows, const double *per, const int64_t *pow3, double b1, double b2,
              double eps, int nthreads) {
-    double *scratch = per_tensor_scalars(count);
+    const double h[2] = {b1, b2};
+    double *scratch = three_powers(count, rows, pow3, radam_powers_f64, radam_powers_f32, h);
     if (!scratch) return 1;
-    for (int64_t t = 0; t < count; t++) {
-        void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2), *p3 = (void *)(intptr_t)pow3[t];
-        double *s = scratch + t * SCRATCH;
-        if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
-            double rho_inf = 2.0 / (1.0 - b2) - 1.0;
-            double b1p = *(double *)p1 * b1, b2p = *(double *)p2 * b2;
-            double rho = ((*(double *)p3 * (b2 - b2p)) + b2p) / (1.0 - b2p), rho_t = rho_inf - 2.0 * rho;
-            s[RA_C1] = 1.0 - b1p;
-            s[RA_RECT] = rho_t > 5.0;
-            s[RA_RT] = sqrt((((rho_t - 4.0) * (rho_t - 2.0)) * rho_inf) /
-                            (((rho_inf - 4.0) * (rho_inf - 2.0)) * rho_t));
-            s[RA_ROOT_FAST] = s[RA_ROOT_EXACT] = sqrt(1.0 - b2p);
-            *(double *)p1 = b1p;
-            *(double *)p2 = b2p;
-            *(double *)p3 = rho;
-        } else {
-            const float fb1 = (float)b1, fb2 = (float)b2;
-            float rho_inf = 2.0f / (1.0f - fb2) - 1.0f;
-            float b1p = *(float *)p1 * fb1, b2p = *(float *)p2 * fb2;
-            float rho = ((*(float *)p3 * (fb2 - b2p)) + b2p) / (1.0f - b2p), rho_t = rho_inf - 2.0f * rho;
-            float c2[1] = {1.0f - b2p};
-            s[RA_C1] = 1.0f - b1p;
-            s[RA_RECT] = rho_t > 5.0f;
-            s[RA_RT] = sqrtf((((rho_t - 4.0f) * (rho_t - 2.0f)) * rho_inf) /
-                             (((rho_inf - 4.0f) * (rho_inf - 2.0f)) * rho_t));
-            s[RA_ROOT_EXACT] = sqrtf(c2[0]);
-            eigen_sqrt_f32(c2, 1, 1);
-            s[RA_ROOT_FAST] = c2[0];
-            *(float *)p1 = b1p;
-            *(float *)p2 = b2p;
-            *(float *)p3 = rho;
-        }
-    }
     family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0, NULL, NULL};
     for_all(&c, radam_f64, radam_f32, rows, count, nthreads, GRAIN_ADAM);
     free(scratch);
@@ -889,21 +906,22 @@ static void nadam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int6
         *(T *)p3 = mu_product;                                                                     \
     } while (0)
 
+/* h: b1, b2, md, decay (NAdam's powers: momentum_decay_pow, beta2_pow, mu_product) */
+static void nadam_powers_f64(void *p1, void *p2, void *p3, double *s, const double *h) {
+    NADAM_SCALARS(double, pow, h[0], h[1], h[2], h[3]);
+}
+
+static void nadam_powers_f32(void *p1, void *p2, void *p3, double *s, const double *h) {
+    const float fb1 = (float)h[0], fb2 = (float)h[1], fmd = (float)h[2], fdecay = (float)h[3];
+    NADAM_SCALARS(float, powf, fb1, fb2, fmd, fdecay);
+}
+
 /* pow3: per tensor, the third power's address (mu_product); decay: the momentum schedule's base. */
 int pc_nadam(int64_t count, const int64_t *rows, const double *per, const int64_t *pow3, double b1, double b2,
              double eps, double md, double decay, int nthreads) {
-    double *scratch = per_tensor_scalars(count);
+    const double h[4] = {b1, b2, md, decay};
+    double *scratch = three_powers(count, rows, pow3, nadam_powers_f64, nadam_powers_f32, h);
     if (!scratch) return 1;
-    for (int64_t t = 0; t < count; t++) {
-        void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2), *p3 = (void *)(intptr_t)pow3[t];
-        double *s = scratch + t * SCRATCH;
-        if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
-            NADAM_SCALARS(double, pow, b1, b2, md, decay);
-        } else {
-            const float fb1 = (float)b1, fb2 = (float)b2, fmd = (float)md, fdecay = (float)decay;
-            NADAM_SCALARS(float, powf, fb1, fb2, fmd, fdecay);
-        }
-    }
     family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0, NULL, NULL};
     for_all(&c, nadam_f64, nadam_f32, rows, count, nthreads, GRAIN_ADAM);
     free(scratch);
