@@ -17,11 +17,14 @@
  * the compute type are widened into local buffers of CHUNK elements and narrowed back, so the
  * arithmetic loops always run on plain float/double arrays, and vectorise.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE__)
+#if defined(__AVX__)
+#include <immintrin.h>
+#elif defined(__SSE__)
 #include <xmmintrin.h>
 #endif
 #ifdef _OPENMP
@@ -420,6 +423,617 @@ int pc_adam(int64_t count, const int64_t *rows, const double *per, double *scrat
 }
 
 /* ================================================================================================
+ * The rest of paddle.optimizer (Paddle's Eigen CPU kernels): Adagrad, RMSProp, Adamax, Adadelta,
+ * RAdam, NAdam, ASGD, Rprop (and Lamb, after the sums of squares below). Every operation is
+ * rounded in the compute type (float32 for float32/bfloat16/float16 values, float64 for float64),
+ * in the order of the torch forms in paddle_compat/optimizer/. The float32 loops take their square
+ * roots as Eigen's packets do (eigen_sqrt_f32), so they run in phases over the block: the
+ * elementwise part into local arrays, the roots, the rest.
+ * ============================================================================================== */
+typedef struct {
+    const int64_t *rows;
+    const double *per;
+    const double *scratch; /* per tensor: the scalars of the step (pc_*'s prologue), SCRATCH each */
+    double h[4];           /* the group's hyper-parameters (float32 values: Paddle's attributes) */
+    int flag;
+    void *buf;           /* Lamb's directions */
+    const int64_t *offs; /* per tensor, the byte offset of its direction in buf */
+} family_ctx;
+
+#define SCRATCH 8
+
+/* Room for SCRATCH scalars per tensor (free it), or NULL. */
+static double *per_tensor_scalars(int64_t count) {
+    return malloc((size_t)(count > 0 ? count : 1) * SCRATCH * sizeof(double));
+}
+
+/* The per-tensor prologue of the optimizers with three one-element powers (RAdam, NAdam): for each
+ * tensor, f64 or f32 (by its value's dtype) reads and advances the powers (the row's two, and pow3's:
+ * per tensor, the third's address) and writes the tensor's scalars; h: the hyper-parameters, as given.
+ * Returns the scalars (count rows of SCRATCH; the caller frees them), NULL when out of memory. */
+typedef void (*powers_fn)(void *p1, void *p2, void *p3, double *s, const double *h);
+
+static double *three_powers(int64_t count, const int64_t *rows, const int64_t *pow3, powers_fn f64, powers_fn f32,
+                            const double *h) {
+    double *scratch = per_tensor_scalars(count);
+    if (!scratch) return NULL;
+    for (int64_t t = 0; t < count; t++) {
+        powers_fn f = dt_w(rows[t * ROW + S_DT]) == DT_F64 ? f64 : f32;
+        f(ROW_PTR(rows, t, S_POW1), ROW_PTR(rows, t, S_POW2), (void *)(intptr_t)pow3[t], scratch + t * SCRATCH, h);
+    }
+    return scratch;
+}
+/* Elements per pass of the float32 loops: their phases (and a fused L2's gradient) keep every
+ * operand in the L1 cache (512 measured the same; the whole BLOCK, up to 2x slower). */
+#define SUB 1024
+
+/* Eigen's float32 sqrt, in place, on x[0, len) of a tensor whose first `fast` elements here lie in
+ * its whole 8-lane packets: the CPU's rsqrtps refined by one Newton step, x*(r*(1.5 - (r*r)*(0.5*x))),
+ * 0 for zero and subnormal inputs; the elements past the packets take the correctly rounded root
+ * (so do all, where there is no rsqrtps: the torch forms' root then). The approximations are
+ * taken four lanes at a time (a partial group padded), as rsqrtps computes them. */
+static void eigen_sqrt_f32(float *restrict x, int64_t len, int64_t fast) {
+    fast = fast < 0 ? 0 : fast > len ? len : fast;
+#if defined(__SSE__)
+    float r[SUB];
+    int64_t i = 0;
+#if defined(__AVX__)
+    for (; i + 8 <= fast; i += 8) _mm256_storeu_ps(r + i, _mm256_rsqrt_ps(_mm256_loadu_ps(x + i)));
+#endif
+    for (; i + 4 <= fast; i += 4) _mm_storeu_ps(r + i, _mm_rsqrt_ps(_mm_loadu_ps(x + i)));
+    if (i < fast) {
+        float pad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        memcpy(pad, x + i, (size_t)(fast - i) * sizeof(float));
+        _mm_storeu_ps(pad, _mm_rsqrt_ps(_mm_loadu_ps(pad)));
+        memcpy(r + i, pad, (size_t)(fast - i) * sizeof(float));
+    }
+    for (i = 0; i < fast; i++) {
+        float xi = x[i], ri = r[i];
+        float t = -((ri * ri) * (xi * 0.5f)) + 1.5f;
+        float root = xi * (ri * t);
+        x[i] = (xi < FLT_MIN && xi >= 0.0f) ? 0.0f : root;
+    }
+#else
+    fast = 0;
+#endif
+    for (int64_t i = fast; i < len; i++) x[i] = sqrtf(x[i]);
+}
+
+/* Elements of tensor t before `off` + the returned count lie in its whole 8-lane packets. */
+static inline int64_t packet_elements(const int64_t *rows, int64_t t, int64_t off) {
+    return (rows[t * ROW + S_N] / 8) * 8 - off;
+}
+
+/* The gradient with the fused L2 decay, g + w*l2 in float32, into buf (g itself without). */
+static const float *with_l2(const float *restrict g, const float *restrict w, double l2_d, int64_t len,
+                            float *restrict buf) {
+    if (l2_d != l2_d) return g;
+    const float l2 = (float)l2_d;
+    for (int64_t i = 0; i < len; i++) buf[i] = g[i] + w[i] * l2;
+    return buf;
+}
+
+/* A float32 loop over [off, off+len) as passes of at most SUB elements. */
+static void in_passes(loop_fn f, const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    for (int64_t o = 0; o < len; o += SUB) f(ctx, t, off + o, len - o < SUB ? len - o : SUB, dt);
+}
+
+/* The float32 loops' operands (`self`: the loop, run in passes of SUB elements): w and g (g with
+ * its fused L2), lr, and `fast` (eigen_sqrt_f32). */
+#define FAMILY_F32_OPERANDS(self)                                                                  \
+    if (len > SUB) {                                                                               \
+        in_passes(self, ctx, t, off, len, dt);                                                     \
+        return;                                                                                    \
+    }                                                                                              \
+    const family_ctx *c = (const family_ctx *)ctx;                                                 \
+    const int wt = dt_w(dt), st = dt_s(dt);                                                        \
+    float wbuf[SUB], gbuf[SUB], lbuf[SUB];                                                         \
+    float *restrict w = load_f(PTR(t, S_W), wt, off, len, wbuf);                                   \
+    const float *restrict g = with_l2(load_f(PTR(t, S_G), dt_g(dt), off, len, gbuf), w,            \
+                                      c->per[t * PER + P_L2], len, lbuf);                          \
+    const float lr = (float)c->per[t * PER + P_LR];                                                \
+    const int64_t fast = packet_elements(c->rows, t, off);                                         \
+    (void)st; (void)lr; (void)fast;
+
+#define FAMILY_F64_OPERANDS                                                                        \
+    const family_ctx *c = (const family_ctx *)ctx;                                                 \
+    double *restrict w = (double *)PTR(t, S_W) + off;                                              \
+    const double *restrict g = (const double *)PTR(t, S_G) + off;                                  \
+    const double lr = c->per[t * PER + P_LR], l2 = c->per[t * PER + P_L2];                         \
+    const int has_l2 = l2 == l2;                                                                   \
+    (void)dt; (void)lr;
+#define G64(i) (has_l2 ? g[i] + w[i] * l2 : g[i])
+
+/* --- Adagrad: m = m + g*g;  w = w - (g*lr)/(sqrt(m) + eps) ------------------------------------- */
+static void adagrad_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict m = (double *)PTR(t, S_S1) + off;
+    const double eps = c->h[0];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), mi = m[i] + gi * gi;
+        m[i] = mi;
+        w[i] = w[i] - (gi * lr) / (sqrt(mi) + eps);
+    }
+}
+
+static void adagrad_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS(adagrad_f32)
+    float mbuf[SUB], den[SUB];
+    float *restrict m = load_f(PTR(t, S_S1), st, off, len, mbuf);
+    const float eps = (float)c->h[0];
+    for (int64_t i = 0; i < len; i++) {
+        float mi = m[i] + g[i] * g[i];
+        m[i] = mi;
+        den[i] = mi;
+    }
+    eigen_sqrt_f32(den, len, fast);
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - (g[i] * lr) / (den[i] + eps);
+    store_f(PTR(t, S_S1), st, off, len, m);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+int pc_adagrad(int64_t count, const int64_t *rows, const double *per, double eps, int nthreads) {
+    family_ctx c = {rows, per, NULL, {eps, 0, 0, 0}, 0, NULL, NULL};
+    for_all(&c, adagrad_f64, adagrad_f32, rows, count, nthreads, GRAIN_ADAM);
+    return 0;
+}
+
+/* --- RMSProp (states: momentum, mean_square, mean_grad when centered) ---------------------------
+ *   ms = ms*rho + (g*(1-rho))*g;  centered: mg = mg*rho + g*(1-rho), den = sqrt((ms - mg*mg) + eps)
+ *   else den = sqrt(ms + eps);  mom = mom*mu + (g*lr)/den;  w = w - mom */
+static void rmsprop_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict mom = (double *)PTR(t, S_S1) + off, *restrict ms = (double *)PTR(t, S_S2) + off;
+    double *restrict mg = c->flag ? (double *)PTR(t, S_S3) + off : NULL;
+    const double rho = c->h[0], eps = c->h[1], mu = c->h[2], keep = 1.0 - rho;
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), msi = ms[i] * rho + (gi * keep) * gi, den;
+        ms[i] = msi;
+        if (mg) {
+            double mgi = mg[i] * rho + gi * keep;
+            mg[i] = mgi;
+            den = (msi - mgi * mgi) + eps;
+        } else {
+            den = msi + eps;
+        }
+        double momi = mom[i] * mu + (gi * lr) / sqrt(den);
+        mom[i] = momi;
+        w[i] = w[i] - momi;
+    }
+}
+
+static void rmsprop_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS(rmsprop_f32)
+    float b1[SUB], b2[SUB], b3[SUB], den[SUB];
+    float *restrict mom = load_f(PTR(t, S_S1), st, off, len, b1);
+    float *restrict ms = load_f(PTR(t, S_S2), st, off, len, b2);
+    float *restrict mg = c->flag ? load_f(PTR(t, S_S3), st, off, len, b3) : NULL;
+    const float rho = (float)c->h[0], eps = (float)c->h[1], mu = (float)c->h[2], keep = 1.0f - rho;
+    if (mg) {
+        for (int64_t i = 0; i < len; i++) {
+            float gi = g[i], msi = ms[i] * rho + (gi * keep) * gi, mgi = mg[i] * rho + gi * keep;
+            ms[i] = msi;
+            mg[i] = mgi;
+            den[i] = (msi - mgi * mgi) + eps;
+        }
+    } else {
+        for (int64_t i = 0; i < len; i++) {
+            float gi = g[i], msi = ms[i] * rho + (gi * keep) * gi;
+            ms[i] = msi;
+            den[i] = msi + eps;
+        }
+    }
+    eigen_sqrt_f32(den, len, fast);
+    for (int64_t i = 0; i < len; i++) {
+        float momi = mom[i] * mu + (g[i] * lr) / den[i];
+        mom[i] = momi;
+        w[i] = w[i] - momi;
+    }
+    store_f(PTR(t, S_S1), st, off, len, mom);
+    store_f(PTR(t, S_S2), st, off, len, ms);
+    if (mg) store_f(PTR(t, S_S3), st, off, len, mg);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+int pc_rmsprop(int64_t count, const int64_t *rows, const double *per, double rho, double eps, double mu,
+               int centered, int nthreads) {
+    family_ctx c = {rows, per, NULL, {rho, eps, mu, 0}, centered, NULL, NULL};
+    for_all(&c, rmsprop_f64, rmsprop_f32, rows, count, nthreads, GRAIN_ADAM);
+    return 0;
+}
+
+/* --- Adamax (states: moment, inf_norm; the beta1 power, advanced by the caller) -----------------
+ *   m = m*b1 + g*(1-b1);  u = inf*b2 + eps;  inf = |g| < u ? u : |g| (NaN: |g|)
+ *   w = w - (m/inf)*lr_t,  lr_t = lr/(1 - b1^t) (per tensor, lr unrounded) */
+static void adamax_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict m = (double *)PTR(t, S_S1) + off, *restrict inf = (double *)PTR(t, S_S2) + off;
+    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], keep = 1.0 - b1, lr_t = c->scratch[t * SCRATCH];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), mi = m[i] * b1 + gi * keep, ui = inf[i] * b2 + eps, ai = fabs(gi);
+        ui = ai < ui ? ui : ai;
+        m[i] = mi;
+        inf[i] = ui;
+        w[i] = w[i] - (mi / ui) * lr_t;
+    }
+}
+
+static void adamax_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS(adamax_f32)
+    float b1buf[SUB], b2buf[SUB];
+    float *restrict m = load_f(PTR(t, S_S1), st, off, len, b1buf);
+    float *restrict inf = load_f(PTR(t, S_S2), st, off, len, b2buf);
+    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2], keep = 1.0f - b1;
+    const float lr_t = (float)c->scratch[t * SCRATCH];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i], mi = m[i] * b1 + gi * keep, ui = inf[i] * b2 + eps, ai = fabsf(gi);
+        ui = ai < ui ? ui : ai;
+        m[i] = mi;
+        inf[i] = ui;
+        w[i] = w[i] - (mi / ui) * lr_t;
+    }
+    store_f(PTR(t, S_S1), st, off, len, m);
+    store_f(PTR(t, S_S2), st, off, len, inf);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+int pc_adamax(int64_t count, const int64_t *rows, const double *per, double b1, double b2, double eps,
+              int nthreads) {
+    double *scratch = per_tensor_scalars(count);
+    if (!scratch) return 1;
+    for (int64_t t = 0; t < count; t++) {
+        const void *pow1 = ROW_PTR(rows, t, S_POW1);
+        double lr = per[t * PER + P_LR];
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64)
+            scratch[t * SCRATCH] = lr / (1.0 - *(const double *)pow1);
+        else
+            scratch[t * SCRATCH] = (float)(lr / (double)(1.0f - *(const float *)pow1));
+    }
+    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0, NULL, NULL};
+    for_all(&c, adamax_f64, adamax_f32, rows, count, nthreads, GRAIN_ADAM);
+    free(scratch);
+    return 0;
+}
+
+/* --- Adadelta (states: avg_squared_grad, avg_squared_update) -------------------------------------
+ *   asg = asg*rho + (g*g)*(1-rho);  u = -((sqrt(asu + eps)/sqrt(asg + eps))*g)
+ *   w = w + u*lr;  asu = asu*rho + (u*u)*(1-rho) */
+static void adadelta_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict asg = (double *)PTR(t, S_S1) + off, *restrict asu = (double *)PTR(t, S_S2) + off;
+    const double rho = c->h[0], eps = c->h[1], keep = 1.0 - rho;
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), asgi = asg[i] * rho + (gi * gi) * keep;
+        asg[i] = asgi;
+        double u = -((sqrt(asu[i] + eps) / sqrt(asgi + eps)) * gi);
+        w[i] = w[i] + u * lr;
+        asu[i] = asu[i] * rho + (u * u) * keep;
+    }
+}
+
+static void adadelta_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS(adadelta_f32)
+    float b1[SUB], b2[SUB], up[SUB], den[SUB];
+    float *restrict asg = load_f(PTR(t, S_S1), st, off, len, b1);
+    float *restrict asu = load_f(PTR(t, S_S2), st, off, len, b2);
+    const float rho = (float)c->h[0], eps = (float)c->h[1], keep = 1.0f - rho;
+    for (int64_t i = 0; i < len; i++) {
+        float asgi = asg[i] * rho + (g[i] * g[i]) * keep;
+        asg[i] = asgi;
+        up[i] = asu[i] + eps;
+        den[i] = asgi + eps;
+    }
+    eigen_sqrt_f32(up, len, fast);
+    eigen_sqrt_f32(den, len, fast);
+    for (int64_t i = 0; i < len; i++) {
+        float u = -((up[i] / den[i]) * g[i]);
+        w[i] = w[i] + u * lr;
+        asu[i] = asu[i] * rho + (u * u) * keep;
+    }
+    store_f(PTR(t, S_S1), st, off, len, asg);
+    store_f(PTR(t, S_S2), st, off, len, asu);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+int pc_adadelta(int64_t count, const int64_t *rows, const double *per, double rho, double eps, int nthreads) {
+    family_ctx c = {rows, per, NULL, {rho, eps, 0, 0}, 0, NULL, NULL};
+    for_all(&c, adadelta_f64, adadelta_f32, rows, count, nthreads, GRAIN_ADAM);
+    return 0;
+}
+
+/* Adam's moments as Paddle's Eigen kernels write them (RAdam, NAdam, Lamb): the operands m1 and
+ * m2 (states 1 and 2), the group's b1, b2 and eps; then, for element i, m1i = m1*b1 + g*(1-b1)
+ * and m2i = m2*b2 + (g*(1-b2))*g, stored. */
+#define ADAM_MOMENTS_F64                                                                           \
+    double *restrict m1 = (double *)PTR(t, S_S1) + off, *restrict m2 = (double *)PTR(t, S_S2) + off; \
+    const double b1 = c->h[0], b2 = c->h[1], eps = c->h[2], k1 = 1.0 - b1, k2 = 1.0 - b2;
+#define ADAM_MOMENTS_F32                                                                           \
+    float m1buf[SUB], m2buf[SUB];                                                                  \
+    float *restrict m1 = load_f(PTR(t, S_S1), st, off, len, m1buf);                                \
+    float *restrict m2 = load_f(PTR(t, S_S2), st, off, len, m2buf);                                \
+    const float b1 = (float)c->h[0], b2 = (float)c->h[1], eps = (float)c->h[2];                    \
+    const float k1 = 1.0f - b1, k2 = 1.0f - b2;
+#define ADAM_MOMENTS(T, i, gi)                                                                     \
+    const T m1i = m1[i] * b1 + gi * k1, m2i = m2[i] * b2 + (gi * k2) * gi;                         \
+    m1[i] = m1i;                                                                                   \
+    m2[i] = m2i;
+
+/* --- RAdam (states: moment1, moment2; the powers beta1_pow, beta2_pow and rho, advanced here) -----
+ *   m1 = m1*b1 + g*(1-b1);  m2 = m2*b2 + (g*(1-b2))*g;  s = (m1/(1 - b1^t))*lr
+ *   when rho_t > 5: s = (s*r_t)*(sqrt(1 - b2^t)/(sqrt(m2) + eps));  w = w - s
+ * The per-tensor scalars are the torch form's prologue; the root of the constant 1 - b2^t is
+ * Eigen's too (fast in the packets, exact on the tail). */
+enum { RA_C1, RA_RT, RA_ROOT_FAST, RA_ROOT_EXACT, RA_RECT };
+
+static void radam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    ADAM_MOMENTS_F64
+    const double *s = c->scratch + t * SCRATCH;
+    const double c1 = s[RA_C1], r_t = s[RA_RT], root = s[RA_ROOT_EXACT];
+    const int rect = s[RA_RECT] != 0.0;
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i);
+        ADAM_MOMENTS(double, i, gi)
+        double step = (m1i / c1) * lr;
+        if (rect) step = (step * r_t) * (root / (sqrt(m2i) + eps));
+        w[i] = w[i] - step;
+    }
+}
+
+static void radam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS(radam_f32)
+    float step[SUB], den[SUB];
+    ADAM_MOMENTS_F32
+    const double *s = c->scratch + t * SCRATCH;
+    const float c1 = (float)s[RA_C1], r_t = (float)s[RA_RT];
+    const float root_fast = (float)s[RA_ROOT_FAST], root_exact = (float)s[RA_ROOT_EXACT];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i];
+        ADAM_MOMENTS(float, i, gi)
+        step[i] = (m1i / c1) * lr;
+        den[i] = m2i;
+    }
+    if (s[RA_RECT] != 0.0) {
+        eigen_sqrt_f32(den, len, fast);
+        for (int64_t i = 0; i < len; i++) {
+            float root = i < fast ? root_fast : root_exact;
+            step[i] = (step[i] * r_t) * (root / (den[i] + eps));
+        }
+    }
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - step[i];
+    store_f(PTR(t, S_S1), st, off, len, m1);
+    store_f(PTR(t, S_S2), st, off, len, m2);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+/* h: b1, b2 (RAdam's powers: beta1_pow, beta2_pow, rho) */
+static void radam_powers_f64(void *p1, void *p2, void *p3, double *s, const double *h) {
+    const double b1 = h[0], b2 = h[1];
+    double rho_inf = 2.0 / (1.0 - b2) - 1.0;
+    double b1p = *(double *)p1 * b1, b2p = *(double *)p2 * b2;
+    double rho = ((*(double *)p3 * (b2 - b2p)) + b2p) / (1.0 - b2p), rho_t = rho_inf - 2.0 * rho;
+    s[RA_C1] = 1.0 - b1p;
+    s[RA_RECT] = rho_t > 5.0;
+    s[RA_RT] = sqrt((((rho_t - 4.0) * (rho_t - 2.0)) * rho_inf) / (((rho_inf - 4.0) * (rho_inf - 2.0)) * rho_t));
+    s[RA_ROOT_FAST] = s[RA_ROOT_EXACT] = sqrt(1.0 - b2p);
+    *(double *)p1 = b1p;
+    *(double *)p2 = b2p;
+    *(double *)p3 = rho;
+}
+
+static void radam_powers_f32(void *p1, void *p2, void *p3, double *s, const double *h) {
+    const float fb1 = (float)h[0], fb2 = (float)h[1];
+    float rho_inf = 2.0f / (1.0f - fb2) - 1.0f;
+    float b1p = *(float *)p1 * fb1, b2p = *(float *)p2 * fb2;
+    float rho = ((*(float *)p3 * (fb2 - b2p)) + b2p) / (1.0f - b2p), rho_t = rho_inf - 2.0f * rho;
+    float c2[1] = {1.0f - b2p};
+    s[RA_C1] = 1.0f - b1p;
+    s[RA_RECT] = rho_t > 5.0f;
+    s[RA_RT] = sqrtf((((rho_t - 4.0f) * (rho_t - 2.0f)) * rho_inf) / (((rho_inf - 4.0f) * (rho_inf - 2.0f)) * rho_t));
+    s[RA_ROOT_EXACT] = sqrtf(c2[0]);
+    eigen_sqrt_f32(c2, 1, 1);
+    s[RA_ROOT_FAST] = c2[0];
+    *(float *)p1 = b1p;
+    *(float *)p2 = b2p;
+    *(float *)p3 = rho;
+}
+
+/* pow3: per tensor, the third power's address (rho). */
+int pc_radam(int64_t count, const int64_t *rows, const double *per, const int64_t *pow3, double b1, double b2,
+             double eps, int nthreads) {
+    const double h[2] = {b1, b2};
+    double *scratch = three_powers(count, rows, pow3, radam_powers_f64, radam_powers_f32, h);
+    if (!scratch) return 1;
+    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0, NULL, NULL};
+    for_all(&c, radam_f64, radam_f32, rows, count, nthreads, GRAIN_ADAM);
+    free(scratch);
+    return 0;
+}
+
+/* --- NAdam (states: moment1, moment2; the powers momentum_decay_pow, beta2_pow, mu_product) ------
+ *   m1, m2 as RAdam's;  h = (m1*mu_next)/(1 - mu_product_next) + (g*(1 - mu_t))/(1 - mu_product)
+ *   w = w - (h*lr)/(sqrt(m2/(1 - b2^t)) + eps) */
+enum { NA_MU_NEXT, NA_C_NEXT, NA_K_T, NA_C_PROD, NA_C2 };
+
+static void nadam_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    ADAM_MOMENTS_F64
+    const double *s = c->scratch + t * SCRATCH;
+    const double mu_next = s[NA_MU_NEXT], c_next = s[NA_C_NEXT], k_t = s[NA_K_T], c_prod = s[NA_C_PROD];
+    const double c2 = s[NA_C2];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i);
+        ADAM_MOMENTS(double, i, gi)
+        double hat = (m1i * mu_next) / c_next + (gi * k_t) / c_prod;
+        w[i] = w[i] - (hat * lr) / (sqrt(m2i / c2) + eps);
+    }
+}
+
+static void nadam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS(nadam_f32)
+    float hat[SUB], den[SUB];
+    ADAM_MOMENTS_F32
+    const double *s = c->scratch + t * SCRATCH;
+    const float mu_next = (float)s[NA_MU_NEXT], c_next = (float)s[NA_C_NEXT], k_t = (float)s[NA_K_T];
+    const float c_prod = (float)s[NA_C_PROD], c2 = (float)s[NA_C2];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i];
+        ADAM_MOMENTS(float, i, gi)
+        hat[i] = (m1i * mu_next) / c_next + (gi * k_t) / c_prod;
+        den[i] = m2i / c2;
+    }
+    eigen_sqrt_f32(den, len, fast);
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - (hat[i] * lr) / (den[i] + eps);
+    store_f(PTR(t, S_S1), st, off, len, m1);
+    store_f(PTR(t, S_S2), st, off, len, m2);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+/* The torch form's prologue in T (POW: the C library's pow of T), into s; the powers advanced. */
+#define NADAM_SCALARS(T, POW, b1, b2, md, decay)                                                   \
+    do {                                                                                           \
+        T decay_pow = *(T *)p1 * decay, b2p = *(T *)p2 * b2;                                       \
+        T half = (T)0.5 * POW(decay_pow, md);                                                      \
+        T mu_t = b1 * ((T)1 - half), mu_next = b1 * ((T)1 - half * POW(decay, md));               \
+        T mu_product = *(T *)p3 * mu_t, mu_product_next = mu_product * mu_next;                    \
+        s[NA_MU_NEXT] = mu_next;                                                                   \
+        s[NA_C_NEXT] = (T)1 - mu_product_next;                                                     \
+        s[NA_K_T] = (T)1 - mu_t;                                                                   \
+        s[NA_C_PROD] = (T)1 - mu_product;                                                          \
+        s[NA_C2] = (T)1 - b2p;                                                                     \
+        *(T *)p1 = decay_pow;                                                                      \
+        *(T *)p2 = b2p;                                                                            \
+        *(T *)p3 = mu_product;                                                                     \
+    } while (0)
+
+/* h: b1, b2, md, decay (NAdam's powers: momentum_decay_pow, beta2_pow, mu_product) */
+static void nadam_powers_f64(void *p1, void *p2, void *p3, double *s, const double *h) {
+    NADAM_SCALARS(double, pow, h[0], h[1], h[2], h[3]);
+}
+
+static void nadam_powers_f32(void *p1, void *p2, void *p3, double *s, const double *h) {
+    const float fb1 = (float)h[0], fb2 = (float)h[1], fmd = (float)h[2], fdecay = (float)h[3];
+    NADAM_SCALARS(float, powf, fb1, fb2, fmd, fdecay);
+}
+
+/* pow3: per tensor, the third power's address (mu_product); decay: the momentum schedule's base. */
+int pc_nadam(int64_t count, const int64_t *rows, const double *per, const int64_t *pow3, double b1, double b2,
+             double eps, double md, double decay, int nthreads) {
+    const double h[4] = {b1, b2, md, decay};
+    double *scratch = three_powers(count, rows, pow3, nadam_powers_f64, nadam_powers_f32, h);
+    if (!scratch) return 1;
+    family_ctx c = {rows, per, scratch, {b1, b2, eps, 0}, 0, NULL, NULL};
+    for_all(&c, nadam_f64, nadam_f32, rows, count, nthreads, GRAIN_ADAM);
+    free(scratch);
+    return 0;
+}
+
+/* --- ASGD (states: d, and y, the last batch_num gradients, [batch_num, n]; the update count m) ----
+ *   i = m % batch_num, m = m + 1 (per tensor, here);  d = (d - y[i]) + g;  y[i] = g
+ *   w = w - d*lr_t,  lr_t = lr/min(m, batch_num) (lr unrounded) */
+enum { AS_SLICE, AS_LR };
+
+static void asgd_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    const double *s = c->scratch + t * SCRATCH;
+    double *restrict d = (double *)PTR(t, S_S1) + off;
+    double *restrict y = (double *)PTR(t, S_S2) + (int64_t)s[AS_SLICE] * c->rows[t * ROW + S_N] + off;
+    const double lr_t = s[AS_LR];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i), di = (d[i] - y[i]) + gi;
+        d[i] = di;
+        y[i] = gi;
+        w[i] = w[i] - di * lr_t;
+    }
+}
+
+static void asgd_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS(asgd_f32)
+    const double *s = c->scratch + t * SCRATCH;
+    const int64_t y_off = (int64_t)s[AS_SLICE] * c->rows[t * ROW + S_N] + off;
+    float dbuf[SUB], ybuf[SUB];
+    float *restrict d = load_f(PTR(t, S_S1), st, off, len, dbuf);
+    float *restrict y = load_f(PTR(t, S_S2), st, y_off, len, ybuf);
+    const float lr_t = (float)s[AS_LR];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i], di = (d[i] - y[i]) + gi;
+        d[i] = di;
+        y[i] = gi;
+        w[i] = w[i] - di * lr_t;
+    }
+    store_f(PTR(t, S_S1), st, off, len, d);
+    store_f(PTR(t, S_S2), st, y_off, len, y);
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+/* The counts m are int64 (S_POW1); batch_num >= 1. */
+int pc_asgd(int64_t count, const int64_t *rows, const double *per, int64_t batch_num, int nthreads) {
+    double *scratch = per_tensor_scalars(count);
+    if (!scratch) return 1;
+    for (int64_t t = 0; t < count; t++) {
+        int64_t *m = (int64_t *)ROW_PTR(rows, t, S_POW1);
+        double *s = scratch + t * SCRATCH, lr = per[t * PER + P_LR];
+        s[AS_SLICE] = (double)(*m % batch_num);
+        *m += 1;
+        int64_t seen = *m < batch_num ? *m : batch_num;
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64)
+            s[AS_LR] = lr / (double)seen;
+        else
+            s[AS_LR] = (float)(lr / (double)(float)seen);
+    }
+    family_ctx c = {rows, per, scratch, {0, 0, 0, 0}, 0, NULL, NULL};
+    for_all(&c, asgd_f64, asgd_f32, rows, count, nthreads, GRAIN_MOMENTUM);
+    free(scratch);
+    return 0;
+}
+
+/* --- Rprop (states: prevs, learning_rates, in the value's dtype: float32 or float64 here) ---------
+ *   p = g*prev;  eta = p > 0 ? eta_plus : p < 0 ? eta_minus : 1;  prev = p < 0 ? 0 : g
+ *   rate = clamp(rate*eta, lo, hi) (NaN kept);  w = w - sign(prev)*rate (sign(NaN) = 0) */
+#define RPROP_LOOP(T)                                                                              \
+    for (int64_t i = 0; i < len; i++) {                                                            \
+        T gi = G(i), prod = gi * prev[i];                                                          \
+        T eta = prod > 0 ? eta_plus : (T)1;                                                        \
+        eta = prod < 0 ? eta_minus : eta;                                                          \
+        T pi = prod < 0 ? (T)0 : gi;                                                               \
+        T ri = rate[i] * eta;                                                                      \
+        ri = ri < lo ? lo : ri; /* NaN stays */                                                    \
+        ri = ri > hi ? hi : ri;                                                                    \
+        T sign = pi > 0 ? (T)1 : (T)0;                                                             \
+        sign = pi < 0 ? (T)-1 : sign;                                                              \
+        prev[i] = pi;                                                                              \
+        rate[i] = ri;                                                                              \
+        w[i] = w[i] - sign * ri;                                                                   \
+    }
+
+static void rprop_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    double *restrict prev = (double *)PTR(t, S_S1) + off, *restrict rate = (double *)PTR(t, S_S2) + off;
+    const double lo = c->h[0], hi = c->h[1], eta_minus = c->h[2], eta_plus = c->h[3];
+#define G(i) G64(i)
+    RPROP_LOOP(double)
+#undef G
+}
+
+static void rprop_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS(rprop_f32)
+    float *restrict prev = (float *)PTR(t, S_S1) + off, *restrict rate = (float *)PTR(t, S_S2) + off;
+    const float lo = (float)c->h[0], hi = (float)c->h[1], eta_minus = (float)c->h[2], eta_plus = (float)c->h[3];
+#define G(i) g[i]
+    RPROP_LOOP(float)
+#undef G
+    store_f(PTR(t, S_W), wt, off, len, w);
+}
+
+/* lo, hi, eta_minus, eta_plus: rounded as the torch form rounds them (each row's dtype rounds again). */
+int pc_rprop(int64_t count, const int64_t *rows, const double *per, double lo, double hi, double eta_minus,
+             double eta_plus, int nthreads) {
+    family_ctx c = {rows, per, NULL, {lo, hi, eta_minus, eta_plus}, 0, NULL, NULL};
+    for_all(&c, rprop_f64, rprop_f32, rows, count, nthreads, GRAIN_MOMENTUM);
+    return 0;
+}
+
+/* ================================================================================================
  * Sum of squares in the order of Paddle's CPU reduction (Eigen, AVX packets of 32 bytes: 8 float32
  * or 4 float64 lanes): leaves of at most 1024 packets, each summed into two packet accumulators
  * taken in turn (an odd last packet goes to the first), the two added, the packet folded, the
@@ -466,6 +1080,137 @@ int pc_adam(int64_t count, const int64_t *rows, const double *per, double *scrat
 
 DEFINE_SUMSQ(sumsq_f32, float, 8, FOLD8)
 DEFINE_SUMSQ(sumsq_f64, double, 4, FOLD4)
+
+/* --- Lamb (states: moment1, moment2; the beta powers, advanced here) -----------------------------
+ *   m1, m2 as RAdam's;  dir = (m1/(1 - b1^t))/(sqrt(m2/(1 - b2^t)) + eps) + w*decay (exact sqrt)
+ *   ratio = |w|/|dir| (Eigen's sums of squares, exact roots) when adapting and both are > 0, else 1
+ *   w = w - dir*rate,  rate = lr*ratio (lr unrounded)
+ * The trust ratio needs a tensor's two norms between its two passes: the tensors go in groups whose
+ * directions fit the caller's buffer, each group in three steps (the directions over the threads,
+ * the norms, the updates over the threads), so a step of many small tensors starts few threads. */
+enum { LA_C1, LA_C2, LA_RATE };
+#define LA_DIR(T, t) ((T *)((char *)c->buf + c->offs[t]))
+
+static void lamb_direction_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F64_OPERANDS
+    ADAM_MOMENTS_F64
+    double *restrict dir = LA_DIR(double, t) + off;
+    const double *s = c->scratch + t * SCRATCH;
+    const double c1 = s[LA_C1], c2 = s[LA_C2], decay = c->per[t * PER + P_DECAY];
+    for (int64_t i = 0; i < len; i++) {
+        double gi = G64(i);
+        ADAM_MOMENTS(double, i, gi)
+        dir[i] = (m1i / c1) / (sqrt(m2i / c2) + eps) + w[i] * decay;
+    }
+}
+
+static void lamb_direction_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    FAMILY_F32_OPERANDS(lamb_direction_f32)
+    ADAM_MOMENTS_F32
+    float *restrict dir = LA_DIR(float, t) + off;
+    const double *s = c->scratch + t * SCRATCH;
+    const float c1 = (float)s[LA_C1], c2 = (float)s[LA_C2], decay = (float)c->per[t * PER + P_DECAY];
+    for (int64_t i = 0; i < len; i++) {
+        float gi = g[i];
+        ADAM_MOMENTS(float, i, gi)
+        dir[i] = (m1i / c1) / (sqrtf(m2i / c2) + eps) + w[i] * decay;
+    }
+    store_f(PTR(t, S_S1), st, off, len, m1);
+    store_f(PTR(t, S_S2), st, off, len, m2);
+}
+
+static void lamb_update_f64(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const family_ctx *c = (const family_ctx *)ctx;
+    double *restrict w = (double *)PTR(t, S_W) + off;
+    const double *restrict dir = LA_DIR(double, t) + off;
+    const double rate = c->scratch[t * SCRATCH + LA_RATE];
+    (void)dt;
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - dir[i] * rate;
+}
+
+static void lamb_update_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const family_ctx *c = (const family_ctx *)ctx;
+    float *restrict w = (float *)PTR(t, S_W) + off; /* float32 values only (see pc_lamb) */
+    const float *restrict dir = LA_DIR(float, t) + off;
+    const float rate = (float)c->scratch[t * SCRATCH + LA_RATE];
+    (void)dt;
+    for (int64_t i = 0; i < len; i++) w[i] = w[i] - dir[i] * rate;
+}
+
+/* Values float32 (the parameter or its master weight) or float64; buf: buf_bytes of room, at least
+ * the largest tensor's direction in its dtype; always_adapt: adapt without decay too. */
+int pc_lamb(int64_t count, const int64_t *rows, const double *per, void *buf, int64_t buf_bytes, double b1,
+            double b2, double eps, int always_adapt, int nthreads) {
+    double *scalars = per_tensor_scalars(count);
+    int64_t *offs = malloc((size_t)(count > 0 ? count : 1) * sizeof(int64_t));
+    int64_t *quiet = malloc((size_t)(count > 0 ? count : 1) * ROW * sizeof(int64_t));
+    if (!scalars || !offs || !quiet) {
+        free(scalars);
+        free(offs);
+        free(quiet);
+        return 1;
+    }
+    /* the rows of the first pass leave the parameters alone: their master weights change later */
+    memcpy(quiet, rows, (size_t)count * ROW * sizeof(int64_t));
+    for (int64_t t = 0; t < count; t++) {
+        int64_t *dt = &quiet[t * ROW + S_DT];
+        *dt = (*dt & ~((int64_t)15 << 8)) | ((int64_t)DT_NONE << 8);
+        void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2);
+        double *s = scalars + t * SCRATCH;
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
+            s[LA_C1] = 1.0 - *(double *)p1;
+            s[LA_C2] = 1.0 - *(double *)p2;
+        } else {
+            s[LA_C1] = 1.0f - *(float *)p1;
+            s[LA_C2] = 1.0f - *(float *)p2;
+        }
+    }
+    for (int64_t t0 = 0, t1; t0 < count; t0 = t1) {
+        int64_t used = 0;
+        for (t1 = t0; t1 < count; t1++) {
+            int64_t size = rows[t1 * ROW + S_N] * (dt_w(rows[t1 * ROW + S_DT]) == DT_F64 ? 8 : 4);
+            if (t1 > t0 && used + size > buf_bytes) break;
+            offs[t1] = used;
+            used += (size + 63) & ~(int64_t)63; /* whole cache lines: no line shared between tensors */
+        }
+        family_ctx c = {quiet + t0 * ROW, per + t0 * PER, scalars + t0 * SCRATCH, {b1, b2, eps, 0}, 0, buf,
+                        offs + t0};
+        for_all(&c, lamb_direction_f64, lamb_direction_f32, quiet + t0 * ROW, t1 - t0, nthreads, GRAIN_ADAM);
+        for (int64_t t = t0; t < t1; t++) {
+            const void *w = ROW_PTR(rows, t, S_W), *dir = (const char *)buf + offs[t];
+            const int64_t n = rows[t * ROW + S_N];
+            const double lr = per[t * PER + P_LR];
+            const int adapt = per[t * PER + P_DECAY] != 0.0 || always_adapt;
+            double *s = scalars + t * SCRATCH;
+            if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
+                double p_norm = sqrt(sumsq_f64((const double *)w, 0, n));
+                double d_norm = sqrt(sumsq_f64((const double *)dir, 0, n));
+                s[LA_RATE] = lr * (adapt && p_norm > 0.0 && d_norm > 0.0 ? p_norm / d_norm : 1.0);
+            } else {
+                float p_norm = sqrtf(sumsq_f32((const float *)w, 0, n));
+                float d_norm = sqrtf(sumsq_f32((const float *)dir, 0, n));
+                float ratio = adapt && p_norm > 0.0f && d_norm > 0.0f ? p_norm / d_norm : 1.0f;
+                s[LA_RATE] = (float)(lr * (double)ratio);
+            }
+        }
+        c.rows = rows + t0 * ROW;
+        for_all(&c, lamb_update_f64, lamb_update_f32, rows + t0 * ROW, t1 - t0, nthreads, GRAIN_SGD);
+    }
+    for (int64_t t = 0; t < count; t++) {
+        void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2);
+        if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {
+            *(double *)p1 = *(double *)p1 * b1;
+            *(double *)p2 = *(double *)p2 * b2;
+        } else {
+            *(float *)p1 = *(float *)p1 * (float)b1;
+            *(float *)p2 = *(float *)p2 * (float)b2;
+        }
+    }
+    free(scalars);
+    free(offs);
+    free(quiet);
+    return 0;
+}
 
 /* rows: count x (n, pointer, dtype); out: one sum per tensor (a float32 sum is exact as a double). */
 int pc_sumsq(int64_t count, const int64_t *rows, double *out) {

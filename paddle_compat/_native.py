@@ -61,6 +61,15 @@ class Kernels:
         self._sgd = _bind(lib.pc_sgd, [i64, ptr, ptr, cint])
         self._momentum = _bind(lib.pc_momentum, [i64, ptr, ptr, dbl, dbl, cint, cint])
         self._adam = _bind(lib.pc_adam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint, cint, cint])
+        self._adagrad = _bind(lib.pc_adagrad, [i64, ptr, ptr, dbl, cint])
+        self._rmsprop = _bind(lib.pc_rmsprop, [i64, ptr, ptr, dbl, dbl, dbl, cint, cint])
+        self._adamax = _bind(lib.pc_adamax, [i64, ptr, ptr, dbl, dbl, dbl, cint])
+        self._adadelta = _bind(lib.pc_adadelta, [i64, ptr, ptr, dbl, dbl, cint])
+        self._radam = _bind(lib.pc_radam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, cint])
+        self._asgd = _bind(lib.pc_asgd, [i64, ptr, ptr, i64, cint])
+        self._rprop = _bind(lib.pc_rprop, [i64, ptr, ptr, dbl, dbl, dbl, dbl, cint])
+        self._lamb = _bind(lib.pc_lamb, [i64, ptr, ptr, ptr, i64, dbl, dbl, dbl, cint, cint])
+        self._nadam = _bind(lib.pc_nadam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, dbl, dbl, cint])
         self._sumsq = _bind(lib.pc_sumsq, [i64, ptr, ptr])
         self._rsqrt = _bind(lib.pc_rsqrt, [i64, ptr, ptr])
         # the CPU's rsqrtps, where it has one (Eigen's float32 sqrt starts from it: optimizer/_eigen.py)
@@ -80,6 +89,51 @@ class Kernels:
             len(rows) // ROW, _addr(rows), _addr(per), _addr(scratch), b1, b2, eps, int(fused), int(amsgrad),
             torch.get_num_threads(),
         )
+
+    # The rest of paddle.optimizer: the hyper-parameters are the group's, as Paddle's float32
+    # attributes (rounded to float32); the powers of Adamax, RAdam and NAdam (ASGD's update count)
+    # are in the batch's rows.
+    def adagrad(self, batch: Batch, eps: float) -> None:
+        _check(self._adagrad(len(batch), _addr(batch.rows), _addr(batch.per), eps, torch.get_num_threads()))
+
+    def rmsprop(self, batch: Batch, rho: float, eps: float, mu: float, centered: bool) -> None:
+        _check(self._rmsprop(
+            len(batch), _addr(batch.rows), _addr(batch.per), rho, eps, mu, int(centered), torch.get_num_threads()
+        ))
+
+    def adamax(self, batch: Batch, b1: float, b2: float, eps: float) -> None:
+        _check(self._adamax(len(batch), _addr(batch.rows), _addr(batch.per), b1, b2, eps, torch.get_num_threads()))
+
+    def adadelta(self, batch: Batch, rho: float, eps: float) -> None:
+        _check(self._adadelta(len(batch), _addr(batch.rows), _addr(batch.per), rho, eps, torch.get_num_threads()))
+
+    def radam(self, batch: Batch, b1: float, b2: float, eps: float) -> None:
+        _check(self._radam(
+            len(batch), _addr(batch.rows), _addr(batch.per), _addr(batch.pow3), b1, b2, eps, torch.get_num_threads()
+        ))
+
+    def nadam(self, batch: Batch, b1: float, b2: float, eps: float, momentum_decay: float, base: float) -> None:
+        _check(self._nadam(
+            len(batch), _addr(batch.rows), _addr(batch.per), _addr(batch.pow3), b1, b2, eps, momentum_decay, base,
+            torch.get_num_threads(),
+        ))
+
+    def asgd(self, batch: Batch, batch_num: int) -> None:
+        _check(self._asgd(len(batch), _addr(batch.rows), _addr(batch.per), batch_num, torch.get_num_threads()))
+
+    def rprop(self, batch: Batch, lo: float, hi: float, eta_minus: float, eta_plus: float) -> None:
+        self._rprop(
+            len(batch), _addr(batch.rows), _addr(batch.per), lo, hi, eta_minus, eta_plus, torch.get_num_threads()
+        )
+
+    def lamb(
+        self, batch: Batch, directions: torch.Tensor, b1: float, b2: float, eps: float, always_adapt: bool
+    ) -> None:
+        """``directions``: a contiguous CPU scratch tensor, with room for the largest row's update."""
+        _check(self._lamb(
+            len(batch), _addr(batch.rows), _addr(batch.per), directions.data_ptr(),
+            directions.numel() * directions.element_size(), b1, b2, eps, int(always_adapt), torch.get_num_threads(),
+        ))
 
     def _rsqrt_of(self, x: torch.Tensor) -> torch.Tensor:
         """The CPU's approximate ``1/sqrt`` of each element of a contiguous float32 CPU tensor."""
@@ -102,11 +156,12 @@ class Batch:
     later steps then never points at freed memory).
     """
 
-    __slots__ = ("grads", "launches", "per", "pows", "rows", "tensors")
+    __slots__ = ("grads", "launches", "per", "pow3", "pows", "rows", "tensors")
 
     def __init__(self) -> None:
         self.rows = array("q")
         self.per = array("d")
+        self.pow3 = array("q")  # per row, a third power's address (RAdam's, NAdam's), else 0
         self.grads: list[torch.Tensor] = []
         self.tensors: list[torch.Tensor] = []
         self.pows: list[tuple[torch.Tensor, ...]] = []
@@ -128,15 +183,16 @@ class Batch:
     ) -> None:
         """``value`` is updated in place from ``grad``; ``param`` (a low-precision parameter with
         ``value`` its master weight) is then refreshed from it. ``states``: up to three state
-        tensors of one dtype (a ``None`` is left out); ``pows``: Adam's two beta powers. ``decay`` and
-        ``l2`` are NaN when absent. Every tensor must be contiguous, of ``value``'s size, on its
-        device (for the CPU kernels: the CPU).
+        tensors of one dtype (a ``None`` is left out); ``pows``: up to three one-element powers
+        (Adam's two beta powers; a third goes to ``pow3``). ``decay`` and ``l2`` are NaN when
+        absent. Every tensor must be contiguous, of ``value``'s size, on its device (for the CPU
+        kernels: the CPU).
         """
         slots = [s for s in states if s is not None]
         if not all(addressable(t) for t in (value, grad, *slots, *pows, *([param] if param is not None else []))):
             raise TypeError("the compiled kernels read only plain dense tensors (see _devices.addressable)")
         state_ptrs = [s.data_ptr() for s in slots] + [0] * (3 - len(slots))
-        pow_ptrs = [t.data_ptr() for t in pows] + [0] * (2 - len(pows))
+        pow_ptrs = [t.data_ptr() for t in pows] + [0] * (3 - len(pows))
         dtypes = (
             DTYPE[value.dtype]
             | DTYPE[grad.dtype] << 4
@@ -145,8 +201,9 @@ class Batch:
         )
         self.rows.extend(
             (value.numel(), value.data_ptr(), grad.data_ptr(), param.data_ptr() if param is not None else 0,
-             *state_ptrs, *pow_ptrs, dtypes)
+             *state_ptrs, *pow_ptrs[:2], dtypes)
         )
+        self.pow3.append(pow_ptrs[2])
         self.per.extend((lr, decay, l2, 0.0))
         self.grads.append(grad)
         self.tensors += [value, *slots, *pows] + ([param] if param is not None else [])
@@ -291,6 +348,11 @@ def _bind(fn: Any, argtypes: list[Any]) -> Any:  # a ctypes function of the load
     fn.argtypes = argtypes
     fn.restype = ctypes.c_int
     return fn
+
+
+def _check(code: int) -> None:
+    if code != 0:
+        raise MemoryError("the compiled optimizer kernel could not allocate its per-tensor scalars")
 
 
 def _addr(a: array[Any]) -> int:

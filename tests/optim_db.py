@@ -23,7 +23,8 @@ Tests that construct an optimizer class themselves use ``new(cls, ...)``: it pas
 ``multi_precision`` and a weight decay the way each constructor takes them (see ``OptimizerInfo``).
 
 ``OptimizerInput.options`` holds a suite's settings for the configuration: ``dtype`` (of the
-parameters, parity and handover), ``scaler`` and ``set_lr_at`` (parity).
+parameters, parity and handover), ``scaler`` and ``set_lr_at`` (parity), ``steps`` (forms: how
+many, when the default 3 do not reach a branch of the update).
 """
 
 from __future__ import annotations
@@ -319,23 +320,25 @@ L2 = ("L2Decay", 0.02)
 OPTIM_DB += [
     _family(
         "Lamb", 0.01,
-        ("lamb", {}, ("parity", "copies"), {}),
+        ("lamb", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("lamb_decay_globalnorm_scaler", {"lamb_weight_decay": 0.05, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-5,
-                                          "grad_clip": GLOBAL}, ("parity", "handover"), SCALER),
+                                          "grad_clip": GLOBAL}, ("parity", "handover", "forms"), SCALER),
         ("lamb_exclude", {"exclude_from_weight_decay_fn": lambda p: len(p.shape) == 1}, ("parity",), {}),
         ("lamb_exclude_always_adapt", {"exclude_from_weight_decay_fn": lambda p: len(p.shape) == 1,
-                                       "always_adapt": True}, ("parity",), {}),
-        ("lamb_no_decay", {"lamb_weight_decay": 0.0}, ("parity",), {}),
+                                       "always_adapt": True}, ("parity", "forms"), {}),
+        ("lamb_no_decay", {"lamb_weight_decay": 0.0}, ("parity", "forms"), {}),
         ("lamb_bynorm", {"grad_clip": ("ClipGradByNorm", 0.3)}, ("parity",), {}),
         ("lamb_float64_set_lr", {}, ("parity",), F64_SET_LR),
         decay_arg="lamb_weight_decay",
     ),
     _family(
         "RMSProp", 0.01,
-        ("rmsprop", {}, ("parity", "copies"), {}),
+        ("rmsprop", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("rmsprop_centered_momentum_scaler", {"rho": 0.9, "epsilon": 1e-5, "momentum": 0.9, "centered": True,
-                                              "weight_decay": 0.01, "grad_clip": GLOBAL}, ("parity", "handover"),
-         SCALER),
+                                              "weight_decay": 0.01, "grad_clip": GLOBAL},
+         ("parity", "handover", "forms"), SCALER),
+        ("rmsprop_centered_l1_byvalue", {"momentum": 0.5, "centered": True, "weight_decay": L1,
+                                         "grad_clip": ("ClipGradByValue", 0.2)}, FORMS, {}),
         ("rmsprop_groups_byvalue", {"momentum": 0.5, "weight_decay": L1, "groups": 0.03,
                                     "grad_clip": ("ClipGradByValue", 0.2)}, ("parity",), {}),
         ("rmsprop_float64_set_lr", {}, ("parity",), F64_SET_LR),
@@ -343,10 +346,11 @@ OPTIM_DB += [
     ),
     _family(
         "Adagrad", 0.1,
-        ("adagrad", {}, ("parity", "copies"), {}),
+        ("adagrad", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("adagrad_init_l2_globalnorm_scaler", {"epsilon": 1e-5, "initial_accumulator_value": 0.1,
-                                               "weight_decay": 0.01, "grad_clip": GLOBAL}, ("parity", "handover"),
-         SCALER),
+                                               "weight_decay": 0.01, "grad_clip": GLOBAL},
+         ("parity", "handover", "forms"), SCALER),
+        ("adagrad_l1_bynorm", {"weight_decay": L1, "grad_clip": ("ClipGradByNorm", 0.3)}, FORMS, {}),
         ("adagrad_l1_groups_bynorm", {"weight_decay": L1, "groups": L2, "grad_clip": ("ClipGradByNorm", 0.3)},
          ("parity",), {}),
         ("adagrad_float64_set_lr", {}, ("parity",), F64_SET_LR),
@@ -354,9 +358,10 @@ OPTIM_DB += [
     ),
     _family(
         "Adamax", 0.01,
-        ("adamax", {}, ("parity", "copies"), {}),
+        ("adamax", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("adamax_l2_globalnorm_scaler", {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6, "weight_decay": 0.01,
-                                         "grad_clip": GLOBAL}, ("parity", "handover"), SCALER),
+                                         "grad_clip": GLOBAL}, ("parity", "handover", "forms"), SCALER),
+        ("adamax_l1_byvalue", {"weight_decay": L1, "grad_clip": ("ClipGradByValue", 0.2)}, FORMS, {}),
         ("adamax_groups_byvalue", {"weight_decay": L1, "groups": 0.02, "grad_clip": ("ClipGradByValue", 0.2)},
          ("parity",), {}),
         ("adamax_float64_set_lr", {}, ("parity",), F64_SET_LR),
@@ -364,27 +369,33 @@ OPTIM_DB += [
     ),
     _family(
         "Adadelta", 1.0,
-        ("adadelta", {}, ("parity", "copies"), {}),
+        ("adadelta", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("adadelta_l2_bynorm_scaler", {"epsilon": 1e-5, "rho": 0.9, "weight_decay": 0.01,
-                                       "grad_clip": ("ClipGradByNorm", 0.3)}, ("parity", "handover"), SCALER),
+                                       "grad_clip": ("ClipGradByNorm", 0.3)}, ("parity", "handover", "forms"), SCALER),
+        ("adadelta_l1", {"learning_rate": 0.5, "weight_decay": L1}, FORMS, {}),
         ("adadelta_groups_l1", {"learning_rate": 0.5, "weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("adadelta_float64_set_lr", {}, ("parity",), F64_SET_LR),
         takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(
         "NAdam", 0.01,
-        ("nadam", {}, ("parity", "copies"), {}),
+        ("nadam", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("nadam_l2_globalnorm_scaler", {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6, "momentum_decay": 0.01,
-                                        "weight_decay": 0.01, "grad_clip": GLOBAL}, ("parity", "handover"), SCALER),
+                                        "weight_decay": 0.01, "grad_clip": GLOBAL},
+         ("parity", "handover", "forms"), SCALER),
+        ("nadam_l1", {"weight_decay": L1, "momentum_decay": 0.5}, FORMS, {}),
         ("nadam_groups_l1", {"weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("nadam_float64_set_lr", {}, ("parity",), F64_SET_LR),
         takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(
         "RAdam", 0.01,
-        ("radam", {}, ("parity", "copies"), {}),
+        ("radam", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("radam_l2_globalnorm_scaler", {"beta1": 0.8, "beta2": 0.9, "epsilon": 1e-6, "weight_decay": 0.01,
-                                        "grad_clip": GLOBAL}, ("parity", "handover"), SCALER),
+                                        "grad_clip": GLOBAL}, ("parity", "handover", "forms"), SCALER),
+        ("radam_l1_bynorm", {"weight_decay": L1, "grad_clip": ("ClipGradByNorm", 0.3)}, FORMS, {}),
+        # the rectified update starts at the sixth step
+        ("radam_rectified", {"beta1": 0.8, "beta2": 0.9, "weight_decay": 0.01}, FORMS, {"steps": 8}),
         ("radam_groups_bynorm", {"weight_decay": L1, "groups": L2, "grad_clip": ("ClipGradByNorm", 0.3)},
          ("parity",), {}),
         ("radam_float64_set_lr", {}, ("parity",), F64_SET_LR),
@@ -392,18 +403,22 @@ OPTIM_DB += [
     ),
     _family(
         "ASGD", 0.05,
-        ("asgd", {}, ("parity", "copies"), {}),
+        ("asgd", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("asgd_batches_l2_globalnorm_scaler", {"batch_num": 4, "weight_decay": 0.01, "grad_clip": GLOBAL},
-         ("parity", "handover"), SCALER),
+         ("parity", "handover", "forms"), SCALER),
+        # past batch_num steps: the oldest gradient leaves the sum
+        ("asgd_batches_l1", {"batch_num": 2, "weight_decay": L1}, FORMS, {"steps": 5}),
         ("asgd_groups_l1", {"batch_num": 3, "weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("asgd_float64_set_lr", {}, ("parity",), F64_SET_LR),
         state_in_param_dtype=True,
     ),
     _family(
         "Rprop", 0.01,
-        ("rprop", {}, ("parity", "copies"), {}),
+        ("rprop", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("rprop_range_etas_globalnorm_scaler", {"learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3),
                                                 "grad_clip": GLOBAL}, ("parity", "handover"), SCALER),
+        ("rprop_range_etas", {"learning_rate": 0.04, "learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3)}, FORMS,
+         {"steps": 5}),
         ("rprop_groups_byvalue", {"groups": None, "grad_clip": ("ClipGradByValue", 0.2)}, ("parity",), {}),
         ("rprop_float64", {}, ("parity",), F64),
         # Paddle's CPU build has a bf16 Rprop kernel (bf16 arithmetic, no master weights)

@@ -19,7 +19,8 @@ import torch
 import paddle_compat
 from paddle_compat import _native, _native_build
 
-from .test_optimizer_kernels import DTYPES, FORMS, assert_same_run, maker, train, use_native
+from .optim_db import case
+from .test_optimizer_kernels import DTYPES, FORMS, assert_same_run, keep_hardware_rsqrt, maker, train, use_native
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = _native_build.find_libraries(_native._DIRECTORY)
@@ -332,13 +333,15 @@ def test_every_level_gives_the_torch_forms_bits(name, fma, fresh_native, monkeyp
         pytest.skip("this CPU runs only one of the levels built")
     monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", fma)
     libraries = {level: _native.Kernels(_native._open(BUILT[level])) for level in levels}
+    keep_hardware_rsqrt(monkeypatch)
+    steps = case(name).options.get("steps", 3)
     for dtypes in DTYPES.values():
         dtype, grad_dtype, mp, main_grad = dtypes
         make = lambda ps: maker(name)(ps, mp)  # noqa: E731
         use_native(monkeypatch, False)
-        reference = train(make, dtype, grad_dtype, main_grad, (300, 7, 1001))
+        reference = train(make, dtype, grad_dtype, main_grad, (300, 7, 1001), steps=steps)
         use_native(monkeypatch, True)
         for level, kern in libraries.items():
             monkeypatch.setattr(_native, "_loaded", kern)
             monkeypatch.setattr(_native, "_status", _native.NativeStatus(True, "test", level.name))
-            assert_same_run(train(make, dtype, grad_dtype, main_grad, (300, 7, 1001)), reference)
+            assert_same_run(train(make, dtype, grad_dtype, main_grad, (300, 7, 1001), steps=steps), reference)

@@ -25,10 +25,10 @@ import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
 from paddle_compat import _devices, _native, _numerics
 from paddle_compat.nn.clip import _eigen_sum, squared_l2_norms
-from paddle_compat.optimizer import _multi_tensor
+from paddle_compat.optimizer import _eigen, _multi_tensor, lamb
 from paddle_compat.optimizer.optimizer import Optimizer
 
-from .optim_db import CLASSES, case, cases, ids, new
+from .optim_db import CLASSES, OPTIM_DB, case, cases, ids, new
 
 # bf16/fp16 parameters without master weights are part of the matrix (Paddle's warning is expected)
 pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16:UserWarning")
@@ -81,9 +81,18 @@ def assert_same_run(a, b) -> None:
 
 
 def maker(desc: str):
-    """The table's configuration ``desc`` as ``make(params, multi_precision)``."""
-    inp = case(desc)
-    return lambda ps, mp: inp.make(ps, multi_precision=mp)
+    """The table's configuration ``desc`` as ``make(params, multi_precision)`` (master weights
+    switched on as ``decorate`` does for an optimizer whose constructor has no ``multi_precision``)."""
+    info, inp = next((info, inp) for info in OPTIM_DB for inp in info.inputs if inp.desc == desc)
+    if info.takes_multi_precision:
+        return lambda ps, mp: inp.make(ps, multi_precision=mp)
+
+    def make(ps, mp):
+        opt = inp.make(ps)
+        opt._multi_precision = mp
+        return opt
+
+    return make
 
 
 # (parameter dtype, gradient dtype, multi_precision, gradient in main_grad)
@@ -104,11 +113,20 @@ def use_native(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
     monkeypatch.setattr(_native, "_enabled", on)
 
 
+def keep_hardware_rsqrt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch forms' Eigen square root keeps the CPU's rsqrt (from the compiled kernels) while
+    the kernels themselves are switched off: the forms then compute the same roots."""
+    kern = _native.kernels()
+    rsqrt = kern.rsqrt if kern is not None else None
+    monkeypatch.setattr(_eigen, "_hardware_rsqrt", lambda: rsqrt)
+
+
 def forms(monkeypatch: pytest.MonkeyPatch, make, dtypes, sizes=SIZES, **kwargs):
     """The same run through the compiled kernels, the in-place torch form and the plain one."""
     dtype, grad_dtype, mp, main_grad = dtypes
     use_native(monkeypatch, True)
     compiled = train(lambda ps: make(ps, mp), dtype, grad_dtype, main_grad, sizes, **kwargs)
+    keep_hardware_rsqrt(monkeypatch)
     use_native(monkeypatch, False)
     in_place = train(lambda ps: make(ps, mp), dtype, grad_dtype, main_grad, sizes, **kwargs)
     monkeypatch.setattr(Optimizer, "_same_layout", staticmethod(lambda *tensors: False))
@@ -127,7 +145,7 @@ FORMS += [(inp.desc, "0") for info, inp in cases("forms") if info.cpu_fma_forms]
 @pytest.mark.parametrize(("name", "fma"), FORMS, ids=[f"{n}-{'avx512' if f == '1' else 'reference'}" for n, f in FORMS])
 def test_compiled_in_place_and_plain_forms_agree(name, dtypes, fma, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", fma)
-    compiled, in_place, plain = forms(monkeypatch, maker(name), dtypes)
+    compiled, in_place, plain = forms(monkeypatch, maker(name), dtypes, steps=case(name).options.get("steps", 3))
     assert_same_run(compiled, in_place)
     assert_same_run(compiled, plain)
 
@@ -135,17 +153,21 @@ def test_compiled_in_place_and_plain_forms_agree(name, dtypes, fma, monkeypatch:
 @needs_compiler
 @pytest.mark.parametrize("name", ids(cases("nonfinite")))
 def test_forms_agree_on_inf_and_nan_gradients(name, monkeypatch: pytest.MonkeyPatch) -> None:
-    compiled, in_place, plain = forms(monkeypatch, maker(name), DTYPES["fp32"], nonfinite=True)
+    compiled, in_place, plain = forms(
+        monkeypatch, maker(name), DTYPES["fp32"], nonfinite=True, steps=case(name).options.get("steps", 3)
+    )
     assert_same_run(compiled, in_place)
     assert_same_run(compiled, plain)
 
 
 @needs_compiler
 @pytest.mark.parametrize(("name", "sizes"), [("sgd", (2_000_003, 100_000)), ("momentum", (1_000_003, 50_001)),
-                                             ("adamw", (300_001, 70_000))])
+                                             ("adamw", (300_001, 70_000)), ("rmsprop", (13, 300_001, 70_003)),
+                                             ("nadam", (13, 300_001, 70_003)), ("lamb", (13, 300_001, 70_003))])
 def test_threaded_kernels_give_the_same_bits(name, sizes) -> None:
     """Large enough for the kernels to split the work across threads, inside and across tensors
-    (one thread gives the torch forms' bits: the tests above)."""
+    (one thread gives the torch forms' bits: the tests above). The threads' shares of RMSProp's and
+    NAdam's tensors start inside Eigen's 8-lane packets."""
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(3)
@@ -155,6 +177,16 @@ def test_threaded_kernels_give_the_same_bits(name, sizes) -> None:
     finally:
         torch.set_num_threads(saved)
     assert_same_run(threaded, single)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtypes", ["fp32", "fp64", "bf16_master"])
+def test_lamb_in_several_groups_gives_the_same_bits(dtypes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lamb's kernel takes the tensors in groups that fit its buffer (two groups here)."""
+    monkeypatch.setattr(lamb, "_GROUP", 500)
+    compiled, in_place, plain = forms(monkeypatch, maker("lamb"), DTYPES[dtypes])
+    assert_same_run(compiled, in_place)
+    assert_same_run(compiled, plain)
 
 
 def spy(monkeypatch: pytest.MonkeyPatch, owner: object, names: list[str]) -> list[str]:
@@ -184,6 +216,26 @@ def test_the_compiled_kernels_are_used_unless_switched_off(monkeypatch: pytest.M
     assert _native.kernels() is None
     popt.AdamW(0.1, parameters=params, grad_clip=pnn.ClipGradByGlobalNorm(1.0)).step()
     assert calls == []
+
+
+# The dtype mixes that keep their torch forms (docs/optimizers.md): the forms tests above compare
+# the compiled kernels only where they run, so which ones run is pinned here.
+FAMILY_KERNELS = ("lamb", "rmsprop", "adagrad", "adamax", "adadelta", "nadam", "radam", "asgd", "rprop")
+TORCH_FORM_ONLY = {
+    "lamb": {"bf16", "fp16_fp32_main_grad"},
+    "adamax": {"bf16", "fp16_fp32_main_grad"},
+    "rprop": {"bf16_master", "fp16_master_fp32_main_grad", "bf16", "fp16_fp32_main_grad"},
+}
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtypes", DTYPES.keys())
+@pytest.mark.parametrize("name", FAMILY_KERNELS)
+def test_the_family_kernels_run_on_the_dtype_mixes_they_take(name, dtypes, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = spy(monkeypatch, _native.Kernels, [name])
+    dtype, grad_dtype, mp, main_grad = DTYPES[dtypes]
+    train(lambda ps: maker(name)(ps, mp), dtype, grad_dtype, main_grad, SIZES)
+    assert len(calls) == (0 if dtypes in TORCH_FORM_ONLY.get(name, ()) else 3)
 
 
 @needs_compiler

@@ -13,6 +13,7 @@ buffers of the torch forms; a copy or pickle of the optimizer gets a fresh, empt
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,7 +27,9 @@ from . import _multi_tensor
 if TYPE_CHECKING:
     from .optimizer import Optimizer
 
-__all__ = ["Engine", "Item", "attr_ratio", "kernels_take", "optional_form", "same_layout"]
+__all__ = [
+    "Engine", "Item", "attr_ratio", "cpu_kernels_take", "cpu_row", "kernels_take", "optional_form", "same_layout"
+]
 
 # (param, grad, state, master weight or None): one parameter's share of a step
 Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
@@ -51,6 +54,41 @@ def kernels_take(value: Tensor, grad: Tensor, lr: float, gpu: bool, *tensors: Te
     if gpu:
         return _gpu_dtypes(value, grad, lr)
     return value.is_cpu and _native_dtypes(value, grad)
+
+
+def cpu_kernels_take(
+    value: Tensor, grad: Tensor, param: Tensor, states: tuple[Tensor, ...], powers: tuple[Tensor, ...] = ()
+) -> bool:
+    """Whether the compiled CPU kernels take ``value`` updated from ``grad`` (``param`` beside it)
+    with its parameter-shaped ``states`` (one dtype: float64 beside a float64 value, else float32,
+    bfloat16 or float16) and its one-element ``powers`` on the CPU (in the compute dtype)."""
+    compute = torch.float32 if value.dtype in (torch.float16, torch.bfloat16) else value.dtype
+    if any(s.dtype != states[0].dtype for s in states):
+        return False
+    if states and (states[0].dtype == torch.float64) != (compute == torch.float64):
+        return False
+    for t in powers:
+        if not (_devices.addressable(t) and t.is_cpu and t.numel() == 1 and t.dtype == compute):
+            return False
+    return kernels_take(value, grad, 0.0, False, param, *states)
+
+
+def cpu_row(
+    opt: Optimizer, item: Item, group: dict[str, Any], lr: float, batch: _native.Batch, states: tuple[Tensor, ...],
+    powers: tuple[Tensor, ...] = (), *, decay: float = math.nan, checked: tuple[Tensor, ...] | None = None,
+) -> bool | None:
+    """A ``_compiled_row`` for the compiled CPU kernels: ``item``'s row with its ``states`` and
+    ``powers`` (``checked``: the states ``cpu_kernels_take`` checks instead, with no powers), its
+    gradient as ``_grad_for_kernel`` hands it over. ``None`` where the kernels cannot take it, else
+    whether the row may be kept for the next step."""
+    p, g, _, master = item
+    value = master if master is not None else p
+    taken = cpu_kernels_take(value, g, p, states, powers) if checked is None else cpu_kernels_take(value, g, p, checked)
+    if not taken:
+        return None
+    g, l2, fresh = opt._grad_for_kernel(p, g, group)
+    batch.add(value, g, p if master is not None else None, states, powers, lr=lr, decay=decay, l2=l2)
+    return not fresh
 
 
 def _native_dtypes(value: Tensor, grad: Tensor) -> bool:
@@ -307,6 +345,14 @@ class Engine:
                 opt._multi_tensor_call(plan.kernels[device], launch, group, flag)
         return True
 
+    def flat(self, n: int, dtype: torch.dtype, device: torch.device, slot: str) -> Tensor:
+        """The first ``n`` elements of the flat buffer of ``slot`` (see ``scratch``), grown as needed."""
+        buf = self._scratch.get((slot, dtype, device))
+        if buf is None or buf.numel() < n:
+            buf = self._scratch[(slot, dtype, device)] = torch.empty(n, dtype=dtype, device=device)
+            self._views.clear()  # views of the replaced buffer would keep it alive
+        return buf[:n]
+
     def scratch(self, like: Tensor, dtype: torch.dtype, slot: str) -> Tensor:
         """A scratch tensor shaped like ``like``, reused by every parameter and step.
 
@@ -324,11 +370,7 @@ class Engine:
         view = views.get(key)
         if view is not None:
             return view
-        buf = self._scratch.get(key[:3])
-        if buf is None or buf.numel() < like.numel():
-            buf = self._scratch[key[:3]] = torch.empty(like.numel(), dtype=dtype, device=like.device)
-            views.clear()  # views of the replaced buffer would keep it alive
-        flat = buf[: like.numel()]
+        flat = self.flat(like.numel(), dtype, like.device, slot)
         if like.is_contiguous():
             view = flat.view(like.shape)
         else:

@@ -8,10 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
+from .. import _checks, _native
+from .._numerics import round_f32
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_row
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adagrad"]
 
@@ -58,6 +60,14 @@ class Adagrad(Optimizer):
         state["moment"] = torch.full_like(
             p, group["initial_accumulator_value"], dtype=dtype, memory_format=torch.preserve_format
         )
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        return cpu_row(self, item, group, lr, batch, (item[2]["moment"],))
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.adagrad(batch, round_f32(group["epsilon"]))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

@@ -8,12 +8,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
-from .._numerics import round_to
+from .. import _checks, _native
+from .._numerics import round_f32, round_to
 from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_row
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adamax"]
 
@@ -63,6 +64,15 @@ class Adamax(Optimizer):
         state["inf_norm"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         pow_dtype = torch.float32 if self._uses_master(p) else p.dtype
         state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=pow_dtype)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        state = item[2]
+        return cpu_row(self, item, group, lr, batch, (state["moment"], state["inf_norm"]), (state["beta1_pow_acc"],))
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.adamax(batch, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

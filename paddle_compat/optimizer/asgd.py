@@ -8,11 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
+from .. import _checks, _native
 from .._dtensor import is_dtensor
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_row
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["ASGD"]
 
@@ -75,6 +76,18 @@ class ASGD(Optimizer):
                 )
             value = value[0]
         super()._check_state_tensor(where, index, key, value, p)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        d, y, count = item[2]["d"], item[2]["y"], item[2]["m"]
+        if not (y.is_contiguous() and count.dtype == torch.int64 and count.numel() == 1 and count.is_cpu):
+            return None
+        # the kernel finds the slot of y[m % batch_num] itself, from the update count
+        return cpu_row(self, item, group, lr, batch, (d, y), (count,), checked=(d, y[0]))
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.asgd(batch, self._n)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

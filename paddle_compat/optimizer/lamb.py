@@ -9,15 +9,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
+from .. import _checks, _native
 from .._dtensor import is_dtensor
-from .._numerics import round_to, sqrt_rn_into
+from .._numerics import round_f32, round_to, sqrt_rn_into
 from ..nn.clip import squared_l2_norm
 from ._eigen import adam_moments_, float_attrs
 from .adamax import check_betas
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_row
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Lamb"]
+
+# Elements of the compiled kernel's groups (see _compiled_call): few thread starts for many small
+# tensors, while a group's updates stay in the last-level cache between its passes.
+_GROUP = 1 << 20
 
 
 
@@ -93,6 +98,32 @@ class Lamb(Optimizer):
         state["moment2"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=dtype)
         state["beta2_pow_acc"] = torch.full([1], group["beta2"], dtype=dtype)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, _, state, master = item
+        value = master if master is not None else p
+        # float32/float64 values (the parameter, or its master weight): the kernel sums their squares
+        if value.dtype not in (torch.float32, torch.float64):
+            return None
+        fn = group["exclude_from_weight_decay_fn"]
+        decay = 0.0 if fn is not None and fn(p) else float_attrs(group, value.dtype, "lamb_weight_decay")[0]
+        states, powers = (state["moment1"], state["moment2"]), (state["beta1_pow_acc"], state["beta2_pow_acc"])
+        kept = cpu_row(self, item, group, lr, batch, states, powers, decay=decay)
+        # the callback is asked again at every step, as by the torch form
+        return None if kept is None else kept and fn is None
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        # The kernel takes the tensors in groups whose updates fit this buffer (float64 where a row
+        # computes in it): the largest tensor's at least, else _GROUP elements, or all when fewer.
+        sizes = batch.rows[:: _native.ROW]
+        n = max(max(sizes), min(sum(sizes), _GROUP))
+        wide = any(t.dtype == torch.float64 for t in batch.tensors)
+        dtype = torch.float64 if wide else torch.float32
+        directions = self._compat_engine.flat(n, dtype, torch.device("cpu"), "direction")
+        b1, b2, eps = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon"))
+        kern.lamb(batch, directions, b1, b2, eps, self.always_adapt)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

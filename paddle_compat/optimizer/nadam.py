@@ -8,10 +8,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
-from .._numerics import round_to
+from .. import _checks, _native
+from .._numerics import round_f32, round_to
 from ._eigen import adam_moments_, float_attrs, pow_like_libm, sqrt_like_eigen
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_row
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["NAdam"]
 
@@ -65,6 +66,17 @@ class NAdam(Optimizer):
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         init_powers_and_moments(p, state, self._host_state)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        state = item[2]
+        powers = (state["momentum_decay_pow"], state["beta2_pow"], state["mu_product"])
+        return cpu_row(self, item, group, lr, batch, (state["moment1"], state["moment2"]), powers)
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        b1, b2, eps, decay = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon", "momentum_decay"))
+        kern.nadam(batch, b1, b2, eps, decay, _DECAY_BASE)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

@@ -9,10 +9,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._numerics import round_to
+from .. import _native
+from .._numerics import round_f32, round_to
 from ._eigen import adam_moments_, float_attrs, sqrt_like_eigen
 from .nadam import check_adam_family, check_learning_rate, init_powers_and_moments
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_row
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["RAdam"]
 
@@ -57,6 +59,16 @@ class RAdam(Optimizer):
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         init_powers_and_moments(p, state, self._host_state)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        state = item[2]
+        powers = (state["beta1_pow"], state["beta2_pow"], state["rho"])
+        return cpu_row(self, item, group, lr, batch, (state["moment1"], state["moment2"]), powers)
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        kern.radam(batch, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

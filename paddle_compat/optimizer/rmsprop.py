@@ -8,11 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
-from .._numerics import round_to
+from .. import _checks, _native
+from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
-from .optimizer import Optimizer, compute_dtype
+from ._engine import cpu_row
+from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["RMSProp"]
 
@@ -67,6 +68,16 @@ class RMSProp(Optimizer):
         dtype = torch.float32 if self._uses_master(p) else p.dtype
         for key in ("momentum", "mean_square", "mean_grad"):
             state[key] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        keys = ("momentum", "mean_square", "mean_grad") if group["centered"] else ("momentum", "mean_square")
+        return cpu_row(self, item, group, lr, batch, tuple(item[2][key] for key in keys))
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        rho, eps, mu = (round_f32(group[key]) for key in ("rho", "epsilon", "momentum"))
+        kern.rmsprop(batch, rho, eps, mu, group["centered"])
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

@@ -8,9 +8,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks
+from .. import _checks, _native
 from ..regularizer import L2Decay, WeightDecayRegularizer
-from .optimizer import Optimizer
+from ._engine import cpu_row
+from .optimizer import Optimizer, _Item
 
 __all__ = ["Rprop"]
 
@@ -81,12 +82,33 @@ class Rprop(Optimizer):
             p, self._initial_learning_rate, memory_format=torch.preserve_format
         )
 
-    def _kernel(
-        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
-    ) -> Tensor:
+    def _compiled_row(
+        self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None:
+        p, _, state, master = item
+        self._round_bounds(p)
+        states = (state["prevs"], state["learning_rates"])
+        # float32/float64 accumulators (bfloat16/float16 ones compute in their own dtype: torch form)
+        value = master if master is not None else p
+        if not states[0].dtype == value.dtype in (torch.float32, torch.float64):
+            return None
+        return cpu_row(self, item, group, lr, batch, states)
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
+        assert self._compat_bounds is not None
+        kern.rprop(batch, *self._compat_bounds)
+
+    def _round_bounds(self, param: Tensor) -> None:
+        """Paddle's range and etas, rounded to the dtype of the first parameter updated (once)."""
         if self._compat_bounds is None:
             values = torch.tensor(self._learning_rate_range + self._etas, dtype=param.dtype)
             self._compat_bounds = tuple(values.tolist())
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor:
+        self._round_bounds(param)
+        assert self._compat_bounds is not None
         # The kernel's dtype is the accumulators' (the parameter's, also with master weights).
         dtype = state["learning_rates"].dtype
         # each exactly representable in the dtype (a bfloat16 eta is bfloat16's)
