@@ -31,8 +31,6 @@ and host syncs per step are counted with ``paddle_compat``'s GradScaler driving 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import random
 import statistics

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import functools
 import math
-from fractions import Fraction
 import os
 import struct
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from types import ModuleType
 
 import torch
@@ -264,7 +264,7 @@ def _cpu_flags() -> set[str] | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _detect_avx512f() -> bool:
     flags = _cpu_flags()
     if flags is not None:

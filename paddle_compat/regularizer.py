@@ -7,7 +7,6 @@ to that dtype first (Paddle's ``scale`` kernel casts its factor to the tensor's 
 
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 

@@ -38,8 +38,7 @@ from .amp import GradScaler, auto_cast
 from .amp.loss_scale import HOST, LossScaleState, next_state
 from .nn import ClipGradByGlobalNorm, ClipGradByNorm
 from .nn.clip import ClipGradBase
-from .optimizer import SGD, Adam, AdamW, Momentum
-from .optimizer import _multi_tensor
+from .optimizer import SGD, Adam, AdamW, Momentum, _multi_tensor
 from .regularizer import L1Decay
 
 __all__ = ["Result", "main", "run"]

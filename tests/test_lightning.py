@@ -10,8 +10,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 L = pytest.importorskip("lightning.pytorch")
 from lightning.fabric import Fabric  # noqa: E402
-from lightning.pytorch.plugins.precision import MixedPrecision  # noqa: E402
 from lightning.fabric.utilities.warnings import PossibleUserWarning  # noqa: E402
+from lightning.pytorch.plugins.precision import MixedPrecision  # noqa: E402
 
 from paddle_compat import optimizer as popt  # noqa: E402
 from paddle_compat.amp import GradScaler, auto_cast  # noqa: E402

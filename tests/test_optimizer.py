@@ -13,8 +13,8 @@ import torch
 
 import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
-from paddle_compat.amp import GradScaler
 from paddle_compat import _numerics
+from paddle_compat.amp import GradScaler
 from paddle_compat.regularizer import L1Decay, L2Decay
 
 from .optim_db import CLASSES as OPTIMIZERS

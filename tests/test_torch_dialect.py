@@ -14,7 +14,6 @@ import torch
 
 from paddle_compat.amp import AmpScaler, GradScaler
 
-
 PADDLE_DEFAULTS = {
     "enable": True,
     "init_loss_scaling": 2.0**16,

@@ -16,7 +16,6 @@ import torch
 
 from paddle_compat.amp import GradScaler, auto_cast
 
-
 # -- the "scaling case": a scaled run against an unscaled control -------------------------------
 #
 # Two identical 2-layer models (Linear(8, 8) twice) with their own optimizer (lr=1), four

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from types import FrameType
-from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TORCH_WRAPPERS = frozenset({"torch._compile", "torch.utils._contextlib"})  # decorators' wrapper frames

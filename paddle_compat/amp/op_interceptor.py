@@ -42,8 +42,8 @@ from typing import Any
 import torch
 
 from ._args import user_stacklevel
-from .compile_boundary import cache_off, cache_on, keep_out_of_dynamo
 from .cast_rule import CASTABLE, dest_dtype
+from .compile_boundary import cache_off, cache_on, keep_out_of_dynamo
 from .op_table import CONV_ATEN, DEPTHWISE_CONV2D, X_ONLY_ATEN
 
 _LIST_KEY_NAME, _EVERY_KEY_NAME = "AutocastIPU", "AutocastHPU"

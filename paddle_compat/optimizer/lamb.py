@@ -14,8 +14,8 @@ from .._dtensor import is_dtensor
 from .._numerics import round_f32, round_to, sqrt_rn_into
 from ..nn.clip import squared_l2_norm
 from ._eigen import adam_moments_, float_attrs
-from .adamax import check_betas
 from ._engine import cpu_row
+from .adamax import check_betas
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Lamb"]

@@ -43,7 +43,7 @@ import sys
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeGuard, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.optim.lr_scheduler as _torch_lr

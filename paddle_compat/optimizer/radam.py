@@ -12,8 +12,8 @@ from torch import Tensor
 from .. import _native
 from .._numerics import round_f32, round_to
 from ._eigen import adam_moments_, float_attrs, sqrt_like_eigen
-from .nadam import check_adam_family, check_learning_rate, init_powers_and_moments
 from ._engine import cpu_row
+from .nadam import check_adam_family, check_learning_rate, init_powers_and_moments
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["RAdam"]

@@ -22,8 +22,8 @@ before anything is unpickled, so a corrupt length cannot make the reader allocat
 from __future__ import annotations
 
 import collections
-import functools
 import contextlib
+import functools
 import importlib
 import io
 import mmap

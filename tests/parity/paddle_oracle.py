@@ -7,7 +7,6 @@ scaler's constructor believe it runs on a GPU place; every kernel then runs on C
 
 from __future__ import annotations
 
-
 import numpy as np
 import paddle  # noqa: F401  (a test dependency; paddle_compat itself never imports it)
 

@@ -784,8 +784,10 @@ def test_gradients_after_a_skipped_step(clip_name, opt_name, path, bad, monkeypa
     never read); ``not_fused``: the scaler skips the call itself. Paddle unscales with its GPU
     kernel's semantics (its CPU kernel zeroes the tensors from the first bad one on, see
     docs/grad_scaler.md)."""
-    from paddle_compat import nn as pnn, optimizer as popt, regularizer as preg
     from paddle_compat import _devices
+    from paddle_compat import nn as pnn
+    from paddle_compat import optimizer as popt
+    from paddle_compat import regularizer as preg
 
     scale = 1024.0
     grads = [np.array(g, np.float32) for g in ([[4, 5], [6, 7]], [[1, bad], [2, 3]], [[1, 2], [3, 4]])]
@@ -859,7 +861,8 @@ def test_minimize_returns_paddles_params_grads_on_finite_and_skipped_steps(fused
 def test_a_skipped_minimize_clips_only_the_parameters_it_was_given(bad_in):
     """Paddle's scaler calls ``minimize(loss, parameters=...)`` on a skipped step too: its clip
     sees the selected parameters' gradients only, and leaves the others as the unscale made them."""
-    from paddle_compat import nn as pnn, optimizer as popt
+    from paddle_compat import nn as pnn
+    from paddle_compat import optimizer as popt
 
     grads = [np.array([3.0, 4.0], np.float32) for _ in range(3)]
     grads[bad_in][1] = np.inf

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+
 import torch
 import torch.distributed as dist
 from torch import Tensor

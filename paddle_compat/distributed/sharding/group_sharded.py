@@ -110,8 +110,11 @@ def group_sharded_parallel(
         raise ValueError(f"the model's parameters must be on one device type, got {sorted(device_types)}")
     (device_type,) = device_types
 
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
     from torch.distributed.device_mesh import DeviceMesh
 
     group = dist.group.WORLD if group is None else group
