@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 import paddle_compat.optimizer as popt
-from paddle_compat.amp import GradScaler, auto_cast
 from paddle_compat import demo
+from paddle_compat.amp import GradScaler
 from paddle_compat.demo import loss_of, make_model
 from paddle_compat.parity import Trace, TraceRecorder
 from paddle_compat.parity.trace import ENV_OUT
