@@ -48,8 +48,10 @@ def test_mypy_in_a_user_project_finds_the_package_after_the_readmes_install(tmp_
     env = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
     python = env / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--prefix", str(env),
-               *" ".join(settings).split(), "-e", str(ROOT)]
+    # --ignore-installed: without it pip first uninstalls this environment's own paddle_compat
+    # (the developer's editable install), --prefix notwithstanding
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--ignore-installed",
+               "--prefix", str(env), *" ".join(settings).split(), "-e", str(ROOT)]
     proc = subprocess.run(install, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     user = tmp_path / "project"

@@ -573,7 +573,9 @@ def hybrid_clip(ctx: Context) -> dict[str, Any]:
     for name, degrees in layouts.items():
         strategy = fleet.DistributedStrategy()
         strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1, "sharding_degree": 1, **degrees}
-        fleet.init(is_collective=True, strategy=strategy, timeout=TIMEOUT)
+        # gloo as the launch's (fleet.init's default on a GPU machine adds NCCL, one GPU per rank)
+        backend = "gloo" if ctx.device.type == "cpu" else None
+        fleet.init(is_collective=True, strategy=strategy, backend=backend, timeout=TIMEOUT)
         hcg = fleet.get_hybrid_communicate_group()
         mp_rank, mp_size = hcg.get_model_parallel_rank(), hcg.get_model_parallel_world_size()
         g = torch.Generator().manual_seed(7)
