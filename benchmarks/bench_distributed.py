@@ -119,7 +119,10 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
             del setups
     if rank == 0:
         median, mean = latency
-        print(f"found_inf all-reduce alone ({backend}, 2 ranks): median {median * 1e6:.0f} us, mean {mean * 1e6:.0f} us per call\n")
+        print(
+            f"found_inf all-reduce alone ({backend}, 2 ranks): "
+            f"median {median * 1e6:.0f} us, mean {mean * 1e6:.0f} us per call\n"
+        )
         header = ["size", "setting", *VARIANTS, "with / without", "A/A control", "added per step"]
         table = [
             [size, setting, f"{plain:.3f}", f"{control:.3f}", f"{reduced:.3f}", f"{reduced / plain:.3f}",

@@ -139,7 +139,8 @@ def paddle_figures(size: str, opt_name: str, args: argparse.Namespace) -> tuple[
     """Paddle's plain and scaled step medians (ms), from a child process: Paddle's own thread
     pools would otherwise share the process with torch's and skew the torch figures."""
     out = subprocess.run(
-        [sys.executable, __file__, "--paddle-worker", f"{size},{opt_name}", "--rounds", str(args.rounds), "--steps", str(args.steps)]
+        [sys.executable, __file__, "--paddle-worker", f"{size},{opt_name}"]
+        + ["--rounds", str(args.rounds), "--steps", str(args.steps)]
         + (["--threads", str(args.threads)] if args.threads else []),
         env={**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})},
         check=True, capture_output=True, text=True,
@@ -225,10 +226,17 @@ def bench(size: str, opt_name: str, args: argparse.Namespace) -> None:
         line += f" | paddle overhead {scaled - plain:+7.3f} ms (step {scaled:.2f})"
     print(line, flush=True)
     if args.device == "cuda":
-        print(f"      host syncs/step: torch {syncs_per_step(variants['torch']):.1f}, ours {syncs_per_step(variants['ours']):.1f}", flush=True)
+        print(
+            f"      host syncs/step: torch {syncs_per_step(variants['torch']):.1f}, "
+            f"ours {syncs_per_step(variants['ours']):.1f}",
+            flush=True,
+        )
         if size == "100M" and opt_name == "sgd":
             ours, copy = unscale_bandwidth(variants["plain"].model)
-            print(f"      check/unscale pass {ours:.0f} GB/s vs copy {copy:.0f} GB/s ({ours / copy:.0%} of copy)", flush=True)
+            print(
+                f"      check/unscale pass {ours:.0f} GB/s vs copy {copy:.0f} GB/s ({ours / copy:.0%} of copy)",
+                flush=True,
+            )
 
 
 def main() -> None:

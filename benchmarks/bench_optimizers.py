@@ -19,9 +19,10 @@ the comparison fair to the code: four of the five in-process variants are torch.
 variant stepping right after a different one finds the processor's other state (branch history,
 translation buffers) trained on the other's code. Timing single steps in a plain rotation favours
 whichever code most variants share: ours comes out about 15% slower there, and a lone torch.optim
-among four instances of ours as much slower the other way round. Paddle (CPU only: these machines have no Paddle GPU build) runs in a child
-process, in the same rounds: the parent waits while the child steps, and the other way round, so
-the two never compete for the cores, and Paddle's thread pools do not slow torch in the parent.
+among four instances of ours as much slower the other way round. Paddle (CPU only: these machines have
+no Paddle GPU build) runs in a child process, in the same rounds: the parent waits while the child
+steps, and the other way round, so the two never compete for the cores, and Paddle's thread pools do
+not slow torch in the parent.
 Ratios are ours over each anchor measured in the same run; the A/A line (torch.optim's default
 against a second, identical instance) is the run's noise floor. On CUDA the step's bandwidth
 (bytes the update must move) is compared with a device-to-device copy measured in the same run,
@@ -195,16 +196,16 @@ def paddle_child(size: str, width: int, threads: int, configs: list[str]) -> Non
         sum((p * paddle.to_tensor(g.numpy())).sum() for p, g in zip(params, grads)).backward()
         kw = {"learning_rate": LR, "parameters": params}
         opt = {
-            "SGD": lambda: paddle.optimizer.SGD(**kw),
-            "Momentum": lambda: paddle.optimizer.Momentum(momentum=0.9, **kw),
-            "Adam": lambda: paddle.optimizer.Adam(**kw),
-            "Adam+L2": lambda: paddle.optimizer.Adam(weight_decay=0.01, **kw),
-            "AdamW": lambda: paddle.optimizer.AdamW(weight_decay=0.01, **kw),
-            "AdamW+clip": lambda: paddle.optimizer.AdamW(
+            "SGD": lambda kw: paddle.optimizer.SGD(**kw),
+            "Momentum": lambda kw: paddle.optimizer.Momentum(momentum=0.9, **kw),
+            "Adam": lambda kw: paddle.optimizer.Adam(**kw),
+            "Adam+L2": lambda kw: paddle.optimizer.Adam(weight_decay=0.01, **kw),
+            "AdamW": lambda kw: paddle.optimizer.AdamW(weight_decay=0.01, **kw),
+            "AdamW+clip": lambda kw: paddle.optimizer.AdamW(
                 weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0), **kw
             ),
-            **{name: (lambda name=name: getattr(paddle.optimizer, name)(**kw)) for name in FAMILY},
-        }[config]()
+            **{name: (lambda kw, name=name: getattr(paddle.optimizer, name)(**kw)) for name in FAMILY},
+        }[config](kw)
         opt.step()
         steps[config] = opt.step
     print("ready", flush=True)
@@ -301,7 +302,7 @@ def bench(size: str, args: argparse.Namespace) -> None:
                     if k or args.block == 1:
                         times[name].append(t)
         med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
-        ratio = lambda a, b: f"{med[a] / med[b]:.2f}" if b in med else "-"  # noqa: E731
+        ratio = lambda a, b, med=med: f"{med[a] / med[b]:.2f}" if b in med else "-"  # noqa: E731
         row = f"| {config} | {med['ours']:.3f} | " + " | ".join(
             f"{med[m]:.3f}" if m in med else "-" for m in modes
         ) + " |"

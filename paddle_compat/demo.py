@@ -156,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
                 "  <- skipped: the batch holds a NaN" if step == corrupt_step
                 else "  <- skipped: float16 grads overflowed; the scale halved"
             )
-        print(f"step {step:4d} | loss {loss_value:9.5f} | scale {scaler.get_scale():16.1f} | skipped {scaler.get_skipped_steps():3d}{note}")
+        print(
+            f"step {step:4d} | loss {loss_value:9.5f} | scale {scaler.get_scale():16.1f} "
+            f"| skipped {scaler.get_skipped_steps():3d}{note}"
+        )
 
     elapsed = time.perf_counter() - start
     print(

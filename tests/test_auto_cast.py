@@ -304,7 +304,9 @@ def test_white_and_black_list_shapes():
     assert amp.white_list()["float16"]["O1"] >= {"matmul_v2", "conv2d"}
     assert "softmax" in amp.black_list()["bfloat16"]["O1"]
     assert amp.black_list()["float16"]["O2"] == amp.black_list()["float16"]["O1"] - {
-        n for n in amp.black_list()["float16"]["O1"] if "interp" not in n and n not in {"lookup_table", "lookup_table_v2", "scatter"}
+        n
+        for n in amp.black_list()["float16"]["O1"]
+        if "interp" not in n and n not in {"lookup_table", "lookup_table_v2", "scatter"}
     }
     assert amp.black_list()["float16"]["OD"] == set()
 

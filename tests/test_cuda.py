@@ -18,7 +18,10 @@ BAD_STEPS = {2, 3, 9, 14, 15, 16}
 def train(device, *, fused=False, explicit_unscale=False, steps=24, dtype=torch.float32):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(device, dtype)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused) if fused else torch.optim.SGD(model.parameters(), lr=0.01)
+    opt = (
+        torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused) if fused
+        else torch.optim.SGD(model.parameters(), lr=0.01)
+    )
     scaler = GradScaler(init_loss_scaling=1024.0, incr_every_n_steps=3, decr_every_n_nan_or_inf=2, decr_ratio=0.3)
     xs = [torch.randn(16, 32) for _ in range(steps)]
     trajectory = []
@@ -77,7 +80,10 @@ def _steps(model, opt, scaler, xs):
 def _model_and_scaler(fused):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True) if fused else torch.optim.SGD(model.parameters(), lr=0.01)
+    opt = (
+        torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True) if fused
+        else torch.optim.SGD(model.parameters(), lr=0.01)
+    )
     scaler = GradScaler(init_loss_scaling=1024.0, incr_every_n_steps=2, decr_every_n_nan_or_inf=2)
     _steps(model, opt, scaler, _inputs(3))  # warm up: lazy state, allocator, first kernels
     torch.cuda.synchronize()

@@ -252,7 +252,9 @@ def test_bad_arguments():
     model = nn.Linear(2, 2)
     with pytest.raises(TypeError, match="optimizers must be either a single optimizer"):
         amp.decorate(model, "sgd", level="O2")
-    with pytest.raises(ValueError, match="save_dtype can only be float16 float32 or float64, but your input save_dtype is int8"):
+    with pytest.raises(
+        ValueError, match="save_dtype can only be float16 float32 or float64, but your input save_dtype is int8"
+    ):
         amp.decorate(model, level="O2", save_dtype="int8")
     assert model.weight.dtype == F32  # nothing changed before the error
     with pytest.raises(ValueError, match="level should be O1 or O2"):

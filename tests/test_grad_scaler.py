@@ -45,7 +45,8 @@ def same(a, b):
     pa, sa = a
     pb, sb = b
     return all(torch.equal(x, y) for x, y in zip(pa, pb)) and len(sa) == len(sb) and all(
-        s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) if torch.is_tensor(s1[k]) else s1[k] == s2[k] for k in s1)
+        s1.keys() == s2.keys()
+        and all(torch.equal(s1[k], s2[k]) if torch.is_tensor(s1[k]) else s1[k] == s2[k] for k in s1)
         for s1, s2 in zip(sa, sb)
     )
 
@@ -57,7 +58,9 @@ def test_defaults_follow_paddle_3():
     g, a = GradScaler(), AmpScaler()
     assert (g.get_init_loss_scaling(), g.get_incr_ratio(), g.get_decr_ratio()) == (2.0**16, 2.0, 0.5)
     assert (g.get_incr_every_n_steps(), g.get_decr_every_n_nan_or_inf()) == (2000, 1)
-    assert (a.get_init_loss_scaling(), a.get_incr_every_n_steps(), a.get_decr_every_n_nan_or_inf()) == (2.0**15, 1000, 1)
+    assert (a.get_init_loss_scaling(), a.get_incr_every_n_steps(), a.get_decr_every_n_nan_or_inf()) == (
+        2.0**15, 1000, 1
+    )
     assert g.is_enable() and g.is_use_dynamic_loss_scaling()
     assert g.get_scale() == 65536.0
 
@@ -69,7 +72,8 @@ def test_defaults_follow_paddle_3():
         ({"init_loss_scaling": -2.0}, ValueError, "init_loss_scaling must be a finite number > 0, got -2.0"),
         ({"init_loss_scaling": float("nan")}, ValueError, "init_loss_scaling must be a finite number > 0, got nan"),
         ({"init_loss_scaling": float("inf")}, ValueError, "init_loss_scaling must be a finite number > 0, got inf"),
-        ({"init_loss_scaling": 1e-50}, ValueError, "init_loss_scaling must be a finite number > 0 in float32's normal range, got 1e-50"),
+        ({"init_loss_scaling": 1e-50}, ValueError,
+         "init_loss_scaling must be a finite number > 0 in float32's normal range, got 1e-50"),
         ({"init_loss_scaling": None}, TypeError,
          "init_loss_scaling should be a float or an int, but received NoneType"),
         ({"incr_ratio": 0.5}, ValueError, "incr_ratio must be a finite number > 1, got 0.5"),
@@ -77,11 +81,14 @@ def test_defaults_follow_paddle_3():
         ({"decr_ratio": -0.5}, ValueError, "decr_ratio must be a finite number in (0, 1), got -0.5"),
         ({"incr_every_n_steps": 0}, ValueError, "incr_every_n_steps must be an integer in [1, 2147483647], got 0"),
         ({"incr_every_n_steps": 1.5}, TypeError, "incr_every_n_steps should be an int, but received float"),
-        ({"decr_every_n_nan_or_inf": 0}, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 0"),
+        ({"decr_every_n_nan_or_inf": 0}, ValueError,
+         "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 0"),
         ({"decr_every_n_nan_or_inf": True}, TypeError, "decr_every_n_nan_or_inf should be an int, but received bool"),
         ({"enable": 1}, TypeError, "enable should be a bool, but received int"),
         ({"use_dynamic_loss_scaling": "yes"}, TypeError, "use_dynamic_loss_scaling should be a bool, but received str"),
-        ({"min_loss_scaling": 2.0**20}, ValueError, "init_loss_scaling (65536.0) must lie within [min_loss_scaling, max_loss_scaling] = [1048576.0, 3.4028234663852886e+38]"),
+        ({"min_loss_scaling": 2.0**20}, ValueError,
+         "init_loss_scaling (65536.0) must lie within "
+         "[min_loss_scaling, max_loss_scaling] = [1048576.0, 3.4028234663852886e+38]"),
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs, exc, message):
@@ -102,7 +109,8 @@ def test_paddles_signature_only_allows_the_limits_by_keyword():
         ("set_incr_ratio", 1.0, ValueError, "incr_ratio must be a finite number > 1, got 1.0"),
         ("set_decr_ratio", 2, ValueError, "decr_ratio must be a finite number in (0, 1), got 2.0"),
         ("set_incr_every_n_steps", "10", TypeError, "incr_every_n_steps should be an int, but received str"),
-        ("set_decr_every_n_nan_or_inf", 0, ValueError, "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 0"),
+        ("set_decr_every_n_nan_or_inf", 0, ValueError,
+         "decr_every_n_nan_or_inf must be an integer in [1, 2147483647], got 0"),
     ],
 )
 def test_setters_reject_bad_values_and_change_nothing(setter, value, exc, message):
@@ -128,7 +136,9 @@ def test_setters_take_effect():
 
 
 def test_scale_of_a_non_tensor_is_a_type_error():
-    with pytest.raises(TypeError, match=r"^The type of 'var' in GradScaler.scale\(\) must be torch.Tensor, but received float.$"):
+    with pytest.raises(
+        TypeError, match=r"^The type of 'var' in GradScaler.scale\(\) must be torch.Tensor, but received float.$"
+    ):
         GradScaler().scale(1.0)
 
 
@@ -146,7 +156,9 @@ def test_state_machine_errors_word_for_word():
     scaler = GradScaler()
     backward(scaler, model, torch.randn(3, 6))
     scaler.unscale_(opt)
-    with pytest.raises(RuntimeError, match=r"^unscale_\(\) has already been called on this optimizer since the last update\(\).$"):
+    with pytest.raises(
+        RuntimeError, match=r"^unscale_\(\) has already been called on this optimizer since the last update\(\).$"
+    ):
         scaler.unscale_(opt)
     scaler.step(opt)
     with pytest.raises(RuntimeError, match=r"^unscale_\(\) is being called after step\(\).$"):
@@ -229,7 +241,10 @@ def test_dynamic_scaling_turns_itself_off_unless_the_last_auto_cast_was_float16(
     amp_global_state().amp_dtype = dtype
     scaler = GradScaler()
     loss = torch.tensor(2.0)
-    with pytest.warns(UserWarning, match=f"^It is not recommended to use dynamic loss scaling for {dtype}, so GradScaler is disable by default.") as record:
+    with pytest.warns(
+        UserWarning,
+        match=f"^It is not recommended to use dynamic loss scaling for {dtype}, so GradScaler is disable by default.",
+    ) as record:
         assert scaler.scale(loss) is loss
     # Before any float16 auto_cast a second warning says, louder, what has happened.
     louder = "before any auto_cast(dtype='float16') was entered in this thread"
@@ -406,7 +421,9 @@ def test_fused_trajectory_survives_a_setter_lowering_a_period_mid_run(decr_n):
         (1024.0, 0.5, torch.float16, False),  # Paddle rounds unscaled fp16 grads to fp16
     ],
 )
-def test_fused_optimizers_unscale_only_when_their_division_is_paddles_multiply(monkeypatch, init, decr_ratio, dtype, optimizer_unscales):
+def test_fused_optimizers_unscale_only_when_their_division_is_paddles_multiply(
+    monkeypatch, init, decr_ratio, dtype, optimizer_unscales
+):
     from paddle_compat.amp import unscale
 
     calls = []
@@ -494,7 +511,10 @@ def test_load_state_dict_takes_a_paddle_dict_with_a_numpy_scale():
 def test_load_state_dict_errors_change_nothing():
     scaler = GradScaler(init_loss_scaling=64.0)
     before = scaler.state_dict()
-    with pytest.raises(RuntimeError, match=r"^The input state dict is empty, possibly because it was saved from a disabled instance of GradScaler.$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^The input state dict is empty, possibly because it was saved from a disabled instance of GradScaler.$",
+    ):
         scaler.load_state_dict({})
     partial = dict(before)
     del partial["incr_count"], partial["decr_ratio"]
@@ -611,14 +631,18 @@ def test_the_fused_path_logs_each_decrease_from_the_replayed_flags(caplog):
         (lambda s: s.set_init_loss_scaling(1e-40), ValueError,
          "new_init_loss_scaling must be a finite number > 0 in float32's normal range, got 1e-40"),
         (lambda s: s.set_init_loss_scaling(2.0**30), ValueError,
-         "new_init_loss_scaling (1073741824.0) must lie within [min_loss_scaling, max_loss_scaling] = [1.0, 1048576.0]"),
-        (lambda s: s.set_decr_ratio(0.99999999), ValueError, "decr_ratio must stay a normal float32 below 1, got 0.99999999"),
+         "new_init_loss_scaling (1073741824.0) must lie within "
+         "[min_loss_scaling, max_loss_scaling] = [1.0, 1048576.0]"),
+        (lambda s: s.set_decr_ratio(0.99999999), ValueError,
+         "decr_ratio must stay a normal float32 below 1, got 0.99999999"),
         (lambda s: s.set_decr_ratio(1e-50), ValueError, "decr_ratio must stay a normal float32 below 1, got 1e-50"),
         (lambda s: s.set_incr_ratio(1e39), ValueError, "incr_ratio must stay finite and > 1 in float32, got 1e+39"),
-        (lambda s: s.set_incr_ratio(1.00000001), ValueError, "incr_ratio must stay finite and > 1 in float32, got 1.00000001"),
+        (lambda s: s.set_incr_ratio(1.00000001), ValueError,
+         "incr_ratio must stay finite and > 1 in float32, got 1.00000001"),
         (lambda s: s.update(new_scale=-1.0), ValueError, "new_scale must be a finite number > 0, got -1.0"),
         (lambda s: s.load_state_dict({**s.state_dict(), "scale": torch.tensor([2.0**40])}), ValueError,
-         "state_dict['scale'] (1099511627776.0) must lie within [min_loss_scaling, max_loss_scaling] = [1.0, 1048576.0]"),
+         "state_dict['scale'] (1099511627776.0) must lie within "
+         "[min_loss_scaling, max_loss_scaling] = [1.0, 1048576.0]"),
         (lambda s: s.load_state_dict({**s.state_dict(), "scale": torch.tensor([1e-40])}), ValueError,
          "state_dict['scale'] must be a finite number > 0 in float32's normal range, got 9.99994610111476e-41"),
         (lambda s: s.load_state_dict({**s.state_dict(), "scale": torch.ones(2)}), ValueError,
@@ -721,7 +745,9 @@ def test_last_step_skipped():
 
 def test_paddle_2x_defaults_on_request():
     old = GradScaler(defaults="2.x")
-    assert (old.get_init_loss_scaling(), old.get_incr_every_n_steps(), old.get_decr_every_n_nan_or_inf()) == (32768.0, 1000, 2)
+    assert (old.get_init_loss_scaling(), old.get_incr_every_n_steps(), old.get_decr_every_n_nan_or_inf()) == (
+        32768.0, 1000, 2
+    )
     assert GradScaler(incr_every_n_steps=7, defaults="2.x").get_incr_every_n_steps() == 7
     assert AmpScaler(defaults="2.x").get_init_loss_scaling() == 2.0**15
     with pytest.raises(ValueError, match=r"^defaults must be '3.x' or '2.x', got '1.x'$"):
@@ -729,7 +755,10 @@ def test_paddle_2x_defaults_on_request():
 
 
 def test_torch_names_on_ampscaler_name_paddles():
-    with pytest.raises(TypeError, match=r"^AmpScaler\(\) got an unexpected keyword argument 'init_scale': Paddle's name is 'init_loss_scaling'"):
+    with pytest.raises(
+        TypeError,
+        match=r"^AmpScaler\(\) got an unexpected keyword argument 'init_scale': Paddle's name is 'init_loss_scaling'",
+    ):
         AmpScaler(init_scale=8.0)
     with pytest.raises(TypeError, match=r"^GradScaler\(\) got an unexpected keyword argument 'init_scaling'$"):
         GradScaler(init_scaling=8.0)

@@ -192,8 +192,10 @@ def test_a_beta_power_of_the_wrong_shape_is_refused() -> None:
 
 
 @pytest.mark.parametrize(("dtype", "message"), [
-    (torch.float16, "state_dict['state'][0]['moment1'] has dtype torch.float16, but parameter 0 (torch.float32) takes torch.float32"),
-    (torch.float64, "state_dict['state'][0]['moment1'] has dtype torch.float64, but parameter 0 (torch.float32) takes torch.float32"),
+    (torch.float16,
+     "state_dict['state'][0]['moment1'] has dtype torch.float16, but parameter 0 (torch.float32) takes torch.float32"),
+    (torch.float64,
+     "state_dict['state'][0]['moment1'] has dtype torch.float64, but parameter 0 (torch.float32) takes torch.float32"),
     (torch.int32, "state_dict['state'][0]['moment1'] has dtype torch.int32; optimizer state should be floating point"),
 ])
 def test_a_moment_of_the_wrong_dtype_is_refused(dtype: torch.dtype, message: str) -> None:

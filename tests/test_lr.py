@@ -185,7 +185,9 @@ def test_missing_keys_raise_naming_all_and_change_nothing() -> None:
 
 def test_bad_state_values_raise_and_change_nothing() -> None:
     sched = lr.StepDecay(0.5, 2)
-    with pytest.raises(ValueError, match=r"^state_dict\['last_lr'\] should be a finite learning rate >= 0, but received nan$"):
+    with pytest.raises(
+        ValueError, match=r"^state_dict\['last_lr'\] should be a finite learning rate >= 0, but received nan$"
+    ):
         sched.set_state_dict({"last_epoch": 3, "last_lr": float("nan")})
     with pytest.raises(TypeError, match="state_dict should be a dict, but received list"):
         sched.set_state_dict([3, 0.1])
@@ -312,7 +314,11 @@ def test_reduce_on_plateau_bad_metrics_change_nothing() -> None:
         sched.step(torch.ones(2))
     with pytest.raises(ValueError, match="the size of metrics must be 1"):
         sched.step(np.ones(3))
-    with pytest.raises(TypeError, match=r"^metrics must be 'int', 'float', 'np.float64', 'numpy.ndarray' or 'torch.Tensor', but receive <class 'str'>$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^metrics must be 'int', 'float', 'np.float64', 'numpy.ndarray' or 'torch.Tensor', "
+        r"but receive <class 'str'>$",
+    ):
         sched.step("1.0")
     with pytest.raises(TypeError, match="epoch should be a float or an int"):
         sched.step(1.0, epoch="3")
@@ -322,10 +328,12 @@ def test_reduce_on_plateau_bad_metrics_change_nothing() -> None:
 # --- constructor errors ---------------------------------------------------------------------------
 BAD = [
     (lambda: lr.StepDecay("0.1", 2), TypeError, "The type of learning rate must be float, but received <class 'str'>"),
-    (lambda: lr.StepDecay(-0.1, 2), ValueError, "Invalid learning rate: -0.1 (learning_rate should be a finite number >= 0)"),
+    (lambda: lr.StepDecay(-0.1, 2), ValueError,
+     "Invalid learning rate: -0.1 (learning_rate should be a finite number >= 0)"),
     (lambda: lr.StepDecay(float("nan"), 2), ValueError, "Invalid learning rate: nan"),
     (lambda: lr.StepDecay(float("inf"), 2), ValueError, "Invalid learning rate: inf"),
-    (lambda: lr.StepDecay(0.1, 2, last_epoch="0"), TypeError, "last_epoch should be a float or an int, but received str"),
+    (lambda: lr.StepDecay(0.1, 2, last_epoch="0"), TypeError,
+     "last_epoch should be a float or an int, but received str"),
     (lambda: lr.StepDecay(0.1, 2.0), TypeError, "The type of 'step_size' must be 'int', but received <class 'float'>."),
     (lambda: lr.StepDecay(0.1, 0), ValueError, "step_size should be > 0, but received 0"),
     (lambda: lr.StepDecay(0.1, 2, gamma=1.0), ValueError, "gamma should be < 1.0."),
@@ -366,7 +374,8 @@ BAD = [
      "The type of 'learning_rate' in 'ReduceOnPlateau' must be 'float', but received <class 'str'>."),
     (lambda: lr.ReduceOnPlateau(0.1, patience=-1), ValueError, "patience should be >= 0, but received -1"),
     (lambda: lr.ReduceOnPlateau(0.1, cooldown=1.5), TypeError, "cooldown should be an int, but received float"),
-    (lambda: lr.ReduceOnPlateau(0.1, min_lr=float("nan")), ValueError, "min_lr should be a finite number, but received nan"),
+    (lambda: lr.ReduceOnPlateau(0.1, min_lr=float("nan")), ValueError,
+     "min_lr should be a finite number, but received nan"),
     (lambda: lr.CosineAnnealingDecay(0.1, 10.0), TypeError,
      "The type of 'T_max' in 'CosineAnnealingDecay' must be 'int', but received <class 'float'>."),
     (lambda: lr.CosineAnnealingDecay(0.1, 10, eta_min="0"), TypeError,
@@ -375,20 +384,25 @@ BAD = [
     (lambda: lr.OneCycleLR(-1.0, 10), ValueError, "'max_learning_rate' must be a positive integer."),
     (lambda: lr.OneCycleLR(1.0, 10.0), TypeError, "'total_step' must be 'int', but received <class 'float'>"),
     (lambda: lr.OneCycleLR(1.0, 10, phase_pct=1), TypeError, "'phase_pct' must be 'float', but received <class 'int'>"),
-    (lambda: lr.OneCycleLR(1.0, 10, phase_pct=1.5), ValueError, "'phase_pct' must be between 0 and 1, but received 1.5"),
+    (lambda: lr.OneCycleLR(1.0, 10, phase_pct=1.5), ValueError,
+     "'phase_pct' must be between 0 and 1, but received 1.5"),
     (lambda: lr.OneCycleLR(1.0, 10, anneal_strategy="exp"), ValueError,
      "'anneal_strategy' must by one of 'cos' or 'linear', but received exp"),
     (lambda: lr.OneCycleLR(1.0, 10, phase_pct=0.5, three_phase=True), ValueError,
      "When three_phase is True, 'phase_pct' must be less than 0.5"),
     (lambda: lr.OneCycleLR(1.0, 10, phase_pct=0.1), ValueError,
-     "phase_pct * total_steps should not be 1 (its first phase would last no step), but received phase_pct=0.1, total_steps=10"),
+     "phase_pct * total_steps should not be 1 (its first phase would last no step), "
+     "but received phase_pct=0.1, total_steps=10"),
     (lambda: lr.OneCycleLR(1.0, 10, divide_factor=0), ValueError, "divide_factor should be > 0, but received 0"),
     (lambda: lr.CyclicLR(0.1, 1.0, 0), ValueError, "'step_size_up' must be a positive integer, but received 0"),
-    (lambda: lr.CyclicLR(0.1, 1.0, 5, 2.5), TypeError, "The type of 'step_size_down' must be int, but received <class 'float'>"),
-    (lambda: lr.CyclicLR(0.1, 1.0, 5, exp_gamma=1), TypeError, "The type of 'exp_gamma' must be float, but received <class 'int'>"),
+    (lambda: lr.CyclicLR(0.1, 1.0, 5, 2.5), TypeError,
+     "The type of 'step_size_down' must be int, but received <class 'float'>"),
+    (lambda: lr.CyclicLR(0.1, 1.0, 5, exp_gamma=1), TypeError,
+     "The type of 'exp_gamma' must be float, but received <class 'int'>"),
     (lambda: lr.CyclicLR(0.1, 1.0, 5, mode="saw"), ValueError,
      "'mode' is invalid and 'scale_fn' is not specified, make sure one of 'mode' or 'scale_fn' is valid"),
-    (lambda: lr.CyclicLR(0.1, 1.0, 5, scale_mode="epoch"), ValueError, "'scale_mode' must be one of 'cycle' or 'iterations"),
+    (lambda: lr.CyclicLR(0.1, 1.0, 5, scale_mode="epoch"), ValueError,
+     "'scale_mode' must be one of 'cycle' or 'iterations"),
     (lambda: lr.CyclicLR(-0.1, 1.0, 5), ValueError, "Invalid learning rate: -0.1"),
     (lambda: lr.LinearLR(0.1, 10, start_factor=0.0), ValueError,
      "`start_factor` must be greater than 0 and less or equal to 1, but got 0.0"),
@@ -481,7 +495,9 @@ def test_a_bad_rate_from_the_scheduler_raises_at_the_step_and_changes_nothing() 
     sched.step()
     before = [p.detach().clone() for p in params]
     state = {k: v.clone() for k, v in opt.state[params[0]].items()}
-    with pytest.raises(ValueError, match=r"^the learning rate given by LambdaDecay should be finite and non-negative, but it is nan$"):
+    with pytest.raises(
+        ValueError, match=r"^the learning rate given by LambdaDecay should be finite and non-negative, but it is nan$"
+    ):
         opt.step()
     assert all(torch.equal(a, p) for a, p in zip(before, params))
     assert all(torch.equal(v, opt.state[params[0]][k]) for k, v in state.items())
@@ -621,7 +637,9 @@ def test_torch_keywords_name_paddles(cls: type, torch_name: str, paddle_name: st
 def test_betas_and_momentum_keywords() -> None:
     with pytest.raises(TypeError) as info:
         popt.AdamW(betas=(0.9, 0.99), parameters=_params())
-    assert str(info.value) == "AdamW() got an unexpected keyword argument 'betas'; Paddle's names are 'beta1' and 'beta2'"
+    assert str(info.value) == (
+        "AdamW() got an unexpected keyword argument 'betas'; Paddle's names are 'beta1' and 'beta2'"
+    )
     with pytest.raises(TypeError) as info:
         popt.SGD(0.1, parameters=_params(), momentum=0.9)
     assert str(info.value) == (

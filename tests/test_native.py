@@ -337,7 +337,7 @@ def test_every_level_gives_the_torch_forms_bits(name, fma, fresh_native, monkeyp
     steps = case(name).options.get("steps", 3)
     for dtypes in DTYPES.values():
         dtype, grad_dtype, mp, main_grad = dtypes
-        make = lambda ps: maker(name)(ps, mp)  # noqa: E731
+        make = lambda ps, mp=mp: maker(name)(ps, mp)  # noqa: E731
         use_native(monkeypatch, False)
         reference = train(make, dtype, grad_dtype, main_grad, (300, 7, 1001), steps=steps)
         use_native(monkeypatch, True)

@@ -422,7 +422,8 @@ def test_torch_compile_runs_the_update_eagerly_with_the_same_bits(cls: type) -> 
         compiled(x, models[0], opts[0])
         train_step(x, models[1], opts[1])
     assert all(_same(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
-    reasons = [str(b.reason).splitlines()[0] for b in torch._dynamo.explain(train_step)(x, models[0], opts[0]).break_reasons]
+    explained = torch._dynamo.explain(train_step)(x, models[0], opts[0])
+    reasons = [str(b.reason).splitlines()[0] for b in explained.break_reasons]
     assert reasons and all("backward" in r for r in reasons), reasons
 
 

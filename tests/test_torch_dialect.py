@@ -86,8 +86,12 @@ def test_torch_aliases_with_paddle_only_arguments():  # [Paddle test]
 
 
 def test_torch_and_paddle_spellings_build_the_same_scaler():  # [Paddle test]
-    torch_style = GradScaler(enabled=True, init_scale=1024.0, growth_factor=3.0, backoff_factor=0.25, growth_interval=500)
-    paddle_style = GradScaler(enable=True, init_loss_scaling=1024.0, incr_ratio=3.0, decr_ratio=0.25, incr_every_n_steps=500)
+    torch_style = GradScaler(
+        enabled=True, init_scale=1024.0, growth_factor=3.0, backoff_factor=0.25, growth_interval=500
+    )
+    paddle_style = GradScaler(
+        enable=True, init_loss_scaling=1024.0, incr_ratio=3.0, decr_ratio=0.25, incr_every_n_steps=500
+    )
     assert settings(torch_style) == settings(paddle_style)
 
 
@@ -101,7 +105,8 @@ def test_torch_and_paddle_spellings_build_the_same_scaler():  # [Paddle test]
         ({"incr_every_n_steps": 1000, "growth_interval": 2000}, "incr_every_n_steps", "growth_interval"),
     ],
 )
-def test_an_argument_and_its_alias_together_is_a_value_error(kwargs, paddle_name, alias):  # [Paddle test] + exact text [decorator]
+def test_an_argument_and_its_alias_together_is_a_value_error(kwargs, paddle_name, alias):  # [Paddle test]
+    # [decorator]: the exact text
     with pytest.raises(ValueError) as info:
         GradScaler(**kwargs)
     assert str(info.value) == f"Cannot specify both '{paddle_name}' and its alias '{alias}'"
@@ -112,7 +117,8 @@ def test_an_argument_and_its_alias_with_the_same_value_still_conflict():  # [dec
         GradScaler(init_loss_scaling=1024.0, init_scale=1024.0)
 
 
-def test_the_first_conflict_in_alias_order_is_reported():  # [decorator]: order enabled, init_scale, growth_factor, backoff_factor, growth_interval
+def test_the_first_conflict_in_alias_order_is_reported():  # [decorator]
+    # order enabled, init_scale, growth_factor, backoff_factor, growth_interval
     with pytest.raises(ValueError, match=r"^Cannot specify both 'enable' and its alias 'enabled'$"):
         GradScaler(incr_ratio=2.0, growth_factor=3.0, enable=True, enabled=True)
 

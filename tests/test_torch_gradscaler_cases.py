@@ -40,7 +40,12 @@ def model_pair(seed, opt_ctor=torch.optim.SGD, lr=1.0, **opt_kwargs):
     control = build()
     scaled = build()
     scaled.load_state_dict(control.state_dict())
-    return (control, opt_ctor(control.parameters(), lr=lr, **opt_kwargs), scaled, opt_ctor(scaled.parameters(), lr=lr, **opt_kwargs))
+    return (
+        control,
+        opt_ctor(control.parameters(), lr=lr, **opt_kwargs),
+        scaled,
+        opt_ctor(scaled.parameters(), lr=lr, **opt_kwargs),
+    )
 
 
 def batches(seed):
@@ -49,7 +54,9 @@ def batches(seed):
 
 
 def make_scaler(enabled):
-    return GradScaler(enable=enabled, init_loss_scaling=INIT, incr_ratio=GROWTH, decr_ratio=BACKOFF, incr_every_n_steps=1)
+    return GradScaler(
+        enable=enabled, init_loss_scaling=INIT, incr_ratio=GROWTH, decr_ratio=BACKOFF, incr_every_n_steps=1
+    )
 
 
 def poison(model):
@@ -348,7 +355,9 @@ def test_scale_takes_one_tensor_not_nested_outputs():
     # torch: test_grad_scaling_scale scales nested lists/tuples. ADAPTED: Paddle's scale()
     # takes one Tensor and says so.
     t = torch.full((1,), 4.0)
-    with pytest.raises(TypeError, match=r"^The type of 'var' in GradScaler.scale\(\) must be torch.Tensor, but received tuple.$"):
+    with pytest.raises(
+        TypeError, match=r"^The type of 'var' in GradScaler.scale\(\) must be torch.Tensor, but received tuple.$"
+    ):
         GradScaler(init_loss_scaling=2.0).scale((t, [t]))
 
 
@@ -415,7 +424,8 @@ def test_state_dict_carries_the_scale_and_policy_to_another_scaler(scale_tensor_
     if scale_tensor_made:
         dst.scale(torch.full((1,), 4.0))
     dst.load_state_dict(src.state_dict())
-    assert (dst.get_scale(), dst.get_incr_ratio(), dst.get_decr_ratio(), dst.get_incr_every_n_steps()) == (3.0, 4.0, 0.5, 2)
+    settings = (dst.get_scale(), dst.get_incr_ratio(), dst.get_decr_ratio(), dst.get_incr_every_n_steps())
+    assert settings == (3.0, 4.0, 0.5, 2)
     assert dst.state_dict()["incr_count"] == 0
     assert torch.equal(dst.scale(torch.full((1,), 4.0)), torch.full((1,), 12.0))
 
@@ -462,7 +472,10 @@ def test_a_fused_optimizer_matches_its_forloop_twin(opt_ctor, amsgrad, separate_
     opt_f = opt_ctor(fused_model.parameters(), lr=0.01, amsgrad=amsgrad, fused=True)
     scaler_c, scaler_f = GradScaler(init_loss_scaling=128.0), GradScaler(init_loss_scaling=128.0)
     for x, y in batches(0):
-        for model, opt, scaler, unscale_first in ((control, opt_c, scaler_c, False), (fused_model, opt_f, scaler_f, separate_unscale)):
+        for model, opt, scaler, unscale_first in (
+            (control, opt_c, scaler_c, False),
+            (fused_model, opt_f, scaler_f, separate_unscale),
+        ):
             opt.zero_grad()
             scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
             if unscale_first:
@@ -491,7 +504,9 @@ class _SelfUnscalingSGD(torch.optim.Optimizer):
     def step(self, closure=None):
         grad_scale = getattr(self, "grad_scale", None)
         found_inf = getattr(self, "found_inf", None)
-        self.seen.append((None if grad_scale is None else grad_scale.clone(), None if found_inf is None else found_inf.clone()))
+        self.seen.append(
+            (None if grad_scale is None else grad_scale.clone(), None if found_inf is None else found_inf.clone())
+        )
 
 
 @pytest.mark.parametrize("overflow", [False, True])

@@ -132,7 +132,8 @@ class LossScaler:
         high = FLOAT32_MAX if self._max_loss_scale is None else round_f32(self._max_loss_scale)
         if self.dynamic and not low <= round_f32(scale) <= high:
             raise ValueError(
-                f"{name}['loss_scale'] ({scale!r}) must lie within [min_loss_scale, max_loss_scale] = [{low!r}, {high!r}]"
+                f"{name}['loss_scale'] ({scale!r}) must lie within "
+                f"[min_loss_scale, max_loss_scale] = [{low!r}, {high!r}]"
             )
         return scale, check_count(f"{name}['unskipped']", entry["unskipped"])
 

@@ -231,7 +231,9 @@ def test_scale_matches(loss_dtype, init, shape):
         t = torch.from_numpy(arr).to(getattr(torch, loss_dtype))
         p = paddle.to_tensor(arr).astype(loss_dtype)
         o, q = ours.scale(t), pscaler.scale(p)
-        assert str(o.dtype) == "torch." + str(q.dtype).split(".")[1], f"scale({v!r}): ours {o.dtype} vs Paddle {q.dtype}"
+        assert str(o.dtype) == "torch." + str(q.dtype).split(".")[1], (
+            f"scale({v!r}): ours {o.dtype} vs Paddle {q.dtype}"
+        )
         assert tuple(o.shape) == tuple(q.shape), f"scale({v!r}): ours {tuple(o.shape)} vs Paddle {tuple(q.shape)}"
         assert_bitwise_equal(o, q, f"scale({v!r} as {loss_dtype} {shape})")
 
@@ -688,7 +690,8 @@ def test_signature_is_paddles_then_keyword_only_extras(cls):
     extras = ours[len(theirs) :]
     assert all(p.kind is p.KEYWORD_ONLY for p in extras)
     torch_names = {"init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled", "device"}
-    assert torch_names <= {p.name for p in extras} if cls == "GradScaler" else not torch_names & {p.name for p in extras}
+    extra_names = {p.name for p in extras}
+    assert torch_names <= extra_names if cls == "GradScaler" else not torch_names & extra_names
 
 
 def test_setters():

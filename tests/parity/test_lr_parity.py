@@ -235,7 +235,8 @@ def test_reduce_on_plateau_checkpoint_round_trip() -> None:
     for step, value in enumerate(values):
         if step in (33, 101):
             saved = theirs.state_dict()
-            ours, theirs = ours_lr.ReduceOnPlateau(0.5, patience=2, cooldown=1), P.ReduceOnPlateau(0.5, patience=2, cooldown=1)
+            ours = ours_lr.ReduceOnPlateau(0.5, patience=2, cooldown=1)
+            theirs = P.ReduceOnPlateau(0.5, patience=2, cooldown=1)
             ours.set_state_dict(saved)  # Paddle's dict (its best a float here)
             theirs.set_state_dict(saved)
         ours.step(torch.tensor(value))

@@ -83,7 +83,9 @@ def test_linear_weight_is_in_by_out_with_static_names_and_xavier_init_in_paddle(
     with torch.no_grad():
         t.weight.copy_(torch.from_numpy(lin.weight.numpy()).T)
         t.bias.copy_(torch.from_numpy(lin.bias.numpy()))
-    np.testing.assert_allclose(t(torch.from_numpy(x)).detach().numpy(), lin(paddle.to_tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        t(torch.from_numpy(x)).detach().numpy(), lin(paddle.to_tensor(x)).numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_cross_entropy_takes_classes_on_the_last_axis_in_paddle_and_on_dim_1_in_torch():
@@ -105,13 +107,17 @@ def test_apply_decay_param_fun_gets_static_names_in_paddle_and_named_parameters_
     seen_paddle, seen_ours = [], []
     model = paddle.nn.Sequential(paddle.nn.Linear(2, 2))
     x = paddle.ones([1, 2])
-    opt = paddle.optimizer.AdamW(parameters=model.parameters(), apply_decay_param_fun=lambda n: seen_paddle.append(n) or True)
+    opt = paddle.optimizer.AdamW(
+        parameters=model.parameters(), apply_decay_param_fun=lambda n: seen_paddle.append(n) or True
+    )
     model(x).sum().backward()
     opt.step()
     assert sorted(set(seen_paddle)) == sorted([model[0].weight.name, model[0].bias.name])
     assert all(n.startswith("linear_") for n in seen_paddle)
     tmodel = torch.nn.Sequential(torch.nn.Linear(2, 2))
-    topt = pc_optim.AdamW(parameters=tmodel.named_parameters(), apply_decay_param_fun=lambda n: seen_ours.append(n) or True)
+    topt = pc_optim.AdamW(
+        parameters=tmodel.named_parameters(), apply_decay_param_fun=lambda n: seen_ours.append(n) or True
+    )
     tmodel(torch.ones(1, 2)).sum().backward()
     topt.step()
     assert sorted(set(seen_ours)) == ["0.bias", "0.weight"]

@@ -29,7 +29,8 @@ def assert_same_attributes(ours, pscaler, label: str) -> None:
         assert o == p and type(o) is type(p), f"{label}: {name} ours {o!r} vs Paddle {p!r}"
     assert isinstance(ours._scale, torch.Tensor) and ours._scale.dtype == torch.float32
     assert_bitwise_equal(ours._scale, pscaler._scale, f"{label}: _scale")
-    assert ours._found_inf.dtype == torch.bool and tuple(ours._found_inf.shape) == tuple(pscaler._found_inf.shape) == (1,)
+    assert ours._found_inf.dtype == torch.bool
+    assert tuple(ours._found_inf.shape) == tuple(pscaler._found_inf.shape) == (1,)
     assert bool(ours._found_inf) == bool(pscaler._found_inf), f"{label}: _found_inf"
     o, p = ours._cache_found_inf, pscaler._cache_found_inf
     assert o == p and type(o) is type(p), f"{label}: _cache_found_inf ours {o!r} vs Paddle {p!r}"

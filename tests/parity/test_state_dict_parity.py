@@ -267,7 +267,8 @@ def test_disabled_state_dict_round_trip():
 
 def test_paddle_loads_our_dict_and_a_paddle_dict_keeps_our_skipped_count():
     twin = Twin(seed=7)
-    ours, pscaler = GradScaler(init_loss_scaling=2.0**120, incr_every_n_steps=3), paddle_scaler(init_loss_scaling=2.0**120, incr_every_n_steps=3)
+    ours = GradScaler(init_loss_scaling=2.0**120, incr_every_n_steps=3)
+    pscaler = paddle_scaler(init_loss_scaling=2.0**120, incr_every_n_steps=3)
     for i in range(6):
         twin.step(ours, pscaler, f"step {i}")
     assert ours.get_skipped_steps() > 0

@@ -42,7 +42,8 @@ def random_f32(rng, shape, min_biased_exponent=0) -> np.ndarray:
     out = (sign | exponent | mantissa).view(np.float32)
     specials = np.array([0.0, -0.0, 3.4028235e38, -3.4028235e38, 1.0, -1.5], np.float32)
     if min_biased_exponent == 0:
-        specials = np.concatenate([specials, np.array([1e-45, -1e-45, 2.0**-127, 1.1754942e-38, 2.0**-126], np.float32)])
+        subnormals = np.array([1e-45, -1e-45, 2.0**-127, 1.1754942e-38, 2.0**-126], np.float32)
+        specials = np.concatenate([specials, subnormals])
     idx = rng.choice(n, size=min(n, specials.size), replace=False)
     out[idx] = specials[: idx.size]
     return out.reshape(shape)
