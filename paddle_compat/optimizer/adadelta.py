@@ -27,7 +27,7 @@ class Adadelta(Optimizer):
     Paddle's CPU kernel (Eigen), every operation rounded in the compute dtype: bit-exact to Paddle
     3.3.1 for float64, and for float32 with the CPU's rsqrt (``_eigen.sqrt_like_eigen``). The
     accumulators keep Paddle's names (``_avg_squared_grad``, ``_avg_squared_update``). The same
-    formulas run on CUDA (not verified on a GPU); fp16/bf16 compute in float32 (Paddle has no CPU
+    formulas run on CUDA (not compared with Paddle on a GPU); fp16/bf16 compute in float32 (Paddle has no CPU
     kernel for them). Differences from Paddle: non-finite hyper-parameters are refused.
     """
 

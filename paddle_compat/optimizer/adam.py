@@ -32,7 +32,7 @@ class Adam(Optimizer):
       fused multiply-adds of Paddle's AVX-512 kernel on AVX-512F hosts, and separate roundings
       elsewhere (Paddle's reference kernel, which also serves float64 everywhere: checked there).
     - CUDA: Paddle's GPU form ``m/(sqrt(v)/sqrt(1-b2^t) + eps) * -(lr/(1-b1^t))`` with fused
-      multiply-adds where nvcc contracts (not verified on a GPU).
+      multiply-adds where nvcc contracts (not compared with Paddle on a GPU).
 
     ``weight_decay`` is L2 regularization added to the gradient. ``lazy_mode`` only concerns sparse
     gradients, which torch parameters here do not have. ``use_multi_tensor`` is accepted but computed

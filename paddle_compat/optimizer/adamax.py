@@ -29,7 +29,7 @@ class Adamax(Optimizer):
     kept on the CPU here) starts at ``beta1`` and is multiplied by ``beta1`` after each step, also
     after a step a GradScaler skipped, as Paddle's ``_finish_update`` does. ``max`` keeps ``|grad|``
     when either side is NaN, as Eigen's. fp16/bf16 compute in float32 (Paddle has no CPU kernel for
-    them); the same formulas run on CUDA (not verified on a GPU). Differences from Paddle: ``None``
+    them); the same formulas run on CUDA (not compared with Paddle on a GPU). Differences from Paddle: ``None``
     arguments are a ``ValueError`` (Paddle asserts); non-finite hyper-parameters are refused.
     """
 

@@ -29,7 +29,7 @@ class ASGD(Optimizer):
 
     Paddle's CPU kernel (Eigen), every operation rounded in the parameter's dtype: bit-exact to
     Paddle 3.3.1 for float32 and float64. ``d`` and ``y`` keep the parameter's dtype, also with
-    master weights, as Paddle's. The same formulas run on CUDA (not verified on a GPU); fp16/bf16
+    master weights, as Paddle's. The same formulas run on CUDA (not compared with Paddle on a GPU); fp16/bf16
     compute in float32. Differences from Paddle: ``batch_num`` must be an int.
     """
 

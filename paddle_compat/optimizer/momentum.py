@@ -32,7 +32,7 @@ class Momentum(Optimizer):
 
     CPU: every operation rounded separately and ``rescale_grad`` ignored, as Paddle's CPU kernel
     (bit-exact to Paddle 3.3.1 for fp32). CUDA: ``grad * rescale_grad`` and fused multiply-adds where
-    nvcc contracts Paddle's kernel (not verified on a GPU). Without ``multi_precision`` an fp16/bf16
+    nvcc contracts Paddle's kernel (not compared with Paddle on a GPU). Without ``multi_precision`` an fp16/bf16
     parameter's velocity and arithmetic stay in fp16/bf16, as in Paddle.
     """
 

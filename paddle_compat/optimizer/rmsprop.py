@@ -29,7 +29,7 @@ class RMSProp(Optimizer):
 
     Paddle's CPU kernel (Eigen), every operation rounded in the parameter's dtype: bit-exact to
     Paddle 3.3.1 for float64, and for float32 with the CPU's rsqrt (``_eigen.sqrt_like_eigen``). The
-    same formulas run on CUDA (not verified on a GPU). Paddle has no CPU kernel for fp16/bf16: here
+    same formulas run on CUDA (not compared with Paddle on a GPU). Paddle has no CPU kernel for fp16/bf16: here
     they compute in float32 (with master weights under ``multi_precision``, which ``decorate``
     switches on). Differences from Paddle: non-finite hyper-parameters are refused.
     """

@@ -23,7 +23,7 @@ class SGD(Optimizer):
     CPU: a product and a difference, each rounded in the parameter's own dtype, as Paddle's CPU
     kernel (bit-exact to Paddle 3.3.1 for fp32, and for bf16 without master weights, where the rate
     is rounded to bf16 too). CUDA: float32 arithmetic for fp16/bf16 and one fused multiply-add,
-    assuming nvcc's default contraction of Paddle's kernel (not verified on a GPU).
+    assuming nvcc's default contraction of Paddle's kernel (not compared with Paddle on a GPU).
 
     With ``multi_precision=True`` the update runs on the fp32 master weight on every device. Paddle's
     CPU kernel ignores the master weight and updates bf16 parameters in bf16 arithmetic, where small
