@@ -24,9 +24,10 @@ no Paddle GPU build) runs in a child process, in the same rounds: the parent wai
 steps, and the other way round, so the two never compete for the cores, and Paddle's thread pools do
 not slow torch in the parent.
 Ratios are ours over each anchor measured in the same run; the A/A line (torch.optim's default
-against a second, identical instance) is the run's noise floor. On CUDA the step's bandwidth
-(bytes the update must move) is compared with a device-to-device copy measured in the same run,
-and host syncs per step are counted with ``paddle_compat``'s GradScaler driving the optimizer.
+against a second, identical instance) is the run's noise floor. Our step's bandwidth (the bytes the update
+must move, over its time) is compared with a device-to-device copy measured in the same run on
+CUDA, and on the CPU with an in-place ``a += b`` timed in the same rounds, after the same interlude;
+on CUDA host syncs per step are counted with ``paddle_compat``'s GradScaler driving the optimizer.
 """
 
 from __future__ import annotations
@@ -244,7 +245,18 @@ def syncs_per_step(values: list, grads: list, config: str, steps: int = 3) -> fl
     return sum("synchroniz" in str(w.message).lower() for w in caught) / steps
 
 
-BYTES_PER_ELEMENT = {"SGD": 12, "Momentum": 20, "Adam": 28, "Adam+L2": 28, "AdamW": 28, "AdamW+clip": 36}
+# Bytes a step must move per float32 parameter: each operand read once and each updated one written
+# once (ASGD: its one slice of y; RMSProp: not centered; Lamb, two passes over its direction: none).
+BYTES_PER_ELEMENT = {"SGD": 12, "Momentum": 20, "Adam": 28, "Adam+L2": 28, "AdamW": 28, "AdamW+clip": 36,
+                     "Adagrad": 20, "RMSProp": 28, "Adamax": 28, "Adadelta": 28, "NAdam": 28, "RAdam": 28,
+                     "ASGD": 28, "Rprop": 28}
+
+
+def stream(numel: int) -> Callable[[], None]:
+    """The CPU's bandwidth anchor: ``a += b`` over ``numel`` float32 values, in place (12 bytes an
+    element, like SGD's update: two reads and one write, no line fetched only to be overwritten)."""
+    a, b = torch.zeros(numel), torch.zeros(numel)
+    return lambda: a.add_(b)
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -262,8 +274,7 @@ def bench(size: str, args: argparse.Namespace) -> None:
           f" of {args.block} steps{cold}")
     header = "| optimizer | ours ms | torch default | foreach | fused |" + (" Paddle |" if child else "")
     header += " ours/torch default | ours/foreach | ours/fused |" + (" ours/Paddle |" if child else "") + " A/A |"
-    if device == "cuda":
-        header += " ours GB/s (of copy) | syncs/step |"
+    header += " ours GB/s (of copy) | syncs/step |" if device == "cuda" else " ours GB/s (of a += b) |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     bandwidth = copy_bandwidth(numel, args.rounds) if device == "cuda" else None
@@ -286,6 +297,8 @@ def bench(size: str, args: argparse.Namespace) -> None:
         variants["A/A"] = instantiate(torch_optim(config, "default") if anchor == "default" else ours(config), params)
         if child is not None:
             variants["Paddle"] = lambda config=config: child.step(config)
+        if device == "cpu":
+            variants["a += b"] = stream(numel)
         times: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
         order = random.Random(0)
@@ -312,9 +325,13 @@ def bench(size: str, args: argparse.Namespace) -> None:
         if child:
             row += f" {ratio('ours', 'Paddle')} |"
         row += f" {med['A/A'] / med[anchor]:.2f} |"
+        achieved = BYTES_PER_ELEMENT.get(config, 0) * numel / (med["ours"] / 1e3)
+        if device == "cpu":
+            bandwidth = 12 * numel / (med["a += b"] / 1e3)
+        of_anchor = f" {achieved / 1e9:.0f} ({achieved / bandwidth:.2f}) |" if achieved else " - |"
+        row += of_anchor
         if device == "cuda":
-            achieved = BYTES_PER_ELEMENT[config] * numel / (med["ours"] / 1e3)
-            row += f" {achieved / 1e9:.0f} ({achieved / bandwidth:.2f}) | {syncs_per_step(values, grads, config):.1f} |"
+            row += f" {syncs_per_step(values, grads, config):.1f} |"
         print(row, flush=True)
         del variants
     if child is not None:

@@ -467,36 +467,48 @@ static double *three_powers(int64_t count, const int64_t *rows, const int64_t *p
  * operand in the L1 cache (512 measured the same; the whole BLOCK, up to 2x slower). */
 #define SUB 1024
 
-/* Eigen's float32 sqrt, in place, on x[0, len) of a tensor whose first `fast` elements here lie in
- * its whole 8-lane packets: the CPU's rsqrtps refined by one Newton step, x*(r*(1.5 - (r*r)*(0.5*x))),
- * 0 for zero and subnormal inputs; the elements past the packets take the correctly rounded root
- * (so do all, where there is no rsqrtps: the torch forms' root then). The approximations are
- * taken four lanes at a time (a partial group padded), as rsqrtps computes them. */
+/* Eigen's float32 sqrt of 8 lanes: the CPU's rsqrtps refined by one Newton step,
+ * x*(r*(1.5 - (r*r)*(0.5*x))), 0 for zero and subnormal inputs. */
+#if defined(__AVX__)
+static inline __m256 eigen_sqrt8(__m256 x) {
+    const __m256 r = _mm256_rsqrt_ps(x), zero = _mm256_setzero_ps();
+    const __m256 t = _mm256_sub_ps(_mm256_set1_ps(1.5f), _mm256_mul_ps(_mm256_mul_ps(r, r), _mm256_mul_ps(x, _mm256_set1_ps(0.5f))));
+    const __m256 tiny = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(FLT_MIN), _CMP_LT_OQ), _mm256_cmp_ps(x, zero, _CMP_GE_OQ));
+    return _mm256_blendv_ps(_mm256_mul_ps(x, _mm256_mul_ps(r, t)), zero, tiny);
+}
+#endif
+
+/* eigen_sqrt8, in place, on x[0, len) of a tensor whose first `fast` elements here lie in its whole
+ * 8-lane packets; the elements past the packets take the correctly rounded root (so do all, where
+ * there is no rsqrtps: the torch forms' root then). Without AVX, or for a last partial group, the
+ * approximations are taken four lanes at a time (a partial group padded), as rsqrtps computes
+ * them, and refined by the same Newton step written lane by lane. */
 static void eigen_sqrt_f32(float *restrict x, int64_t len, int64_t fast) {
     fast = fast < 0 ? 0 : fast > len ? len : fast;
-#if defined(__SSE__)
-    float r[SUB];
     int64_t i = 0;
 #if defined(__AVX__)
-    for (; i + 8 <= fast; i += 8) _mm256_storeu_ps(r + i, _mm256_rsqrt_ps(_mm256_loadu_ps(x + i)));
+    for (; i + 8 <= fast; i += 8) _mm256_storeu_ps(x + i, eigen_sqrt8(_mm256_loadu_ps(x + i)));
 #endif
-    for (; i + 4 <= fast; i += 4) _mm_storeu_ps(r + i, _mm_rsqrt_ps(_mm_loadu_ps(x + i)));
-    if (i < fast) {
+#if defined(__SSE__)
+    float r[SUB];
+    int64_t j = i;
+    for (; j + 4 <= fast; j += 4) _mm_storeu_ps(r + j, _mm_rsqrt_ps(_mm_loadu_ps(x + j)));
+    if (j < fast) {
         float pad[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-        memcpy(pad, x + i, (size_t)(fast - i) * sizeof(float));
+        memcpy(pad, x + j, (size_t)(fast - j) * sizeof(float));
         _mm_storeu_ps(pad, _mm_rsqrt_ps(_mm_loadu_ps(pad)));
-        memcpy(r + i, pad, (size_t)(fast - i) * sizeof(float));
+        memcpy(r + j, pad, (size_t)(fast - j) * sizeof(float));
     }
-    for (i = 0; i < fast; i++) {
+    for (; i < fast; i++) {
         float xi = x[i], ri = r[i];
-        float t = -((ri * ri) * (xi * 0.5f)) + 1.5f;
+        float t = 1.5f - (ri * ri) * (xi * 0.5f);
         float root = xi * (ri * t);
         x[i] = (xi < FLT_MIN && xi >= 0.0f) ? 0.0f : root;
     }
 #else
     fast = 0;
 #endif
-    for (int64_t i = fast; i < len; i++) x[i] = sqrtf(x[i]);
+    for (i = fast; i < len; i++) x[i] = sqrtf(x[i]);
 }
 
 /* Elements of tensor t before `off` + the returned count lie in its whole 8-lane packets. */
@@ -561,13 +573,26 @@ static void adagrad_f32(const void *ctx, int64_t t, int64_t off, int64_t len, in
     float mbuf[SUB], den[SUB];
     float *restrict m = load_f(PTR(t, S_S1), st, off, len, mbuf);
     const float eps = (float)c->h[0];
-    for (int64_t i = 0; i < len; i++) {
-        float mi = m[i] + g[i] * g[i];
-        m[i] = mi;
-        den[i] = mi;
+    int64_t i = 0;
+#if defined(__AVX__)
+    /* The whole packets in one pass, the roots in registers: Adagrad's update is the family's
+     * cheapest, and the phases below (three passes over L1) cost it 10% at 10M parameters. */
+    const __m256 lr8 = _mm256_set1_ps(lr), eps8 = _mm256_set1_ps(eps);
+    for (; i + 8 <= fast && i + 8 <= len; i += 8) {
+        const __m256 gi = _mm256_loadu_ps(g + i);
+        const __m256 mi = _mm256_add_ps(_mm256_loadu_ps(m + i), _mm256_mul_ps(gi, gi));
+        _mm256_storeu_ps(m + i, mi);
+        const __m256 step = _mm256_div_ps(_mm256_mul_ps(gi, lr8), _mm256_add_ps(eigen_sqrt8(mi), eps8));
+        _mm256_storeu_ps(w + i, _mm256_sub_ps(_mm256_loadu_ps(w + i), step));
     }
-    eigen_sqrt_f32(den, len, fast);
-    for (int64_t i = 0; i < len; i++) w[i] = w[i] - (g[i] * lr) / (den[i] + eps);
+#endif
+    for (int64_t k = i; k < len; k++) {
+        float mk = m[k] + g[k] * g[k];
+        m[k] = mk;
+        den[k] = mk;
+    }
+    eigen_sqrt_f32(den + i, len - i, fast - i);
+    for (int64_t k = i; k < len; k++) w[k] = w[k] - (g[k] * lr) / (den[k] + eps);
     store_f(PTR(t, S_S1), st, off, len, m);
     store_f(PTR(t, S_W), wt, off, len, w);
 }
