@@ -428,7 +428,8 @@ int pc_adam(int64_t count, const int64_t *rows, const double *per, double *scrat
  * rounded in the compute type (float32 for float32/bfloat16/float16 values, float64 for float64),
  * in the order of the torch forms in paddle_compat/optimizer/. The float32 loops take their square
  * roots as Eigen's packets do (eigen_sqrt_f32), so they run in phases over the block: the
- * elementwise part into local arrays, the roots, the rest.
+ * elementwise part into local arrays, the roots, the rest (Adagrad's float32 loop, the cheapest,
+ * takes its whole packets' roots in registers instead, eigen_sqrt8, in one pass).
  * ============================================================================================== */
 typedef struct {
     const int64_t *rows;
