@@ -1,5 +1,6 @@
 /* paddle_compat's compiled CPU kernels: the optimizers' updates and Paddle's CPU sum of squares
- * (and the CPU's rsqrtps, which Paddle's Eigen float32 sqrt refines).
+ * (and the CPU's rsqrtps, which Paddle's Eigen float32 sqrt refines; and the GradScaler's check of
+ * the grads).
  *
  * Built when the package is installed (setup.py, with the levels and flags of _native_build.py):
  * one shared library per instruction-set level, the level picked at load time (pc_cpu_level), all
@@ -1245,6 +1246,84 @@ int pc_sumsq(int64_t count, const int64_t *rows, double *out) {
         int64_t n = rows[3 * t];
         out[t] = rows[3 * t + 2] == DT_F64 ? sumsq_f64((const double *)x, 0, n) : (double)sumsq_f32((const float *)x, 0, n);
     }
+    return 0;
+}
+
+/* ================================================================================================
+ * The largest magnitude of each tensor, NaN where it holds one, for the GradScaler's read-only
+ * check of the grads on its fused path (paddle_compat/amp/unscale.py). Rows are ROW wide, with only the
+ * count, the data (S_W) and its dtype (the value's, in S_DT; the rest NO_DTYPE). Magnitudes are
+ * compared as the integers their bits are, which order them as numbers in every float format,
+ * NaNs above infinity: one load, one mask and one integer max per element, vectorised.
+ * ============================================================================================== */
+typedef struct {
+    const int64_t *rows;
+    int64_t count;
+    uint64_t *part; /* per thread, per tensor: the largest magnitude's bits seen */
+} peaks_ctx;
+
+static void peaks_loop(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
+    const peaks_ctx *c = (const peaks_ctx *)ctx;
+    const void *x = PTR(t, S_W);
+    uint64_t m = 0;
+    if (dt_w(dt) == DT_F64) {
+        const uint64_t *u = (const uint64_t *)x + off;
+        for (int64_t i = 0; i < len; i++) {
+            uint64_t a = u[i] & 0x7fffffffffffffffull;
+            m = a > m ? a : m;
+        }
+    } else if (dt_w(dt) == DT_F32) {
+        const uint32_t *u = (const uint32_t *)x + off;
+        uint32_t p = 0;
+        for (int64_t i = 0; i < len; i++) {
+            uint32_t a = u[i] & 0x7fffffffu;
+            p = a > p ? a : p;
+        }
+        m = p;
+    } else {
+        const uint16_t *u = (const uint16_t *)x + off;
+        uint16_t p = 0;
+        for (int64_t i = 0; i < len; i++) {
+            uint16_t a = u[i] & 0x7fffu;
+            p = a > p ? a : p;
+        }
+        m = p;
+    }
+#ifdef _OPENMP
+    uint64_t *mine = c->part + (int64_t)omp_get_thread_num() * c->count + t;
+#else
+    uint64_t *mine = c->part + t;
+#endif
+    *mine = m > *mine ? m : *mine;
+}
+
+/* Paddle's flag (check_finite_and_unscale), read only: *bad = 1 when T(c(x) * inv) is inf or NaN
+ * for some element x, c the compute type (float32 for float32/bfloat16/float16 values, float64 for
+ * float64), T back to x's dtype. Rounding is monotone, so each tensor's largest magnitude decides.
+ * inv: a float32 value. 1 when out of memory. */
+int pc_nonfinite(int64_t count, const int64_t *rows, double inv, int nthreads, int *bad) {
+    nthreads = nthreads < 1 ? 1 : nthreads;
+    peaks_ctx c = {rows, count, calloc((size_t)(nthreads * (count > 0 ? count : 1)), sizeof(uint64_t))};
+    if (!c.part) return 1;
+    for_all(&c, peaks_loop, peaks_loop, rows, count, nthreads, GRAIN_SGD);
+    *bad = 0;
+    for (int64_t t = 0; t < count && !*bad; t++) {
+        uint64_t m = 0;
+        for (int k = 0; k < nthreads; k++) m = c.part[k * count + t] > m ? c.part[k * count + t] : m;
+        int dt = dt_w(rows[t * ROW + S_DT]);
+        if (dt == DT_F64) {
+            double peak;
+            memcpy(&peak, &m, sizeof(double));
+            *bad = !(peak * inv <= DBL_MAX);
+        } else {
+            float peak = dt == DT_F32 ? float_of((uint32_t)m)
+                       : dt == DT_BF16 ? float_from_bf16((uint16_t)m) : float_from_f16((uint16_t)m);
+            float v = peak * (float)inv;
+            *bad = dt == DT_F32 ? !(v <= FLT_MAX)
+                 : dt == DT_BF16 ? (bf16_from_float(v) & 0x7fffu) >= 0x7f80u : (f16_from_float(v) & 0x7fffu) >= 0x7c00u;
+        }
+    }
+    free(c.part);
     return 0;
 }
 

@@ -1,9 +1,10 @@
 """The compiled CPU kernels (``_native.c``): built at install, checked, loaded with ctypes.
 
-The optimizers' CPU updates and Paddle's CPU sum of squares run here as small C loops instead of
-chains of torch operations: one pass over the data, true ``fmaf``/``sqrtf`` where Paddle's kernels
-use them (the torch forms emulate them), several tensors per call. The C source spells out the
-same formulas as the torch forms, operation for operation, so the bits are the same. ``rsqrt``
+The optimizers' CPU updates, Paddle's CPU sum of squares and the GradScaler's read-only check of
+the grads run here as small C loops instead of chains of torch operations: one pass over the data,
+true ``fmaf``/``sqrtf`` where Paddle's kernels use them (the torch forms emulate them), several
+tensors per call. The C source spells out the same formulas as the torch forms, operation for
+operation, so the bits are the same (the check: the flag of ``amp/unscale.py``'s torch path). ``rsqrt``
 gives the CPU's own ``rsqrtps``, which no torch operation reaches (``optimizer/_eigen.py``).
 
 Mechanics only; the optimizers decide what to hand over. ``kernels()`` is ``None`` when the
@@ -38,7 +39,7 @@ import torch
 
 from . import _native_build
 from ._devices import addressable
-from .amp._args import user_stacklevel
+from ._stacklevel import user_stacklevel
 
 __all__ = ["DTYPE", "NO_DTYPE", "PER", "ROW", "Batch", "Kernels", "NativeStatus", "enabled", "kernels", "status"]
 
@@ -47,6 +48,7 @@ ROW = 10  # n, w, g, p, state1, state2, state3, pow1, pow2, dtypes
 PER = 4  # lr, decay, l2, (unused)
 DTYPE = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
 NO_DTYPE = 15
+_ONLY_VALUE = NO_DTYPE << 4 | NO_DTYPE << 8 | NO_DTYPE << 12  # a row's dtypes past the value's: none
 
 # where the libraries are: the package's own directory (resolved: a strict editable install links
 # this file, and the libraries built in place, from a tree of links)
@@ -71,6 +73,7 @@ class Kernels:
         self._lamb = _bind(lib.pc_lamb, [i64, ptr, ptr, ptr, i64, dbl, dbl, dbl, cint, cint])
         self._nadam = _bind(lib.pc_nadam, [i64, ptr, ptr, ptr, dbl, dbl, dbl, dbl, dbl, cint])
         self._sumsq = _bind(lib.pc_sumsq, [i64, ptr, ptr])
+        self._nonfinite = _bind(lib.pc_nonfinite, [i64, ptr, dbl, cint, ptr])
         self._rsqrt = _bind(lib.pc_rsqrt, [i64, ptr, ptr])
         # the CPU's rsqrtps, where it has one (Eigen's float32 sqrt starts from it: optimizer/_eigen.py)
         self.rsqrt = self._rsqrt_of if self._rsqrt(0, None, None) == 0 else None
@@ -140,6 +143,17 @@ class Kernels:
         out = torch.empty_like(x)
         self._rsqrt(x.numel(), x.data_ptr(), out.data_ptr())
         return out
+
+    def nonfinite(self, tensors: list[torch.Tensor], inv: float) -> bool:
+        """Whether ``T(c(x) * inv)`` is inf or NaN for an element ``x`` of the tensors (``c``: float32,
+        float64 for float64 tensors; ``T``: back to ``x``'s dtype), read only: plain
+        (``addressable``), contiguous CPU tensors of the kernels' dtypes; ``inv`` a float32 value."""
+        rows = array("q")
+        for x in tensors:
+            rows.extend((x.numel(), x.data_ptr(), 0, 0, 0, 0, 0, 0, 0, DTYPE[x.dtype] | _ONLY_VALUE))
+        bad = ctypes.c_int(0)
+        _check(self._nonfinite(len(tensors), _addr(rows), inv, torch.get_num_threads(), ctypes.byref(bad)))
+        return bool(bad.value)
 
     def sumsq(self, rows: array[int]) -> array[float]:
         """Sums of squares of contiguous float32/float64 CPU tensors (rows of n, pointer, dtype)."""

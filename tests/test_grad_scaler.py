@@ -852,3 +852,45 @@ def test_accelerate_is_not_told_an_optimizer_of_the_older_protocol_is_fused():
     assert not any("is fused" in m for m in messages), messages
     assert any(m.startswith("Accelerate steps _OlderProtocolSGD on gradients nobody unscaled before") for m in messages)
     assert opt.scalers == [None] and w.tolist() == [0.0, 0.0, 0.0]  # stepped on the unscaled gradient, 2
+
+
+def _f32(bits: int) -> float:
+    return float(np.array([bits], dtype=np.uint32).view(np.float32)[0])
+
+
+# per dtype: a grad value and two float32 inverse scales around where T(f32(g) * inv) becomes inf
+ROUNDING_EDGES = {
+    torch.float32: (2.0, _f32(0x7F7FFFFF), _f32(0x7F7FFFFF) / 2),  # the float32 product overflows
+    torch.float16: (1.0, 65520.0, _f32(0x477FEFFF)),  # 65520 rounds to inf in float16, just below to 65504
+    torch.bfloat16: (1.0, _f32(0x7F7F8000), _f32(0x7F7F7FFF)),  # the same for bfloat16's largest value
+    torch.float64: (torch.finfo(torch.float64).max / 2, _f32(0x40000001), 2.0),  # float64 product
+}
+
+
+@pytest.mark.parametrize("dtype", list(ROUNDING_EDGES))
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_read_only_check_rounds_as_paddle_with_or_without_the_compiled_kernels(dtype, compiled, monkeypatch):
+    """On CPU ``any_nonfinite`` takes its flag from the compiled kernels when they run and every
+    grad is contiguous, else from torch operations: either way inf/NaN in ``T(f32(g) * inv)``,
+    rounded in float32 and then to the grad's dtype, also where only the unscaling overflows."""
+    from paddle_compat import _native
+    from paddle_compat.amp import unscale
+
+    if not compiled:
+        monkeypatch.setattr(_native, "kernels", lambda: None)
+    elif _native.kernels() is None:
+        pytest.skip("the compiled kernels are not built")
+
+    def flag(values: list[float], inv: float, contiguous: bool = True) -> bool:
+        grads = [torch.ones(300, dtype=dtype), torch.tensor(values, dtype=dtype)]
+        if not contiguous:  # the torch path, always
+            grads = [torch.stack([g, g], 1)[:, 0] for g in grads]
+        found = torch.zeros(())
+        unscale.any_nonfinite(grads, torch.tensor(inv), found)
+        return bool(found.item())
+
+    value, inv_bad, inv_ok = ROUNDING_EDGES[dtype]
+    for contiguous in (True, False):
+        assert flag([-value], inv_bad, contiguous) and not flag([-value], inv_ok, contiguous)
+        assert flag([1.0, math.nan], 2.0**-16, contiguous) and flag([-math.inf], 1.0, contiguous)
+        assert not flag([-3.0, 0.0], 2.0**-16, contiguous)

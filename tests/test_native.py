@@ -345,3 +345,36 @@ def test_every_level_gives_the_torch_forms_bits(name, fma, fresh_native, monkeyp
             monkeypatch.setattr(_native, "_loaded", kern)
             monkeypatch.setattr(_native, "_status", _native.NativeStatus(True, "test", level.name))
             assert_same_run(train(make, dtype, grad_dtype, main_grad, (300, 7, 1001), steps=steps), reference)
+
+
+# --- the scaler's read-only check ---------------------------------------------------------------------
+@needs_build
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_the_scalers_check_finds_what_decides_in_either_threads_half(dtype) -> None:
+    """``pc_nonfinite``: two threads read tensors split at a cache line (``for_all`` in _native.c);
+    a tensor read half by each is decided by either half: its NaN, or its largest magnitude (a
+    negative one) when only unscaling makes that overflow."""
+    kern = _native.kernels()
+    n = 1 << 19
+    tensors = [torch.full((n,), 0.5, dtype=dtype) for _ in range(3)] + [torch.empty(0, dtype=dtype)]
+    total = sum(t.numel() for t in tensors)
+    split = ((total + 1) // 2 + 63) & ~63
+    first, second = split - n - 1, split - n + 1  # in tensors[1], on either side of the split
+    top = torch.finfo(dtype).max
+
+    def check(values: dict[int, float], inv: float, threads: int = 2) -> bool:
+        xs = [t.clone() for t in tensors]
+        for at, value in values.items():
+            xs[1][at] = value
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return kern.nonfinite(xs, inv)
+        finally:
+            torch.set_num_threads(before)
+
+    assert not check({}, 1.0) and not check({first: -7.0, second: 3.0}, 1.0)
+    assert check({second: float("nan")}, 1.0) and check({first: float("inf"), second: float("nan")}, 1.0)
+    assert check({first: -float("inf")}, 1.0, threads=1)
+    # -max/2 in the second half overflows when unscaled by 4, not by 1
+    assert check({second: -top / 2}, 4.0) and not check({second: -top / 2}, 1.0)

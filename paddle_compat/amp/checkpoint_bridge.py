@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 import torch
 import torch.utils.checkpoint as torch_checkpoint
 
+from .._stacklevel import user_stacklevel
 from . import op_interceptor
-from ._args import user_stacklevel
 
 R = TypeVar("R")
 

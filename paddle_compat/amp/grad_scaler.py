@@ -30,8 +30,8 @@ from torch import Tensor
 
 from .. import _checks
 from .._devices import copy_to
+from .._stacklevel import user_stacklevel
 from . import scaler_args, unscale
-from ._args import user_stacklevel
 from .amp_state import amp_global_state
 from .compile_boundary import calls_user_code, never_traced
 from .loss_scale import LossScalePolicy, as_number, check_count, check_scale, round_f32

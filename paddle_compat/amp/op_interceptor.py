@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from ._args import user_stacklevel
+from .._stacklevel import user_stacklevel
 from .cast_rule import CASTABLE, dest_dtype
 from .compile_boundary import cache_off, cache_on, keep_out_of_dynamo
 from .op_table import CONV_ATEN, DEPTHWISE_CONV2D, X_ONLY_ATEN

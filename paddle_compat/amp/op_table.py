@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import torch
 
-from ._args import user_stacklevel
+from .._stacklevel import user_stacklevel
 
 DEPTHWISE_CONV2D = "depthwise_conv2d"
 

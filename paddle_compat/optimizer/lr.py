@@ -49,7 +49,7 @@ import torch
 import torch.optim.lr_scheduler as _torch_lr
 
 from .. import _checks
-from ..amp._args import user_stacklevel
+from .._stacklevel import user_stacklevel
 
 __all__ = [
     "LRScheduler",

@@ -35,8 +35,8 @@ from torch import Tensor
 from .. import _checks, _devices, _native
 from .._dtensor import any_dtensor, distribute_like, is_dtensor, local
 from .._numerics import round_to
+from .._stacklevel import user_stacklevel
 from ..amp import unscale
-from ..amp._args import user_stacklevel
 from ..amp.compile_boundary import never_traced
 from ..amp.master_grad import clear_grads, grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads

@@ -1,4 +1,4 @@
-"""Helpers for the public entry points: argument checks, and where a warning should point."""
+"""Where a warning raised inside the package should point: the user's line."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import sys
 from types import FrameType
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TORCH_WRAPPERS = frozenset({"torch._compile", "torch.utils._contextlib"})  # decorators' wrapper frames
 
 
