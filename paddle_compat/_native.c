@@ -1251,10 +1251,10 @@ int pc_sumsq(int64_t count, const int64_t *rows, double *out) {
 
 /* ================================================================================================
  * The largest magnitude of each tensor, NaN where it holds one, for the GradScaler's read-only
- * check of the grads on its fused path (paddle_compat/amp/unscale.py). Rows are ROW wide, with only the
- * count, the data (S_W) and its dtype (the value's, in S_DT; the rest NO_DTYPE). Magnitudes are
- * compared as the integers their bits are, which order them as numbers in every float format,
- * NaNs above infinity: one load, one mask and one integer max per element, vectorised.
+ * check of the grads on its fused path (paddle_compat/amp/unscale.py). Rows are ROW wide, with
+ * only the count, the data (S_W) and its dtype (the value's, in S_DT; the rest NO_DTYPE).
+ * Magnitudes are compared as the integers their bits are, which order them as numbers in every
+ * float format, NaNs above infinity: one load, one mask and one integer max per element.
  * ============================================================================================== */
 typedef struct {
     const int64_t *rows;
@@ -1262,33 +1262,26 @@ typedef struct {
     uint64_t *part; /* per thread, per tensor: the largest magnitude's bits seen */
 } peaks_ctx;
 
+/* Into m: the largest magnitude's bits among x[off, off+len), values stored as the unsigned type T
+ * (mask: every bit but the sign). */
+#define MAX_MAGNITUDE(T, mask)                                                                     \
+    do {                                                                                           \
+        const T *u = (const T *)x + off;                                                           \
+        T p = 0;                                                                                   \
+        for (int64_t i = 0; i < len; i++) {                                                        \
+            T a = (T)(u[i] & (mask));                                                              \
+            p = a > p ? a : p;                                                                     \
+        }                                                                                          \
+        m = p;                                                                                     \
+    } while (0)
+
 static void peaks_loop(const void *ctx, int64_t t, int64_t off, int64_t len, int64_t dt) {
     const peaks_ctx *c = (const peaks_ctx *)ctx;
     const void *x = PTR(t, S_W);
     uint64_t m = 0;
-    if (dt_w(dt) == DT_F64) {
-        const uint64_t *u = (const uint64_t *)x + off;
-        for (int64_t i = 0; i < len; i++) {
-            uint64_t a = u[i] & 0x7fffffffffffffffull;
-            m = a > m ? a : m;
-        }
-    } else if (dt_w(dt) == DT_F32) {
-        const uint32_t *u = (const uint32_t *)x + off;
-        uint32_t p = 0;
-        for (int64_t i = 0; i < len; i++) {
-            uint32_t a = u[i] & 0x7fffffffu;
-            p = a > p ? a : p;
-        }
-        m = p;
-    } else {
-        const uint16_t *u = (const uint16_t *)x + off;
-        uint16_t p = 0;
-        for (int64_t i = 0; i < len; i++) {
-            uint16_t a = u[i] & 0x7fffu;
-            p = a > p ? a : p;
-        }
-        m = p;
-    }
+    if (dt_w(dt) == DT_F64) MAX_MAGNITUDE(uint64_t, 0x7fffffffffffffffull);
+    else if (dt_w(dt) == DT_F32) MAX_MAGNITUDE(uint32_t, 0x7fffffffu);
+    else MAX_MAGNITUDE(uint16_t, 0x7fffu);
 #ifdef _OPENMP
     uint64_t *mine = c->part + (int64_t)omp_get_thread_num() * c->count + t;
 #else
