@@ -112,7 +112,7 @@ def _compiled_check(bucket: list[Tensor], inv_scale: Tensor) -> bool | None:
     if bucket[0].device.type != "cpu" or inv_scale.device.type != "cpu" or bucket[0].dtype not in _native.DTYPE:
         return None
     kern = _native.kernels()
-    if kern is None or not all(addressable(g) and g.is_contiguous() for g in bucket):
+    if kern is None or not (all(map(addressable, bucket)) and all(map(Tensor.is_contiguous, bucket))):
         return None
     return kern.nonfinite(bucket, inv_scale.item())
 
