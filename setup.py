@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_ext import build_ext
 from setuptools.errors import CCompilerError, ExecError, PlatformError
 
@@ -44,24 +46,47 @@ class OptionalKernels(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         level = next(level for level in native_build.LEVELS if f"paddle_compat.{level.stem}" == ext.name)
+        baseline = Path(self.get_ext_fullpath(f"paddle_compat.{native_build.LEVELS[0].stem}"))
+        if level != native_build.LEVELS[0] and not baseline.exists():
+            return  # the higher levels are never loaded without the baseline's (said once, below)
         problem = "not built"
         for threads in (native_build.OPENMP, ()):
             ext.extra_compile_args = [*native_build.FLAGS, *level.flags, *threads]
-            ext.extra_link_args = [*threads]
+            ext.extra_link_args = [*native_build.LINK_FLAGS, *threads]
             try:
                 super().build_extension(ext)
             except (CCompilerError, ExecError, PlatformError, OSError) as exc:
+                compiler = getattr(self.compiler, "compiler_so", None) or ["cc"]
+                if shutil.which(compiler[0]) is None:
+                    problem = f"no C compiler: {compiler[0]} not found"
+                    break
                 problem = str(exc)
                 continue
             library = Path(self.get_ext_fullpath(ext.name))
-            baseline = Path(self.get_ext_fullpath(f"paddle_compat.{native_build.LEVELS[0].stem}"))
-            problem = (native_build.selftest_in_child(baseline, library, level) if baseline.exists()
-                       else f"the baseline level's ({native_build.LEVELS[0].name}) was left out")
+            problem = native_build.selftest_in_child(baseline, library, level)
             if problem is None:
                 return
             library.unlink()
             break
-        _say(f"the {level.name} kernels were left out: {problem}")
+        if level == native_build.LEVELS[0]:
+            _say(f"the compiled CPU kernels were left out ({problem}); the optimizers will use their torch forms "
+                 "(the same results, slower)")
+        else:
+            _say(f"the {level.name} kernels were left out: {problem}")
+
+    def get_output_mapping(self) -> dict[str, str]:
+        # An editable install (strict mode: links to these files) takes only the libraries built.
+        return {built: source for built, source in super().get_output_mapping().items() if Path(source).exists()}
+
+
+class Wheel(bdist_wheel):
+    """Without a library built, a wheel of Python files only: ``py3-none-any``, not a platform's."""
+
+    def run_command(self, command: str) -> None:
+        super().run_command(command)
+        if command == "build" and not any(Path(path).exists() for path in
+                                          self.get_finalized_command("build_ext").get_outputs()):
+            self.root_is_pure = True
 
 
 ext_modules = [] if os.name == "nt" else [
@@ -71,7 +96,7 @@ ext_modules = [] if os.name == "nt" else [
 
 setup(
     ext_modules=ext_modules,
-    cmdclass={"build_ext": OptionalKernels},
+    cmdclass={"build_ext": OptionalKernels, "bdist_wheel": Wheel},
     # plain C libraries: one wheel per platform serves every Python version
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 __all__ = [
-    "FLAGS", "LEVELS", "OPENMP", "Level", "check_loaded", "find_libraries", "refusal", "selftest_in_child",
+    "FLAGS", "LEVELS", "LINK_FLAGS", "OPENMP", "Level", "check_loaded", "find_libraries", "refusal",
+    "selftest_in_child",
 ]
 
 
@@ -52,6 +53,9 @@ FLAGS = ("-O3", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fno-math-er
 # Tried first: threads from the OpenMP runtime torch has loaded (see for_all in _native.c); a
 # compiler without OpenMP (Apple's clang) builds single-threaded kernels.
 OPENMP = ("-fopenmp",)
+# Linked stripped (the symbol table only: the entry points ctypes finds stay in the dynamic one);
+# Apple's linker ignores -s.
+LINK_FLAGS = ("-s",) if sys.platform != "darwin" else ()
 
 # pc_selftest's failed checks (see _native.c)
 _SELFTEST = {

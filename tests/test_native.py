@@ -183,7 +183,8 @@ def test_an_install_without_a_fit_compiler_succeeds_without_the_kernels(compiler
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert build.returncode == 0, build.stderr  # the package still builds, without the kernels
-    assert f"the {BASELINE.name} kernels were left out" in build.stderr
+    said = [line for line in build.stderr.splitlines() if line.startswith("paddle_compat: ")]
+    assert len(said) == 1 and said[0].startswith("paddle_compat: the compiled CPU kernels were left out ("), said
     assert _native_build.find_libraries(tmp_path / "lib" / "paddle_compat") == {}
 
 
@@ -199,7 +200,7 @@ def test_an_in_place_build_without_a_compiler_succeeds_without_the_kernels(tmp_p
     build = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
                            cwd=tree, env=env, capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
-    assert f"the {BASELINE.name} kernels were left out" in build.stderr
+    assert "paddle_compat: the compiled CPU kernels were left out (no C compiler: " in build.stderr
     assert _native_build.find_libraries(tree / "paddle_compat") == {}
 
 
