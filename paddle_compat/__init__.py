@@ -10,11 +10,11 @@ Paddle itself is never imported at run time. ``native_status()`` says whether th
 CPU updates run the compiled kernels built at install, or their torch forms, and why.
 """
 
-from . import amp, cuda, device, distributed, nn, optimizer, regularizer
+from . import _version, amp, cuda, device, distributed, nn, optimizer, regularizer
 from ._native import NativeStatus
 from ._native import status as native_status
 
-__version__ = "0.1.0"
+__version__ = _version.version()
 
 __all__ = [
     "NativeStatus", "amp", "cuda", "device", "distributed", "native_status", "nn", "optimizer", "regularizer",

@@ -7,6 +7,7 @@ gives installs the package without its kernels."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -63,6 +64,7 @@ with warnings.catch_warnings(record=True) as caught:
     opt.step()
     opt.step()
 print(paddle_compat.__file__)
+print(paddle_compat.__version__)
 print(p.tolist())
 for w in caught:
     print(w.category.__name__, w.message)
@@ -105,8 +107,9 @@ def test_every_install_command_works_without_a_c_compiler(tmp_path: Path, comman
     ran = subprocess.run([str(python), "-I", "-c", FIRST_STEP], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr
-    where, values, *warned = ran.stdout.splitlines()
+    where, version, values, *warned = ran.stdout.splitlines()
     assert Path(where).resolve().is_relative_to((source if "editable" in command else purelib).resolve())
+    assert version == re.search(r'^version = "(.+?)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
     assert values == "[0.0, 0.0, 0.0]"
     assert warned == [
         "RuntimeWarning paddle_compat: the compiled CPU optimizer kernels are not used: they were not built when "

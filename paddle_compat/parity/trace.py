@@ -657,12 +657,9 @@ def _environment() -> dict[str, Any]:
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_fma": _numerics.cpu_kernels_use_fma(),
     }
-    try:
-        from importlib.metadata import version
+    from .. import __version__
 
-        env["paddle_compat"] = version("paddle_compat")
-    except Exception:  # not installed as a distribution (a source checkout)
-        pass
+    env["paddle_compat"] = __version__
     paddle = sys.modules.get("paddle")  # only if the recorded script imported it itself
     if paddle is not None:
         env["paddle"] = getattr(paddle, "__version__", "?")
