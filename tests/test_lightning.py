@@ -16,7 +16,11 @@ from lightning.pytorch.plugins.precision import MixedPrecision  # noqa: E402
 from paddle_compat import optimizer as popt  # noqa: E402
 from paddle_compat.amp import GradScaler, auto_cast  # noqa: E402
 from paddle_compat.amp.amp_state import amp_global_state  # noqa: E402
-from paddle_compat.integrations.lightning import PaddleFabricMixedPrecision, PaddleMixedPrecision  # noqa: E402
+from paddle_compat.integrations.lightning import (  # noqa: E402
+    HoldScheduleOnSkippedSteps,
+    PaddleFabricMixedPrecision,
+    PaddleMixedPrecision,
+)
 
 # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated")
@@ -393,3 +397,101 @@ def test_paddle_reduce_on_plateau_with_a_monitor():
     model = Plateau()
     fit(model, PaddleMixedPrecision(scaler=scaler), scaler, max_epochs=3)
     assert model.rates == [0.1] * 6 + [0.05] * 3
+
+
+# -- skipped steps and the schedule ---------------------------------------------------------------
+
+
+def paddle_loop(bad, epochs=2):
+    """PaddleNet's run as a plain Paddle-style loop (README): minimize, and the scheduler stepped
+    only when the step was not skipped."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 2)
+    sched = popt.lr.StepDecay(learning_rate=0.1, step_size=1, gamma=0.5)
+    opt = popt.SGD(learning_rate=sched, parameters=layer.parameters())
+    scaler = GradScaler(init_loss_scaling=1024)
+    g = torch.Generator().manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(12, 4, generator=g), torch.randn(12, 2, generator=g)), batch_size=4)
+    params, rates, calls = [], [], 0
+    for _ in range(epochs):
+        for x, y in data:
+            rates.append(opt.get_lr())
+            with auto_cast():
+                loss = torch.nn.functional.mse_loss(layer(x).float(), y)
+                if calls in bad:
+                    loss = loss * math.inf
+            calls += 1
+            scaled = scaler.scale(loss)
+            scaled.backward()
+            scaler.minimize(opt, scaled)
+            if not scaler._cache_found_inf:
+                sched.step()
+            opt.clear_grad()
+            params.append([p.detach().clone() for p in layer.parameters()])
+    return params, rates, scaler.get_scale()
+
+
+class HeldNet(HoldScheduleOnSkippedSteps, PaddleNet):
+    pass
+
+
+def test_the_mixin_holds_the_schedule_on_skipped_steps_as_paddles_loop_does():
+    bad = {1, 4}
+    params, rates, scale = paddle_loop(bad)
+    scaler = GradScaler(init_loss_scaling=1024)
+    model = HeldNet(bad=bad)
+    _, record = fit(model, PaddleMixedPrecision(scaler=scaler), scaler, max_epochs=2)
+    assert record.skipped == [False, True, False, False, True, False]
+    assert model.rates == rates == [0.1, 0.05, 0.05, 0.025, 0.0125, 0.0125]
+    assert all(same(a, b) for a, b in zip(record.params, params)) and scaler.get_scale() == scale  # bit for bit
+
+    # without it, Lightning steps the schedule on the skipped steps too: one step of drift per overflow
+    scaler = GradScaler(init_loss_scaling=1024)
+    drifting = PaddleNet(bad=bad)
+    _, record = fit(drifting, PaddleMixedPrecision(scaler=scaler), scaler, max_epochs=2)
+    assert drifting.rates == [0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125]
+    assert not same(record.params[-1], params[-1])
+
+
+def test_the_mixin_leaves_a_per_epoch_schedule_alone():
+    scaler = GradScaler(init_loss_scaling=1024)
+    model = HeldNet(bad={2, 5}, interval="epoch")  # each epoch's last step overflows
+    fit(model, PaddleMixedPrecision(scaler=scaler), scaler, max_epochs=3)
+    assert model.rates == [0.1] * 3 + [0.05] * 3 + [0.025] * 3
+
+
+def test_a_resumed_fabric_run_keeps_the_scale(tmp_path):
+    """Fabric checkpoints what ``fabric.save`` is given: the scaler goes in its state (the
+    documented recipe), and ``fabric.load`` restores it, scale and counters."""
+
+    def run(steps, bad, path=None, load=None):
+        amp_global_state().amp_dtype = "float32"
+        scaler = GradScaler(init_loss_scaling=1024, incr_every_n_steps=1)
+        fabric = Fabric(accelerator="cpu", devices=1, plugins=[PaddleFabricMixedPrecision(scaler=scaler)])
+        torch.manual_seed(0)
+        module = torch.nn.Linear(4, 2)
+        model, optimizer = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=0.1))
+        state = {"model": model, "optimizer": optimizer, "scaler": scaler}
+        start = 0
+        if load is not None:
+            start = fabric.load(load, state)["step"]
+        g = torch.Generator().manual_seed(0)
+        batches = [(torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)) for _ in range(6)]
+        scales = []
+        for step in range(start, steps):
+            x, y = batches[step]
+            loss = torch.nn.functional.mse_loss(model(x).float(), y) * (math.inf if step in bad else 1.0)
+            fabric.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            scales.append(scaler.get_scale())
+        if path is not None:
+            fabric.save(path, {**state, "step": steps})
+        return scales, [p.detach().clone() for p in model.parameters()], scaler
+
+    full_scales, full_params, _ = run(6, bad={1, 4})
+    assert full_scales == [2048.0, 1024.0, 2048.0, 4096.0, 2048.0, 4096.0]
+    run(3, bad={1}, path=tmp_path / "fabric.ckpt")
+    scales, params, scaler = run(6, bad={4}, load=tmp_path / "fabric.ckpt")
+    assert scales == full_scales[3:]  # from the 2048 saved (a fresh scaler's first would be 2048, not 4096)
+    assert scaler.get_skipped_steps() == 2 and same(params, full_params)

@@ -95,3 +95,30 @@ class PaddleAmpPlugin:
         """Inputs keep their dtype (Fabric's plugin would cast them to the AMP dtype): Paddle
         casts nothing up front, its rules decide per op from the dtypes they meet."""
         return data
+
+
+class HoldScheduleOnSkippedSteps:
+    """Mixed into a ``LightningModule`` (first among its bases): a scheduler stepped per step
+    (``"interval": "step"``) holds on the steps the scaler skipped, as in Paddle's loop
+    (``if not scaler._cache_found_inf: sched.step()``) and under Accelerate.
+
+    Lightning steps the schedule after every optimizer step without asking the scaler (with
+    torch's scaler as with ours), so a port drifts one scheduler step per overflow. Per-epoch
+    schedulers step as usual. The scaler is the precision plugin's (``PaddleMixedPrecision``,
+    or Lightning's own plugin with our scaler); with a scaler that cannot tell
+    (``last_step_skipped``), every step counts.
+
+    Example::
+
+        class Model(HoldScheduleOnSkippedSteps, lightning.pytorch.LightningModule): ...
+    """
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        trainer = self.trainer  # type: ignore[attr-defined]  # a mixin: self is a LightningModule
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        skipped = getattr(scaler, "last_step_skipped", None)
+        per_step = any(config.scheduler is scheduler and config.interval == "step"
+                       for config in trainer.lr_scheduler_configs)
+        if per_step and skipped is not None and skipped():
+            return
+        super().lr_scheduler_step(scheduler, metric)  # type: ignore[misc]  # Lightning's

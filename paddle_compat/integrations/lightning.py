@@ -3,7 +3,8 @@ with a ``paddle_compat`` ``GradScaler``. Importing this module imports ``lightni
 
 ``PaddleMixedPrecision`` is for ``lightning.pytorch.Trainer``, ``PaddleFabricMixedPrecision``
 for ``lightning.fabric.Fabric``; ``paddle_compat.integrations.pytorch_lightning`` has the
-``Trainer`` plugin for the standalone ``pytorch_lightning`` package. Recipes, and what each
+``Trainer`` plugin for the standalone ``pytorch_lightning`` package. ``HoldScheduleOnSkippedSteps``,
+mixed into a ``LightningModule``, holds a per-step schedule on skipped steps. Recipes, and what each
 framework calls on the scaler: ``docs/integrations.md``.
 """
 
@@ -12,9 +13,9 @@ from __future__ import annotations
 from lightning.fabric.plugins.precision import MixedPrecision as FabricMixedPrecision
 from lightning.pytorch.plugins.precision import MixedPrecision
 
-from ._paddle_amp import PaddleAmpPlugin
+from ._paddle_amp import HoldScheduleOnSkippedSteps, PaddleAmpPlugin
 
-__all__ = ["PaddleFabricMixedPrecision", "PaddleMixedPrecision"]
+__all__ = ["HoldScheduleOnSkippedSteps", "PaddleFabricMixedPrecision", "PaddleMixedPrecision"]
 
 
 class PaddleMixedPrecision(PaddleAmpPlugin, MixedPrecision):  # type: ignore[misc]  # see _paddle_amp

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pytorch_lightning.plugins.precision import MixedPrecision
 
-from ._paddle_amp import PaddleAmpPlugin
+from ._paddle_amp import HoldScheduleOnSkippedSteps, PaddleAmpPlugin
 
-__all__ = ["PaddleMixedPrecision"]
+__all__ = ["HoldScheduleOnSkippedSteps", "PaddleMixedPrecision"]
 
 
 class PaddleMixedPrecision(PaddleAmpPlugin, MixedPrecision):  # type: ignore[misc]  # see _paddle_amp
