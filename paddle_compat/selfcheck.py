@@ -26,7 +26,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -168,13 +168,12 @@ def _clips_on(device: str) -> Iterator[None]:
         ClipGradBase.__call__ = saved  # type: ignore[method-assign]
 
 
-def _optimizer_checks(device: str) -> list[Result]:
-    results = []
+def _optimizer_checks(device: str) -> Iterator[Result]:
     for name, make in CONFIGS.items():
         for label, dtypes in DTYPES.items():
             check = f"{name} [{label}]"
             if device == "cpu" and not _native.status().compiled:  # the torch forms against themselves
-                results.append(Result(check, SKIP, "the compiled kernels are not used: nothing to compare"))
+                yield Result(check, SKIP, "the compiled kernels are not used: nothing to compare")
                 continue
             if device == "cpu":
                 with _compiled_kernels(False):
@@ -186,8 +185,7 @@ def _optimizer_checks(device: str) -> list[Result]:
                     reference = _train(make, dtypes, "cpu")
                 got = _train(make, dtypes, device)
                 what = "GPU kernels vs exact emulation (clip norms summed on the device)"
-            results.append(Result(check, PASS if _same_bits(got, reference) else FAIL, what))
-    return results
+            yield Result(check, PASS if _same_bits(got, reference) else FAIL, what)
 
 
 # --- the GradScaler ---------------------------------------------------------------------------------
@@ -364,21 +362,29 @@ def _environment(device: str) -> list[Result]:
     return results
 
 
-def run(device: str) -> list[Result]:
-    """The battery for ``device`` (``"cpu"`` or ``"cuda"``); a check that raises is a ``FAIL``."""
-    steps: list[Callable[[], list[Result]]] = [lambda: _environment(device), lambda: _optimizer_checks(device),
+def run(device: str, on_result: Callable[[Result], None] | None = None) -> list[Result]:
+    """The battery for ``device`` (``"cpu"`` or ``"cuda"``); a check that raises is a ``FAIL``.
+    ``on_result`` gets each verdict as soon as it is known (the command line prints it)."""
+    steps: list[Callable[[], Iterable[Result]]] = [lambda: _environment(device), lambda: _optimizer_checks(device),
                                                lambda: [_scaler_check(device)]]
     if device == "cuda":
         steps += [lambda: _sync_check(device), lambda: [_graph_check(device, with_scaler=False)],
                   lambda: [_graph_check(device, decr_every=1), _graph_check(device, decr_every=2)],
                   lambda: [_second_device_check()]]
     results: list[Result] = []
+
+    def verdict(result: Result) -> None:
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+
     for index, step in enumerate(steps):
         try:
-            results += step()
+            for result in step():
+                verdict(result)
         except Exception as error:  # a crash is a verdict too
             last = traceback.format_exception_only(type(error), error)[-1].strip()
-            results.append(Result(f"battery part {index + 1}", FAIL, last))
+            verdict(Result(f"battery part {index + 1}", FAIL, last))
     return results
 
 
@@ -398,10 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible to torch")
     start = time.perf_counter()
-    results = run(device)
-    width = max(len(r.check) for r in results)
-    for r in results:
-        print(f"{r.check:<{width}}  {r.verdict:<4}  {r.detail}")
+    # each verdict printed as it comes (the battery takes a while), aligned on the optimizers' names
+    width = max((len(f"{name} [{label}]") for name in CONFIGS for label in DTYPES), default=40)
+    results = run(device, lambda r: print(f"{r.check:<{width}}  {r.verdict:<4}  {r.detail}", flush=True))
     failed = sum(r.verdict == FAIL for r in results)
     print(f"\n{len(results)} checks on {device}: {failed} failed ({time.perf_counter() - start:.1f} s)")
     if args.json:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import runpy
+import select
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -76,12 +78,14 @@ def test_report(traces, capsys):
 
 SCRIPT = """
 import sys
+print("the script runs", sys.argv[1:])
 if "--fail" in sys.argv:
     raise SystemExit("the script failed on purpose")
 if "--no-save" in sys.argv:
     raise SystemExit(0)
 import torch
 from paddle_compat.parity import TraceRecorder
+torch.manual_seed(0)
 rec = TraceRecorder(torch.nn.Linear(2, 1))
 for _ in range(3):
     rec.record(torch.tensor(0.25))
@@ -172,3 +176,54 @@ def test_run_records_both_scripts_and_compares(tmp_path, capsys, monkeypatch):
     assert main(["run", str(tmp_path / "broken.py"), str(tmp_path / "same.py"), "-o", out]) == 1
     assert "recording the paddle script failed" in capsys.readouterr().err
     assert main(["run", str(tmp_path / "missing.py"), str(tmp_path / "same.py"), "-o", out]) == 2
+
+
+LIVE = """
+import pathlib, sys, time
+print("step 1 of a long run")  # no flush: the recorder asks for unbuffered output
+gate = pathlib.Path(sys.argv[1])
+deadline = time.monotonic() + 60
+while not gate.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("the gate opened", file=sys.stderr)
+import torch
+from paddle_compat.parity import TraceRecorder
+rec = TraceRecorder(torch.nn.Linear(2, 1))
+rec.record(torch.tensor(0.25))
+rec.save()
+"""
+
+
+def test_record_shows_the_scripts_output_as_it_runs_and_keeps_it(tmp_path):
+    """The script's first line reaches the terminal while the script is still running (it waits for
+    the test to open a gate), and all of it is kept in OUT.log."""
+    script, gate = tmp_path / "side.py", tmp_path / "gate"
+    script.write_text(LIVE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    proc = subprocess.Popen([sys.executable, "-m", "paddle_compat.parity", "record", "-o", str(tmp_path / "t"),
+                             str(script), str(gate)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        first = proc.stdout.readline() if ready else "(nothing within 30 s)"
+        running = proc.poll() is None
+    finally:
+        gate.touch()
+        out, err = proc.communicate(timeout=300)
+    assert first == "step 1 of a long run\n" and running
+    assert proc.returncode == 0, err
+    assert out == "the gate opened\nrecorded 1 steps, 2 tensors -> " + str(tmp_path / "t") + "\n"
+    assert (tmp_path / "t.log").read_text() == "step 1 of a long run\nthe gate opened\n"
+
+
+def test_run_shows_both_scripts_output_and_keeps_it(tmp_path, capsys, monkeypatch):
+    script = tmp_path / "side.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    assert main(["run", str(script), str(script), "-o", str(tmp_path / "traces"), "--exact"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"recording the paddle script ({script}):\nthe script runs []\n"
+                          f"recording the port script ({script}):\nthe script runs []\n"), out
+    for side in ("paddle", "port"):
+        assert (tmp_path / "traces" / f"{side}.log").read_text() == "the script runs []\n"

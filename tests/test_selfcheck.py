@@ -70,6 +70,28 @@ def test_a_crashing_check_is_a_failure_not_a_crash(monkeypatch: pytest.MonkeyPat
     assert "RuntimeError: no such kernel" in capsys.readouterr().out
 
 
+def test_each_verdict_is_printed_as_it_comes(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A long battery shows its verdicts as they come: each check sees the verdicts before it on
+    the terminal already."""
+    monkeypatch.setattr(selfcheck, "CONFIGS", {"SGD": selfcheck.CONFIGS["SGD"]})
+    monkeypatch.setattr(selfcheck, "DTYPES", {"fp32": selfcheck.DTYPES["fp32"], "fp64": selfcheck.DTYPES["fp64"]})
+    monkeypatch.setattr(_native, "status", lambda: _native.NativeStatus(True, "pretended", "x", "y"))
+    monkeypatch.setattr(selfcheck, "_train", lambda make, dtypes, device: [])
+    shown = []  # what the terminal showed when each comparison ran
+
+    def same_bits(a, b):
+        shown.append(capsys.readouterr().out)
+        return True
+
+    monkeypatch.setattr(selfcheck, "_same_bits", same_bits)
+    monkeypatch.setattr(selfcheck, "_scaler_check", lambda device: same_bits(None, None) and selfcheck.Result(
+        "GradScaler trajectory with injected overflow", selfcheck.PASS, "pretended"))
+    assert selfcheck.main(["--device", "cpu"]) == 0
+    assert shown[0].startswith("versions") and "\ncompiled CPU kernels" in shown[0]  # the environment's
+    assert shown[1:] == ["SGD [fp32]  PASS  compiled kernels vs torch forms\n",
+                         "SGD [fp64]  PASS  compiled kernels vs torch forms\n"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
 def test_cuda_without_a_gpu_is_refused() -> None:
     with pytest.raises(SystemExit) as info:

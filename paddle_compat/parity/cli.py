@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     rec = sub.add_parser("record", help="run a script that records a trace, in a child process")
-    rec.add_argument("-o", "--out", required=True, help="trace path (OUT.json + OUT.npz)")
+    rec.add_argument("-o", "--out", required=True,
+                     help="trace path (OUT.json + OUT.npz; the script's output, shown as it runs, kept in OUT.log)")
     rec.add_argument("--python", help="interpreter for the script (default: this one)")
     rec.add_argument("--timeout", type=float, help="seconds before the script is stopped")
     rec.add_argument("script", help="the Python script (it calls TraceRecorder.save() with no path)")
@@ -54,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
         if name == "run":
             p.add_argument("reference", metavar="paddle_script", help="the Paddle script (saves its trace)")
             p.add_argument("candidate", metavar="port_script", help="the port's script (saves its trace)")
-            p.add_argument("-o", "--out", default="parity-traces", help="the traces' folder (default: %(default)s)")
+            p.add_argument("-o", "--out", default="parity-traces",
+                           help="the traces' folder, the scripts' output kept there as paddle.log and port.log "
+                           "(default: %(default)s)")
             p.add_argument("--timeout", type=float, help="seconds before a script is stopped")
         else:
             p.add_argument("reference", help="the reference trace (Paddle)")
@@ -143,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "record":
             try:
-                trace = record_script(args.script, args.out, args=args.args, python=args.python, timeout=args.timeout)
+                trace = record_script(args.script, args.out, args=args.args, python=args.python, timeout=args.timeout,
+                                      echo=sys.stdout)
             except FileNotFoundError as e:
                 raise _Usage(str(e)) from e
             except RecordingError as e:
@@ -154,8 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             out = Path(args.out)
             for side, script in (("paddle", args.reference), ("port", args.candidate)):
+                print(f"recording the {side} script ({script}):", flush=True)
                 try:
-                    record_script(script, out / side, timeout=args.timeout)
+                    record_script(script, out / side, timeout=args.timeout, echo=sys.stdout)
                 except FileNotFoundError as e:
                     raise _Usage(str(e)) from e
                 except RecordingError as e:
