@@ -7,11 +7,20 @@ A bool is never taken for a number (``True`` is an ``int`` to Python), nor a num
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
-from typing import Any, TypeGuard
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec, TypeGuard, TypeVar
 
-__all__ = ["above", "at_least", "flag", "integer", "is_int", "is_real", "number", "real", "required"]
+__all__ = [
+    "above", "at_least", "flag", "integer", "is_int", "is_real", "keyword_hints", "number", "real", "required",
+    "unexpected_keyword",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def required(name: str, value: Any, message: str | None = None) -> Any:
@@ -75,3 +84,31 @@ def above(name: str, value: Any, low: float) -> None:
     """``value > low`` (NaN is not)."""
     if not value > low:
         raise ValueError(f"{name} should be > {low}, but received {value}")
+
+
+def unexpected_keyword(call: str, key: str, hint: str | None = None) -> TypeError:
+    """Python's error for a keyword argument ``call`` does not take, with what to write instead:
+    ``"GradScaler() got an unexpected keyword argument 'init_scale_loss'; Paddle's name is
+    'init_loss_scaling'"`` (the optimizers' constructors word theirs the same way, optimizer.py)."""
+    message = f"{call}() got an unexpected keyword argument {key!r}"
+    return TypeError(f"{message}; {hint}" if hint else message)
+
+
+def keyword_hints(hints: Mapping[str, str]) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a function so that a keyword it does not take that is in ``hints`` (torch's name,
+    or a common slip, for one of Paddle's arguments) raises ``unexpected_keyword`` with the hint;
+    other keywords are left to Python."""
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        own = set(inspect.signature(fn).parameters)
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            for key in kwargs:
+                if key in hints and key not in own:
+                    raise unexpected_keyword(fn.__name__, key, hints[key])
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -760,8 +760,8 @@ def test_torch_names_on_ampscaler_name_paddles():
         match=r"^AmpScaler\(\) got an unexpected keyword argument 'init_scale': Paddle's name is 'init_loss_scaling'",
     ):
         AmpScaler(init_scale=8.0)
-    with pytest.raises(TypeError, match=r"^GradScaler\(\) got an unexpected keyword argument 'init_scaling'$"):
-        GradScaler(init_scaling=8.0)
+    with pytest.raises(TypeError, match=r"^GradScaler\(\) got an unexpected keyword argument 'init_scalng'$"):
+        GradScaler(init_scalng=8.0)  # no hint for a name nobody writes
 
 
 def test_bad_values_under_torch_names_name_what_the_caller_wrote():

@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 
+import paddle_compat.amp as amp
 import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
 from paddle_compat.optimizer import lr
@@ -317,3 +318,42 @@ def test_clear_grad_and_group_name_refuse_the_wrong_type() -> None:
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
     with pytest.raises(TypeError, match="^group_name should be a str, but received int$"):
         pnn.ClipGradByGlobalNorm(1.0, group_name=1)
+
+
+# -- what a newcomer writes first ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: amp.GradScaler(init_scale_loss=1024), "GradScaler() got an unexpected keyword argument "
+         "'init_scale_loss'; Paddle's name is 'init_loss_scaling'"),
+        (lambda: amp.AmpScaler(use_dynamic_loss_scale=False), "AmpScaler() got an unexpected keyword argument "
+         "'use_dynamic_loss_scale'; Paddle's name is 'use_dynamic_loss_scaling'"),
+        (lambda: amp.auto_cast(enabled=False), "auto_cast() got an unexpected keyword argument 'enabled'; "
+         "Paddle's name is 'enable' (paddle_compat.amp.autocast takes torch's names)"),
+        (lambda: amp.amp_guard(enabled=False), "amp_guard() got an unexpected keyword argument 'enabled'; "
+         "Paddle's name is 'enable' (paddle_compat.amp.autocast takes torch's names)"),
+        (lambda: amp.auto_cast(device_type="cpu"), "auto_cast() got an unexpected keyword argument "
+         "'device_type'; Paddle's auto_cast has none (paddle_compat.amp.autocast takes torch's names)"),
+        (lambda: amp.auto_cast(enable_=False), "auto_cast() got an unexpected keyword argument 'enable_'"),
+        (lambda: popt.AdamW(parameters=torch.nn.Linear(2, 2)), "`parameters` should be an iterable of Tensors "
+         "(or of parameter-group dicts), but got the Linear module itself: pass model.parameters()"),
+    ],
+)
+def test_a_newcomers_slip_says_what_to_write(call, message):
+    with pytest.raises(TypeError) as info:
+        call()
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("given", [{"momentum": -1}, {"momentum": -1e-3}])
+def test_a_negative_momentum_is_refused(given):
+    params = list(torch.nn.Linear(2, 2).parameters())
+    with pytest.raises(ValueError) as info:
+        popt.Momentum(0.1, parameters=params, **given)
+    assert str(info.value) == f"momentum should be >= 0, but received {given['momentum']}"
+    with pytest.raises(ValueError) as info:  # a group's own
+        popt.Momentum(0.1, parameters=[{"params": params, **given}])
+    assert str(info.value) == f"momentum should be >= 0, but received {given['momentum']}"
+    popt.Momentum(0.1, parameters=params, momentum=0)  # no momentum: plain SGD, allowed

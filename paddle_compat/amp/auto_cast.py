@@ -60,7 +60,15 @@ class _TokenStack(threading.local):
 _tokens = _TokenStack()
 
 
+# torch.autocast's names that newcomers write (paddle_compat._checks.keyword_hints)
+_TORCH_KEYWORDS = {
+    "enabled": "Paddle's name is 'enable' (paddle_compat.amp.autocast takes torch's names)",
+    "device_type": "Paddle's auto_cast has none (paddle_compat.amp.autocast takes torch's names)",
+}
+
+
 @never_traced
+@_checks.keyword_hints(_TORCH_KEYWORDS)
 def amp_guard(
     enable: bool = True,
     custom_white_list: CustomList = None,
@@ -102,6 +110,7 @@ def amp_guard(
     return _AmpGuard(config, dtype)
 
 
+@_checks.keyword_hints(_TORCH_KEYWORDS)
 def auto_cast(
     enable: bool = True,
     custom_white_list: CustomList = None,

@@ -22,6 +22,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from .. import _checks
+
 __all__ = ["PADDLE_ORDER", "TORCH_ALIASES", "renamed", "resolve", "signature"]
 
 # Paddle's positional order.
@@ -44,6 +46,13 @@ TORCH_ALIASES = {
 }
 TORCH_ORDER = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
 KEYWORD_ONLY = ("min_loss_scaling", "max_loss_scaling", "process_group", "defaults")
+# Names newcomers write for Paddle's, neither Paddle's nor torch's: what to write instead.
+SLIPS = {
+    **dict.fromkeys(("init_scale_loss", "init_loss_scale", "init_scaling", "loss_scale", "loss_scaling"),
+                    "Paddle's name is 'init_loss_scaling'"),
+    **dict.fromkeys(("dynamic", "dynamic_loss_scaling", "use_dynamic_loss_scale"),
+                    "Paddle's name is 'use_dynamic_loss_scaling'"),
+}
 
 DEFAULTS = {
     # class name -> dialect of defaults -> Paddle's values for the arguments that differ
@@ -110,7 +119,7 @@ def resolve(
         aliases[name] = alias
     unknown = [k for k in merged if k not in PADDLE_ORDER and k not in KEYWORD_ONLY]
     if unknown:
-        raise TypeError(f"{cls_name}() got an unexpected keyword argument {unknown[0]!r}")
+        raise _checks.unexpected_keyword(cls_name, unknown[0], SLIPS.get(unknown[0]))
 
     dialect = merged.pop("defaults", "3.x")
     if dialect not in DEFAULTS[family]:

@@ -61,6 +61,7 @@ class Momentum(Optimizer):
             if group["momentum"] is None:
                 raise ValueError("momentum is not set")
             _checks.real("momentum", group["momentum"])  # Paddle takes NaN and inf: the parameters become NaN
+            _checks.at_least("momentum", group["momentum"], 0)  # Paddle takes it too: the update then oscillates
         if "rescale_grad" in group:
             _checks.real("rescale_grad", group["rescale_grad"])
         if "use_nesterov" in group:

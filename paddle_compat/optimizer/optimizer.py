@@ -157,6 +157,11 @@ class Optimizer(torch.optim.Optimizer):
                 "`parameters` argument given to the optimizer should be an iterable of paddle Tensors, "
                 f"but got argument type is `{type(parameters)}`."
             )
+        if isinstance(parameters, torch.nn.Module):  # else: "'Linear' object is not iterable"
+            raise TypeError(
+                f"`parameters` should be an iterable of Tensors (or of parameter-group dicts), but got the "
+                f"{type(parameters).__name__} module itself: pass model.parameters()"
+            )
         if isinstance(parameters, dict):
             raise TypeError(
                 "`parameters` argument should not get dict type, if parameter groups is needed, "
