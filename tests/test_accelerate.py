@@ -222,8 +222,10 @@ def test_use_grad_scaler_refuses_what_cannot_work():
 
 def test_a_fused_paddle_optimizer_warns_that_accelerate_cannot_see_its_skips():
     accelerator, model, optimizer, scheduler = paddle_setup(fused=True)
-    with pytest.warns(UserWarning, match="Momentum is fused .* see no skipped step and advance the LR schedule"):
+    skips_unseen = "Momentum is fused .* see no skipped step and advance the LR schedule"
+    with pytest.warns(UserWarning, match=skips_unseen) as record:
         history = paddle_train(accelerator, model, optimizer, scheduler, batches(3), bad={1}, clip=False)
+    assert {w.filename for w in record if "is fused" in str(w.message)} == {__file__}  # the optimizer.step() line
     assert [h[0] for h in history] == [False, False, False]  # what Accelerate sees
     assert accelerator.scaler.get_skipped_steps() == 1 and same(history[1][4], history[0][4])
     assert [h[2] for h in history] == [0.05, 0.025, 0.0125]
@@ -268,8 +270,10 @@ def test_a_scaler_set_by_hand_warns_when_accelerate_steps_gradients_nobody_unsca
     x, y = batches(1)[0]
     accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
     accelerator.clip_grad_norm_(model.parameters(), 1.0)
-    with pytest.warns(UserWarning, match="Accelerate steps SGD on gradients nobody unscaled before: .*use_grad_scaler"):
+    nobody_unscaled = "Accelerate steps SGD on gradients nobody unscaled before: .*use_grad_scaler"
+    with pytest.warns(UserWarning, match=nobody_unscaled) as record:
         optimizer.step()
+    assert [w.filename for w in record if "nobody unscaled" in str(w.message)] == [__file__]  # this line
 
 
 def test_gradient_accumulation_unscales_once_on_the_step_that_updates():

@@ -57,7 +57,9 @@ def test_mypy_in_a_user_project_finds_the_package_after_the_readmes_install(tmp_
     user = tmp_path / "project"
     user.mkdir()
     (user / "train.py").write_text(
-        "from paddle_compat.amp import GradScaler\n\nscale: str = GradScaler().get_scale()\n"
+        "from paddle_compat.amp import GradScaler\nfrom paddle_compat.optimizer import SGD\n\n"
+        "scale: str = GradScaler().get_scale()\n"
+        'SGD(learning_rate="0.1")\n'  # a rate is a float or a scheduler, as Paddle types it
     )
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}  # a user's shell
     proc = subprocess.run(
@@ -66,6 +68,8 @@ def test_mypy_in_a_user_project_finds_the_package_after_the_readmes_install(tmp_
         cwd=user, capture_output=True, text=True, timeout=600, env=clean,
     )
     assert proc.stdout.splitlines() == [
-        'train.py:3: error: Incompatible types in assignment (expression has type "float", variable has type "str")  '
-        "[assignment]"
+        'train.py:4: error: Incompatible types in assignment (expression has type "float", variable has type "str")  '
+        "[assignment]",
+        'train.py:5: error: Argument "learning_rate" to "SGD" has incompatible type "str"; expected '
+        '"float | LRScheduler"  [arg-type]',
     ], proc.stdout + proc.stderr

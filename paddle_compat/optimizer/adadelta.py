@@ -13,6 +13,7 @@ from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
+from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adadelta"]
@@ -33,7 +34,7 @@ class Adadelta(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any = 0.001,
+        learning_rate: float | LRScheduler = 0.001,
         epsilon: float = 1.0e-6,
         rho: float = 0.95,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,

@@ -13,6 +13,7 @@ from .._numerics import round_f32
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
+from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adagrad"]
@@ -35,7 +36,7 @@ class Adagrad(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any,
+        learning_rate: float | LRScheduler,
         epsilon: float = 1.0e-6,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | WeightDecayRegularizer | None = None,

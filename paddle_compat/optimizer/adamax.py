@@ -14,6 +14,7 @@ from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs
 from ._engine import cpu_row
+from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Adamax"]
@@ -37,7 +38,7 @@ class Adamax(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any = 0.001,
+        learning_rate: float | LRScheduler = 0.001,
         beta1: float = 0.9,
         beta2: float = 0.999,
         epsilon: float = 1e-8,

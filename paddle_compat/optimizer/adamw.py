@@ -11,6 +11,7 @@ from torch import Tensor
 from .. import _checks
 from .._numerics import fma_scalar, round_to
 from .adam import Adam
+from .lr import LRScheduler
 
 __all__ = ["AdamW"]
 
@@ -36,7 +37,7 @@ class AdamW(Adam):
 
     def __init__(
         self,
-        learning_rate: float | Any = 0.001,
+        learning_rate: float | LRScheduler = 0.001,
         beta1: float = 0.9,
         beta2: float = 0.999,
         epsilon: float = 1e-8,

@@ -16,6 +16,7 @@ from ..nn.clip import squared_l2_norm
 from ._eigen import adam_moments_, float_attrs
 from ._engine import cpu_row
 from .adamax import check_betas
+from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["Lamb"]
@@ -50,7 +51,7 @@ class Lamb(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any = 0.001,
+        learning_rate: float | LRScheduler = 0.001,
         lamb_weight_decay: float = 0.01,
         beta1: float = 0.9,
         beta2: float = 0.999,

@@ -13,6 +13,7 @@ from .._numerics import fma, round_to
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
 from ._engine import kernels_take
+from .lr import LRScheduler
 from .optimizer import Optimizer, _Item
 
 __all__ = ["Momentum"]
@@ -38,7 +39,7 @@ class Momentum(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any = 0.001,
+        learning_rate: float | LRScheduler = 0.001,
         momentum: float = 0.9,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         use_nesterov: bool = False,

@@ -12,6 +12,7 @@ from .. import _checks, _native
 from .._numerics import round_f32, round_to
 from ._eigen import adam_moments_, float_attrs, pow_like_libm, sqrt_like_eigen
 from ._engine import cpu_row
+from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["NAdam"]
@@ -38,7 +39,7 @@ class NAdam(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any = 0.002,
+        learning_rate: float | LRScheduler = 0.002,
         beta1: float = 0.9,
         beta2: float = 0.999,
         epsilon: float = 1.0e-8,

@@ -129,7 +129,7 @@ class Optimizer(torch.optim.Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any,
+        learning_rate: float | LRScheduler,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None,
         weight_decay: Any,
         grad_clip: Any,

@@ -13,6 +13,7 @@ from .. import _native
 from .._numerics import round_f32, round_to
 from ._eigen import adam_moments_, float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
+from .lr import LRScheduler
 from .nadam import check_adam_family, check_learning_rate, init_powers_and_moments
 from .optimizer import Optimizer, _Item, compute_dtype
 
@@ -38,7 +39,7 @@ class RAdam(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any = 0.001,
+        learning_rate: float | LRScheduler = 0.001,
         beta1: float = 0.9,
         beta2: float = 0.999,
         epsilon: float = 1.0e-8,

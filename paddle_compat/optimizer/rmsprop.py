@@ -13,6 +13,7 @@ from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
+from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["RMSProp"]
@@ -36,7 +37,7 @@ class RMSProp(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any,
+        learning_rate: float | LRScheduler,
         rho: float = 0.95,
         epsilon: float = 1.0e-6,
         momentum: float = 0.0,

@@ -11,6 +11,7 @@ from torch import Tensor
 from .. import _checks, _native
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from ._engine import cpu_row
+from .lr import LRScheduler
 from .optimizer import Optimizer, _Item
 
 __all__ = ["Rprop"]
@@ -41,7 +42,7 @@ class Rprop(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any = 0.001,
+        learning_rate: float | LRScheduler = 0.001,
         learning_rate_range: tuple[float, float] = (1e-5, 50),
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         etas: tuple[float, float] = (0.5, 1.2),

@@ -12,6 +12,7 @@ from .. import _devices, _native
 from .._numerics import fma
 from . import _multi_tensor
 from ._engine import kernels_take
+from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype
 
 __all__ = ["SGD"]
@@ -32,7 +33,7 @@ class SGD(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float | Any = 0.001,
+        learning_rate: float | LRScheduler = 0.001,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | Any = None,
         grad_clip: Any = None,
