@@ -97,6 +97,10 @@ def keep_out_of_dynamo(*functions: Callable[..., Any]) -> None:
     same C entry point) leaves them plain Python."""
     if _eval_frame is None:
         return
+    if not hasattr(_eval_frame, "_FrameExecStrategy"):  # an older torch (2.6 has only this entry point)
+        for function in functions:
+            _eval_frame.skip_code(function.__code__)
+        return
     skip = _eval_frame._FrameExecStrategy(_eval_frame._FrameAction.SKIP, _eval_frame._FrameAction.DEFAULT)
     for function in functions:
         _eval_frame.set_code_exec_strategy(function.__code__, skip)
