@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from . import _native_build
+from . import _native_build, _paddle_cpu
 from ._devices import addressable
 from ._stacklevel import user_stacklevel
 
@@ -240,10 +240,14 @@ class NativeStatus:
     level: str | None = None  # the instruction-set level loaded
     library: str | None = None  # its file
 
+    @property
+    def paddle_cpu(self) -> str:
+        """The Paddle CPU profile float32 Adam/AdamW follow (``_paddle_cpu``: the host's, or forced)."""
+        return _paddle_cpu.profile()
+
     def __str__(self) -> str:
-        if self.compiled:
-            return f"compiled CPU kernels, {self.level} ({self.library})"
-        return f"torch forms: {self.reason}"
+        kernels = f"compiled CPU kernels, {self.level} ({self.library})" if self.compiled else f"torch forms: {self.reason}"
+        return f"{kernels}; Paddle CPU profile {self.paddle_cpu}"
 
 
 _enabled: bool | None = None  # PADDLE_COMPAT_NATIVE, read at the first call of enabled()

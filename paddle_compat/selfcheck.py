@@ -4,7 +4,9 @@ what paddle_compat promises? The first thing to run on a new GPU machine.
 A fixed battery, one verdict per line (``PASS``, ``FAIL``, or ``SKIP`` where the machine lacks what a
 check needs), exit status 0 only without a ``FAIL``:
 
-- the kernels in use and the versions (Triton, the compiled CPU kernels: informational);
+- the kernels in use, the versions and the Paddle CPU profile (``_paddle_cpu``: informational);
+- on ``cpu``: 41 optimizer cases against real Paddle 3.3.1's recorded bits, on every profile in turn
+  (``_recorded``), so that any host checks the bits of AVX-512 and of AVX2 hosts;
 - every optimizer configuration against its exact emulation, bit for bit: on ``cpu`` the compiled
   kernels against the torch forms; on ``cuda`` the GPU kernels (Triton, or the per-tensor path)
   against Paddle's GPU formulas emulated exactly on the CPU, float64 included;
@@ -33,7 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import __version__, _devices, _native
+from . import __version__, _devices, _native, _paddle_cpu, _recorded
 from .amp import GradScaler, auto_cast
 from .amp.loss_scale import HOST, LossScaleState, next_state
 from .nn import ClipGradByGlobalNorm, ClipGradByNorm
@@ -187,6 +189,40 @@ def _optimizer_checks(device: str) -> list[Result]:
                 got = _train(make, dtypes, device)
                 what = "GPU kernels vs exact emulation (clip norms summed on the device)"
             results.append(Result(check, PASS if _same_bits(got, reference) else FAIL, what))
+    return results
+
+
+# --- Paddle's own recorded bits ----------------------------------------------------------------------
+@contextlib.contextmanager
+def _profile(name: str) -> Iterator[None]:
+    """Paddle's CPU profile ``name`` forced (``PADDLE_COMPAT_PADDLE_CPU``) for a while."""
+    import os
+
+    saved = os.environ.get(_paddle_cpu.ENV)
+    os.environ[_paddle_cpu.ENV] = name
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[_paddle_cpu.ENV]
+        else:
+            os.environ[_paddle_cpu.ENV] = saved
+
+
+def _recorded_checks() -> list[Result]:
+    """Every recorded case, on each profile forced in turn, against Paddle's recorded digests."""
+    try:
+        import numpy  # noqa: F401  (the cases' inputs come from NumPy's generator)
+    except ImportError:
+        return [Result("Paddle's recorded bits", SKIP, "NumPy is not installed: the cases' inputs cannot be made")]
+    results = []
+    for name, entry in sorted(_recorded.record()["profiles"].items()):
+        with _profile(name):
+            wrong = [case for case, want in sorted(entry["cases"].items())
+                     if [[_recorded.digest(a) for a in step] for step in _recorded.run(case)] != want]
+        detail = f"{len(entry['cases']) - len(wrong)}/{len(entry['cases'])} cases bitwise to {entry['source']}"
+        results.append(Result(f"Paddle's recorded bits, profile {name}", FAIL if wrong else PASS,
+                              detail + (f"; differ: {', '.join(wrong)}" if wrong else "")))
     return results
 
 
@@ -356,6 +392,8 @@ def _environment(device: str) -> list[Result]:
                                  f"Python {platform.python_version()}"),
         Result("compiled CPU kernels", PASS if native.compiled else SKIP,
                f"loaded: {native.level}" if native.compiled else f"unavailable ({native.reason}): the torch forms run"),
+        Result("Paddle CPU profile", PASS, f"{native.paddle_cpu} ("
+               + (f"forced by {_paddle_cpu.ENV}" if _paddle_cpu.forced() else "this CPU's") + ")"),
     ]
     if device == "cuda":
         gpu = _multi_tensor.kernels(torch.device(device)) is not None
@@ -368,6 +406,8 @@ def run(device: str) -> list[Result]:
     """The battery for ``device`` (``"cpu"`` or ``"cuda"``); a check that raises is a ``FAIL``."""
     steps: list[Callable[[], list[Result]]] = [lambda: _environment(device), lambda: _optimizer_checks(device),
                                                lambda: [_scaler_check(device)]]
+    if device == "cpu":
+        steps.insert(2, _recorded_checks)
     if device == "cuda":
         steps += [lambda: _sync_check(device), lambda: [_graph_check(device, with_scaler=False)],
                   lambda: [_graph_check(device, decr_every=1), _graph_check(device, decr_every=2)],

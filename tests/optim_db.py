@@ -67,8 +67,8 @@ class OptimizerInfo:
 
     cls: type
     inputs: tuple[OptimizerInput, ...]
-    # Paddle's CPU kernel has two forms, AVX-512 (FMAs) and reference (PADDLE_COMPAT_CPU_FMA=1/0)
-    cpu_fma_forms: bool = False
+    # Paddle's float32 CPU kernel depends on the host: the profiles of paddle_compat._paddle_cpu
+    cpu_profiles: bool = False
     # ``weight_decay`` is the decoupled decay coefficient (named so in errors), not a regularizer
     decoupled_decay: bool = False
     # Paddle's GPU kernel in NumPy, ``(param, grad, state, lr) -> param``, for the ``gpu_formula`` inputs
@@ -244,7 +244,7 @@ OPTIM_DB: list[OptimizerInfo] = [
             _in("adam_float64_set_lr", lambda api, ps, **kw: api.optimizer.Adam(
                 0.01, parameters=ps, grad_clip=api.nn.ClipGradByGlobalNorm(0.5), **kw), "parity", **F64_SET_LR),
         ),
-        cpu_fma_forms=True,
+        cpu_profiles=True,
         gpu_reference=_adam_gpu,
     ),
     OptimizerInfo(
@@ -275,7 +275,7 @@ OPTIM_DB: list[OptimizerInfo] = [
             _in("adamw_float64_set_lr", lambda api, ps, **kw: api.optimizer.AdamW(
                 0.01, parameters=ps, weight_decay=0.1, **kw), "parity", **F64_SET_LR),
         ),
-        cpu_fma_forms=True,
+        cpu_profiles=True,
         decoupled_decay=True,
         gpu_reference=lambda p, g, st, lr: _adam_gpu(p, g, st, lr, coeff=0.1),
     ),

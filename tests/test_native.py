@@ -324,14 +324,14 @@ def runnable_levels() -> list[_native_build.Level]:
 
 
 @needs_build
-@pytest.mark.parametrize(("name", "fma"), FORMS, ids=[f"{n}-{'avx512' if f == '1' else 'reference'}" for n, f in FORMS])
-def test_every_level_gives_the_torch_forms_bits(name, fma, fresh_native, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("name", "profile"), FORMS, ids=[f"{n}-{p}" for n, p in FORMS])
+def test_every_level_gives_the_torch_forms_bits(name, profile, fresh_native, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each optimizer configuration, each dtype mix: every level this CPU runs, loaded through the
     same checks, against the torch forms."""
     levels = runnable_levels()
     if len(levels) < 2 and _native_build.LEVELS[0].psabi:
         pytest.skip("this CPU runs only one of the levels built")
-    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", fma)
+    monkeypatch.setenv("PADDLE_COMPAT_PADDLE_CPU", profile)
     libraries = {level: _native.Kernels(_native._open(BUILT[level])) for level in levels}
     keep_hardware_rsqrt(monkeypatch)
     steps = case(name).options.get("steps", 3)
