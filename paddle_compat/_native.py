@@ -246,8 +246,9 @@ class NativeStatus:
         return _paddle_cpu.profile()
 
     def __str__(self) -> str:
-        kernels = f"compiled CPU kernels, {self.level} ({self.library})" if self.compiled else f"torch forms: {self.reason}"
-        return f"{kernels}; Paddle CPU profile {self.paddle_cpu}"
+        if self.compiled:
+            return f"compiled CPU kernels, {self.level} ({self.library}); Paddle CPU profile {self.paddle_cpu}"
+        return f"torch forms: {self.reason}; Paddle CPU profile {self.paddle_cpu}"
 
 
 _enabled: bool | None = None  # PADDLE_COMPAT_NATIVE, read at the first call of enabled()

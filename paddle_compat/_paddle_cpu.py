@@ -32,7 +32,7 @@ import warnings
 
 from ._stacklevel import user_stacklevel
 
-__all__ = ["ENV", "PROFILES", "detected", "forced", "profile"]
+__all__ = ["ENV", "PROFILES", "bfloat16_supported", "detected", "forced", "profile"]
 
 ENV = "PADDLE_COMPAT_PADDLE_CPU"
 _OLD_ENV = "PADDLE_COMPAT_CPU_FMA"
@@ -93,6 +93,14 @@ def profile() -> str:
     if not recorded:
         _warn_unrecorded(name)
     return name
+
+
+@functools.cache
+def bfloat16_supported() -> bool:
+    """Paddle's ``is_bfloat16_supported`` on the CPU: whether it has AVX-512 F, BW, VL and DQ (oneDNN's
+    ``avx512_core``, which Paddle asks for); False off x86-64, and where ``/proc/cpuinfo`` is missing."""
+    flags = _cpu_flags() if platform.machine().lower() in ("x86_64", "amd64") else None
+    return flags is not None and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
 
 
 def _warn_unrecorded(name: str) -> None:

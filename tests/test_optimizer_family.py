@@ -8,6 +8,8 @@ and messages, Adamax's beta power on skipped steps, ASGD's and Rprop's state dty
 from __future__ import annotations
 
 import copy
+import ctypes
+import sys
 from typing import Any
 
 import numpy as np
@@ -230,7 +232,10 @@ def test_pow_is_the_c_librarys_powf_not_numpys() -> None:
         x = np.float32(x * np.float32(0.96))
     ours = _eigen.pow_like_libm(float(x), float(np.float32(0.004)), torch.float32)
     assert np.float32(ours) == np.float32(float(x) ** float(np.float32(0.004)))  # correctly rounded here
-    assert np.float32(ours) != np.power(x, np.float32(0.004))
+    if sys.platform.startswith("linux"):  # the C library's own powf (NumPy's float32 power differs on some hosts)
+        powf = ctypes.CDLL("libm.so.6").powf
+        powf.restype, powf.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
+        assert np.float32(ours) == np.float32(powf(float(x), float(np.float32(0.004))))
 
 
 def test_the_compiled_kernels_give_the_cpus_rsqrt() -> None:
