@@ -114,6 +114,38 @@ def test_betas_and_epsilon_must_be_finite(cls: type, value: float) -> None:
         cls(0.1, parameters=[{"params": _params(), "epsilon": value}])
 
 
+TENSOR_OPTION_CLASSES = [popt.Adam, popt.AdamW, popt.Lamb, popt.Adamax, popt.NAdam, popt.RAdam]
+
+
+@pytest.mark.parametrize("cls", TENSOR_OPTION_CLASSES)
+def test_tensor_betas_and_epsilon_are_checked_as_numbers(cls: type) -> None:
+    with pytest.raises(ValueError, match=r"^beta1 given as a tensor should have one element, but it has shape \[2\]$"):
+        cls(0.1, parameters=_params(), beta1=torch.tensor([0.9, 0.8]))
+    message = "^epsilon given as a tensor should be floating point, but its dtype is torch.int64$"
+    with pytest.raises(TypeError, match=message):
+        cls(0.1, parameters=[{"params": _params(), "epsilon": torch.tensor([1])}])
+    with pytest.raises(ValueError, match="beta2"):  # the value is checked as a float's is
+        cls(0.1, parameters=_params(), beta2=torch.tensor([1.5]))
+
+
+@pytest.mark.parametrize("cls", TENSOR_OPTION_CLASSES)
+def test_tensor_betas_survive_a_weights_only_checkpoint(cls: type, tmp_path) -> None:
+    """The beta powers of a parameter first stepped after loading still start where Paddle's do."""
+    params = _params()
+    opt = cls(0.1, parameters=params, beta1=torch.tensor([0.8]), beta2=torch.tensor([0.95]))
+    torch.save(opt.state_dict(), tmp_path / "opt.pt")
+    twin = cls(0.1, parameters=_params(), beta1=0.5, beta2=0.5)
+    twin.set_state_dict(torch.load(tmp_path / "opt.pt", weights_only=True))
+    for o in (opt, twin):
+        for p in o.param_groups[0]["params"]:
+            p.grad = torch.ones_like(p)
+        o.step()
+    for p, q in zip(opt.param_groups[0]["params"], twin.param_groups[0]["params"], strict=True):
+        assert opt.state[p].keys() == twin.state[q].keys()
+        for key in opt.state[p]:
+            assert torch.equal(opt.state[p][key], twin.state[q][key]), key
+
+
 # --- checkpoints ----------------------------------------------------------------------------------
 def _trained(cls: type, dtype: torch.dtype = torch.float32, **kwargs) -> tuple:
     params = _params(dtype)

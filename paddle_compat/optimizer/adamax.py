@@ -14,7 +14,7 @@ from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs
 from ._engine import cpu_row
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, compute_dtype, tensor_options
 
 __all__ = ["Adamax"]
 
@@ -38,9 +38,9 @@ class Adamax(Optimizer):
     def __init__(
         self,
         learning_rate: float | Any = 0.001,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-8,
+        beta1: float | Tensor = 0.9,
+        beta2: float | Tensor = 0.999,
+        epsilon: float | Tensor = 1e-8,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | WeightDecayRegularizer | None = None,
         grad_clip: Any = None,
@@ -104,7 +104,9 @@ class Adamax(Optimizer):
 
 
 def check_betas(group: dict[str, Any]) -> None:
-    """``beta1``/``beta2`` and ``epsilon`` set, finite floats; betas in [0, 1) (Paddle's message)."""
+    """``beta1``/``beta2`` and ``epsilon`` set, finite floats (or one-element tensors, taken as their
+    value); betas in [0, 1) (Paddle's message)."""
+    tensor_options(group, "beta1", "beta2", "epsilon")
     for key in ("beta1", "beta2", "epsilon"):
         if key in group:
             _checks.required(key, group[key])

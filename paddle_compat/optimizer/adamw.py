@@ -37,9 +37,9 @@ class AdamW(Adam):
     def __init__(
         self,
         learning_rate: float | Any = 0.001,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-8,
+        beta1: float | Tensor = 0.9,
+        beta2: float | Tensor = 0.999,
+        epsilon: float | Tensor = 1e-8,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | Tensor = 0.01,
         use_lowprecision_moment: bool = False,

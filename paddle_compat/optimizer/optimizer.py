@@ -58,6 +58,32 @@ def compute_dtype(value: Tensor) -> torch.dtype:
     return torch.float32 if value.dtype in _LOW_PRECISION else value.dtype
 
 
+class TensorOption(float):
+    """An option given as a one-element tensor (``beta1=paddle.to_tensor([0.9])``), held as its value.
+
+    Paddle takes the Adam family's ``beta1``, ``beta2`` and ``epsilon`` as tensors and reads their
+    value at each step, but Adam, AdamW and Lamb then start their beta powers at 0.9 and 0.999
+    whatever the tensor holds: this type remembers where the value came from (``tensor_options``).
+    """
+
+    __slots__ = ()
+
+
+def tensor_options(group: dict[str, Any], *keys: str) -> None:
+    """Replace a one-element floating tensor among ``group``'s ``keys`` by its value, a ``TensorOption``
+    (the value is then checked as a number would be). Paddle reads element 0 of a larger tensor;
+    that is refused here (``ValueError``), and so is a non-floating one (``TypeError``)."""
+    for key in keys:
+        value = group.get(key)
+        if not isinstance(value, Tensor):
+            continue
+        if not (value.is_floating_point() and not value.is_complex()):
+            raise TypeError(f"{key} given as a tensor should be floating point, but its dtype is {value.dtype}")
+        if value.numel() != 1:
+            raise ValueError(f"{key} given as a tensor should have one element, but it has shape {list(value.shape)}")
+        group[key] = TensorOption(value.item())
+
+
 def _is_lr_scheduler(obj: object) -> bool:
     """Paddle's ``LRScheduler`` protocol: calling it gives the rate, ``step()`` advances it.
 
@@ -826,7 +852,9 @@ _TAG = "paddle_compat_object"
 
 
 def _encode(value: Any) -> Any:
-    """A clip or regularizer object as a plain dict (other values as they are)."""
+    """A clip or regularizer object, or a ``TensorOption``, as a plain dict (other values as they are)."""
+    if isinstance(value, TensorOption):
+        return {_TAG: "Tensor", "value": float(value)}
     if isinstance(value, (ClipGradBase, WeightDecayRegularizer)):
         return {_TAG: type(value).__name__, **vars(value)}
     return value
@@ -840,6 +868,8 @@ def _decode(value: Any, where: str) -> Any:
     known: dict[str, type[Any]] = {c.__name__: c for c in (*_subclasses(ClipGradBase), L1Decay, L2Decay)}
     fields = dict(value)
     name = fields.pop(_TAG)
+    if name == "Tensor" and set(fields) == {"value"} and _checks.is_real(fields["value"]):
+        return TensorOption(fields["value"])
     if name not in known:
         raise ValueError(f"{where}: unknown object in the optimizer state dict: {name!r}")
     try:  # the constructors take the fields ``_encode`` saved, by name (``_coeff``: ``coeff``)
