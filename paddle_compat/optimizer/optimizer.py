@@ -104,8 +104,14 @@ _TORCH_KEYWORDS = {
 
 
 def _refusing_torch_keywords(init: Callable[..., None]) -> Callable[..., None]:
-    """Wrap a constructor so that torch.optim's spelling of an argument names Paddle's (``TypeError``)."""
-    own = set(inspect.signature(init).parameters)
+    """Wrap a constructor so that torch.optim's spelling of an argument names Paddle's (``TypeError``).
+
+    The wrapper shows the constructor's own signature to ``inspect.signature`` and also to
+    ``inspect.getfullargspec``, which does not follow ``__wrapped__``: Paddle programs read it
+    (PaddleVideo's ``build_optimizer`` tests ``"multi_precision" in getfullargspec(...).args``).
+    """
+    signature = inspect.signature(init)
+    own = set(signature.parameters)
 
     @functools.wraps(init)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -117,6 +123,7 @@ def _refusing_torch_keywords(init: Callable[..., None]) -> Callable[..., None]:
                 )
         init(self, *args, **kwargs)
 
+    wrapper.__signature__ = signature  # type: ignore[attr-defined]
     return wrapper
 
 

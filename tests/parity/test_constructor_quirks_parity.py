@@ -3,10 +3,13 @@
 - The Adam family takes ``beta1``/``beta2``/``epsilon`` as one-element tensors (Adam's and Lamb's
   own docstring examples do), and Adam, AdamW and Lamb then start their beta powers at 0.9 and
   0.999 whatever the tensors hold.
+- Every constructor's signature shows to ``inspect`` as Paddle's (PaddleVideo reads
+  ``getfullargspec(...).args`` to switch ``multi_precision`` on).
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import numpy as np
@@ -16,6 +19,7 @@ import torch
 
 import paddle_compat.optimizer as popt
 
+from ..optim_db import CLASSES
 from .paddle_oracle import assert_bitwise_equal
 
 _UNIQUE = itertools.count()  # Paddle refuses to reuse a parameter name
@@ -96,3 +100,15 @@ def test_tensor_betas_and_epsilon_follow_paddle(name):
         0.01, parameters=paddles, **{k: paddle.to_tensor([v], dtype="float32") for k, v in values.items()}
     )
     step_both(ours_opt, paddle_opt, ours, paddles, 4)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_constructor_signatures_show_as_paddles(cls):
+    """Paddle's arguments, order and defaults, plus our keyword-only ``fused``."""
+    ours = inspect.getfullargspec(cls.__init__)
+    theirs = inspect.getfullargspec(getattr(paddle.optimizer, cls.__name__).__init__)
+    assert ours.args == theirs.args
+    assert ours.defaults == theirs.defaults
+    assert ours.kwonlyargs == ["fused"] and ours.kwonlydefaults == {"fused": False}
+    assert list(inspect.signature(cls.__init__).parameters) == [*theirs.args, "fused"]
+    assert list(inspect.signature(cls).parameters) == [*theirs.args[1:], "fused"]
