@@ -3,6 +3,9 @@
 - The Adam family takes ``beta1``/``beta2``/``epsilon`` as one-element tensors (Adam's and Lamb's
   own docstring examples do), and Adam, AdamW and Lamb then start their beta powers at 0.9 and
   0.999 whatever the tensors hold.
+- Momentum rewrites the caller's group dicts (``weight_decay`` becomes ``None``, the fused
+  decay's ``regularization_method``/``regularization_coeff`` are added): a second Momentum built
+  from the same dicts trains without that decay (PaddleScience does so).
 - Every constructor's signature shows to ``inspect`` as Paddle's (PaddleVideo reads
   ``getfullargspec(...).args`` to switch ``multi_precision`` on).
 """
@@ -19,16 +22,16 @@ import torch
 
 import paddle_compat.optimizer as popt
 
-from ..optim_db import CLASSES
+from ..optim_db import CLASSES, OURS
 from .paddle_oracle import assert_bitwise_equal
 
 _UNIQUE = itertools.count()  # Paddle refuses to reuse a parameter name
 
 
-def twin_linear(dtype: str, seed: int = 0) -> tuple[list[torch.nn.Parameter], list]:
-    """A ``Linear(10, 10)``'s weight and bias on both sides, the same values in ``dtype``."""
+def twin_params(dtype: str, shapes: tuple[tuple[int, ...], ...] = ((10, 10), (10,)), seed: int = 0):
+    """Parameters of ``shapes`` on both sides (default: a ``Linear(10, 10)``'s), the same values in ``dtype``."""
     rng = np.random.default_rng(seed)
-    values = [(rng.standard_normal(s) * 0.3).astype(dtype) for s in ((10, 10), (10,))]
+    values = [(rng.standard_normal(s) * 0.3).astype(dtype) for s in shapes]
     ours = [torch.nn.Parameter(torch.from_numpy(v.copy())) for v in values]
     paddles = []
     for v in values:
@@ -38,14 +41,24 @@ def twin_linear(dtype: str, seed: int = 0) -> tuple[list[torch.nn.Parameter], li
     return ours, paddles
 
 
-def step_both(ours_opt, paddle_opt, ours: list, paddles: list, steps: int) -> None:
-    """``steps`` steps of ``mean(linear(inp))`` (its gradients do not depend on the parameters: both
-    sides get the same ones), comparing the parameters bitwise after each."""
+def linear_grads(step: int, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The gradients of ``mean(linear(inp))`` (Paddle's docstring examples): they do not depend on
+    the parameters, so both sides get the same ones."""
+    inp = torch.from_numpy(np.random.default_rng(100 + step).uniform(-0.1, 0.1, (10, 10)))
+    weight, bias = (p.detach().requires_grad_(True) for p in params)
+    torch.mean(inp.to(weight.dtype) @ weight + bias).backward()
+    return [weight.grad, bias.grad]
+
+
+def random_grads(step: int, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    rng = np.random.default_rng(200 + step)
+    return [torch.from_numpy(rng.standard_normal(p.shape).astype(np.float32)).to(p.dtype) for p in params]
+
+
+def step_both(ours_opt, paddle_opt, ours: list, paddles: list, steps: int, grads=linear_grads) -> None:
+    """``steps`` steps with the same gradients on both sides, comparing the parameters bitwise after each."""
     for step in range(steps):
-        inp = torch.from_numpy(np.random.default_rng(100 + step).uniform(-0.1, 0.1, (10, 10)))
-        weight, bias = (p.detach().requires_grad_(True) for p in ours)
-        torch.mean(inp.to(weight.dtype) @ weight + bias).backward()
-        for o, pp, g in zip(ours, paddles, (weight.grad, bias.grad), strict=True):
+        for o, pp, g in zip(ours, paddles, grads(step, ours), strict=True):
             o.grad = g.clone()
             pp.grad = paddle.to_tensor(g.numpy().copy())
         ours_opt.step()
@@ -61,7 +74,7 @@ def step_both(ours_opt, paddle_opt, ours: list, paddles: list, steps: int) -> No
 @pytest.mark.parametrize("dtype", ["float64"])
 def test_adam_docstring_example_with_tensor_betas(dtype):
     """Paddle's ``Adam`` docstring, second example: tensor betas, ``weight_decay=0.01``."""
-    ours, paddles = twin_linear(dtype)
+    ours, paddles = twin_params(dtype)
     ours_opt = popt.Adam(
         learning_rate=0.1, parameters=ours, beta1=torch.tensor([0.9]), beta2=torch.tensor([0.99]), weight_decay=0.01
     )
@@ -75,7 +88,7 @@ def test_adam_docstring_example_with_tensor_betas(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_lamb_docstring_example_with_tensor_betas(dtype):
     """Paddle's ``Lamb`` docstring example: tensor betas, ``lamb_weight_decay=0.01``."""
-    ours, paddles = twin_linear(dtype)
+    ours, paddles = twin_params(dtype)
     ours_opt = popt.Lamb(
         learning_rate=0.002, beta1=torch.tensor([0.9]), beta2=torch.tensor([0.85]), parameters=ours,
         lamb_weight_decay=0.01,
@@ -91,7 +104,7 @@ def test_lamb_docstring_example_with_tensor_betas(dtype):
 def test_tensor_betas_and_epsilon_follow_paddle(name):
     """Every tensor option at a value other than Paddle's defaults, in float64 (the beta powers of
     Adam, AdamW and Lamb start at 0.9 and 0.999 anyway; Adamax's at the tensor's beta1)."""
-    ours, paddles = twin_linear("float64", seed=1)
+    ours, paddles = twin_params("float64", seed=1)
     values = {"beta1": 0.8, "beta2": 0.95, "epsilon": 1e-3}
     ours_opt = getattr(popt, name)(
         0.01, parameters=ours, **{k: torch.tensor([v], dtype=torch.float32) for k, v in values.items()}
@@ -112,3 +125,30 @@ def test_constructor_signatures_show_as_paddles(cls):
     assert ours.kwonlyargs == ["fused"] and ours.kwonlydefaults == {"fused": False}
     assert list(inspect.signature(cls.__init__).parameters) == [*theirs.args, "fused"]
     assert list(inspect.signature(cls).parameters) == [*theirs.args[1:], "fused"]
+
+
+def _momentum_groups(api, params: list) -> list[dict]:
+    """Three groups: the optimizer's decay, a group's own float decay, a group's ``L1Decay``."""
+    return [
+        {"params": params[:1]},
+        {"params": params[1:2], "weight_decay": 0.05, "learning_rate": 0.5},
+        {"params": params[2:], "weight_decay": api.regularizer.L1Decay(0.02)},
+    ]
+
+
+def test_momentum_built_twice_from_the_same_group_dicts():
+    ours, paddles = twin_params("float32", ((4, 3), (3,), (5,)), seed=2)
+    our_groups, paddle_groups = _momentum_groups(OURS, ours), _momentum_groups(paddle, paddles)
+    popt.Momentum(0.1, 0.9, parameters=our_groups, weight_decay=0.01)
+    paddle.optimizer.Momentum(0.1, 0.9, parameters=paddle_groups, weight_decay=0.01)
+    for o, p in zip(our_groups, paddle_groups, strict=True):
+        assert o.keys() == p.keys()
+        assert o["regularization_method"] == p["regularization_method"]
+        assert o["regularization_coeff"] == p["regularization_coeff"]
+        assert (o["weight_decay"] is None) == (p["weight_decay"] is None)
+    assert [g["weight_decay"] for g in our_groups[:2]] == [None, None]
+    assert our_groups[2]["weight_decay"].coeff == 0.02
+    # the second optimizer of each side, from the rewritten dicts: no L2 decay left
+    ours_opt = popt.Momentum(0.1, 0.9, parameters=our_groups, weight_decay=0.01)
+    paddle_opt = paddle.optimizer.Momentum(0.1, 0.9, parameters=paddle_groups, weight_decay=0.01)
+    step_both(ours_opt, paddle_opt, ours, paddles, 4, random_grads)
