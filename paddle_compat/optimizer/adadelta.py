@@ -13,7 +13,7 @@ from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, compute_dtype, paddle_option
 
 __all__ = ["Adadelta"]
 
@@ -30,6 +30,9 @@ class Adadelta(Optimizer):
     formulas run on CUDA (not compared with Paddle on a GPU); fp16/bf16 compute in float32 (Paddle has no CPU
     kernel for them). Differences from Paddle: non-finite hyper-parameters are refused.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _epsilon, _rho = paddle_option("epsilon"), paddle_option("rho")
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ from .._numerics import fma, fma_into, round_to, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
 from . import _multi_tensor
 from ._engine import kernels_take
-from .optimizer import Optimizer, TensorOption, _Item, compute_dtype, tensor_options
+from .optimizer import Optimizer, TensorOption, _Item, compute_dtype, paddle_option, tensor_options
 
 __all__ = ["Adam"]
 
@@ -38,6 +38,10 @@ class Adam(Optimizer):
     gradients, which torch parameters here do not have. ``use_multi_tensor`` is accepted but computed
     with the per-tensor kernel: Paddle's merged CPU kernel rounds differently (last bits).
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
+    _lazy_mode = paddle_option("lazy_mode")
 
     _host_state = ("beta1_pow_acc", "beta2_pow_acc")
 

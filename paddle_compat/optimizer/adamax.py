@@ -14,7 +14,7 @@ from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs
 from ._engine import cpu_row
-from .optimizer import Optimizer, _Item, compute_dtype, tensor_options
+from .optimizer import Optimizer, _Item, compute_dtype, paddle_option, tensor_options
 
 __all__ = ["Adamax"]
 
@@ -32,6 +32,9 @@ class Adamax(Optimizer):
     them); the same formulas run on CUDA (not compared with Paddle on a GPU). Differences from Paddle: ``None``
     arguments are a ``ValueError`` (Paddle asserts); non-finite hyper-parameters are refused.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
 
     _host_state = ("beta1_pow_acc",)
 

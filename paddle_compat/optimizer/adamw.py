@@ -11,6 +11,7 @@ from torch import Tensor
 from .. import _checks
 from .._numerics import fma_scalar, round_to
 from .adam import Adam
+from .optimizer import paddle_option
 
 __all__ = ["AdamW"]
 
@@ -33,6 +34,9 @@ class AdamW(Adam):
     Paddle refuses ``lr_ratio`` on CPU (``NotImplementedError``); here it works on CPU with the GPU
     kernel's meaning (the ratio scales both the decay and the Adam step).
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _weight_decay = paddle_option("weight_decay")  # the decay coefficient, a float
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ from ._eigen import adam_moments_, float_attrs
 from ._engine import cpu_row
 from .adam import pow_start
 from .adamax import check_betas
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, compute_dtype, paddle_option
 
 __all__ = ["Lamb"]
 
@@ -46,6 +46,11 @@ class Lamb(Optimizer):
     from Paddle: ``None`` arguments are a ``ValueError`` (Paddle asserts); non-finite
     hyper-parameters are refused.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
+    _lamb_weight_decay = paddle_option("lamb_weight_decay")
+    _exclude_from_weight_decay_fn = paddle_option("exclude_from_weight_decay_fn")
 
     _host_state = ("beta1_pow_acc", "beta2_pow_acc")
 

@@ -13,7 +13,7 @@ from .._numerics import fma, round_to
 from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
 from ._engine import kernels_take
-from .optimizer import Optimizer, _Item
+from .optimizer import Optimizer, _Item, paddle_option
 
 __all__ = ["Momentum"]
 
@@ -36,6 +36,22 @@ class Momentum(Optimizer):
     nvcc contracts Paddle's kernel (not compared with Paddle on a GPU). Without ``multi_precision`` an fp16/bf16
     parameter's velocity and arithmetic stay in fp16/bf16, as in Paddle.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _momentum, _rescale_grad = paddle_option("momentum"), paddle_option("rescale_grad")
+    _use_nesterov = paddle_option("use_nesterov")
+
+    @property
+    def _regularization_method(self) -> str:
+        """Paddle's: ``"l2_decay"`` when the optimizer's decay is fused into the kernel (a float or
+        ``L2Decay``), else ``""``."""
+        return "l2_decay" if isinstance(self.defaults["weight_decay"], L2Decay) else ""
+
+    @property
+    def _regularization_coeff(self) -> float:
+        """Paddle's: the fused L2 decay's coefficient (0.0 without)."""
+        reg = self.defaults["weight_decay"]
+        return reg.coeff if isinstance(reg, L2Decay) else 0.0
 
     def __init__(
         self,

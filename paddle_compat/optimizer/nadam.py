@@ -12,7 +12,7 @@ from .. import _checks, _native
 from .._numerics import round_f32, round_to
 from ._eigen import adam_moments_, float_attrs, pow_like_libm, sqrt_like_eigen
 from ._engine import cpu_row
-from .optimizer import Optimizer, _Item, compute_dtype, tensor_options
+from .optimizer import Optimizer, _Item, compute_dtype, paddle_option, tensor_options
 
 __all__ = ["NAdam"]
 
@@ -33,6 +33,10 @@ class NAdam(Optimizer):
     ``weight_decay`` is a regularizer or a float (Paddle also lists a Tensor); non-finite
     hyper-parameters are refused.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
+    _momentum_decay = paddle_option("momentum_decay")
 
     _host_state = ("momentum_decay_pow", "beta2_pow", "mu_product")
 

@@ -127,6 +127,20 @@ def _refusing_torch_keywords(init: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
+def paddle_option(key: str) -> Any:
+    """Paddle's private attribute of the option ``key`` (``Adam._beta1``: ``paddle_option("beta1")``),
+    read-only: the optimizer's value, as given to the constructor (a tensor's value for a tensor).
+
+    Paddle sets these attributes to each group's options in turn while it steps, so after a step
+    with groups they hold the last group's; here they always hold the optimizer's own.
+    """
+
+    def get(self: Any) -> Any:
+        return self.defaults[key]
+
+    return property(get, doc=f"Paddle's ``_{key}``: the optimizer's ``{key}``.")
+
+
 class Optimizer(torch.optim.Optimizer):
     """Base of every optimizer here (``SGD``, ``Momentum``, ``Adam``, ``AdamW``, ``Lamb``, ... ``Rprop``).
 

@@ -13,7 +13,7 @@ from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, compute_dtype, paddle_option
 
 __all__ = ["RMSProp"]
 
@@ -33,6 +33,10 @@ class RMSProp(Optimizer):
     they compute in float32 (with master weights under ``multi_precision``, which ``decorate``
     switches on). Differences from Paddle: non-finite hyper-parameters are refused.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _rho, _epsilon = paddle_option("rho"), paddle_option("epsilon")
+    _momentum, _centered = paddle_option("momentum"), paddle_option("centered")
 
     def __init__(
         self,

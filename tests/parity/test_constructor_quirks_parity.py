@@ -6,6 +6,7 @@
 - Momentum rewrites the caller's group dicts (``weight_decay`` becomes ``None``, the fused
   decay's ``regularization_method``/``regularization_coeff`` are added): a second Momentum built
   from the same dicts trains without that decay (PaddleScience does so).
+- The options' private attributes Paddle code reads (``Adam._beta1``, PaddleSpeech) exist.
 - Every constructor's signature shows to ``inspect`` as Paddle's (PaddleVideo reads
   ``getfullargspec(...).args`` to switch ``multi_precision`` on).
 """
@@ -22,7 +23,7 @@ import torch
 
 import paddle_compat.optimizer as popt
 
-from ..optim_db import CLASSES, OURS
+from ..optim_db import CLASSES, OURS, cases, ids
 from .paddle_oracle import assert_bitwise_equal
 
 _UNIQUE = itertools.count()  # Paddle refuses to reuse a parameter name
@@ -152,3 +153,30 @@ def test_momentum_built_twice_from_the_same_group_dicts():
     ours_opt = popt.Momentum(0.1, 0.9, parameters=our_groups, weight_decay=0.01)
     paddle_opt = paddle.optimizer.Momentum(0.1, 0.9, parameters=paddle_groups, weight_decay=0.01)
     step_both(ours_opt, paddle_opt, ours, paddles, 4, random_grads)
+
+
+PARITY = cases("parity")
+
+
+@pytest.mark.parametrize(("info", "inp"), PARITY, ids=ids(PARITY))
+def test_option_attributes_are_paddles(info, inp):
+    """Each option of Paddle's ``_default_dict`` is an attribute (``_beta1``; Adagrad's public
+    ``initial_accumulator_value``) of both optimizers, with the same value (objects: the same type)."""
+    ours_params, paddles = twin_params("float32", ((3, 2), (2,), (2, 2), (2,)))
+    names = ["w1", "b1", "w2", "b2"]
+    for name, p in zip(names, paddles, strict=True):
+        p.name = f"{name}_{next(_UNIQUE)}"
+    ours = inp.make(list(zip(names, ours_params, strict=True)))
+    theirs = inp.build(paddle, paddles)
+    compared = 0
+    for key in theirs._default_dict:
+        attr = next((a for a in (f"_{key}", key) if hasattr(theirs, a)), None)
+        if attr is None:
+            continue
+        o, p = getattr(ours, attr), getattr(theirs, attr)
+        if isinstance(p, (bool, int, float, str)) or p is None:
+            assert o == p, f"{attr}: ours {o!r} vs Paddle {p!r}"
+        else:
+            assert type(o).__name__ == type(p).__name__, attr
+        compared += 1
+    assert compared or not theirs._default_dict
