@@ -146,6 +146,69 @@ def test_tensor_betas_survive_a_weights_only_checkpoint(cls: type, tmp_path) -> 
             assert torch.equal(opt.state[p][key], twin.state[q][key]), key
 
 
+# --- per-parameter rates (Paddle's optimize_attr) --------------------------------------------------
+RATED = [c for c in OPTIMIZERS if not info_of(c).rate_is_initial_step]  # Rprop reads no optimize_attr
+_WHERE = "optimize_attr['learning_rate'] of parameter 1 ('b')"
+BAD_RATES = [
+    ({"learning_rate": NAN}, ValueError, f"{_WHERE} should be a finite number >= 0 (in the learning rate's dtype), "
+                                         "but received nan"),
+    ({"learning_rate": INF}, ValueError, None),
+    ({"learning_rate": -1.0}, ValueError, None),
+    ({"learning_rate": 1e39}, ValueError, None),  # inf in float32
+    ({"learning_rate": True}, TypeError, f"{_WHERE} should be a float, but received bool"),
+    ({"learning_rate": "x"}, TypeError, f"{_WHERE} should be a float, but received str"),
+    ({"learning_rate": None}, TypeError, f"{_WHERE} should be a float, but received NoneType"),
+    ({"learning_rate": torch.ones(2)}, TypeError, f"{_WHERE} should be a float, but received a tensor of shape [2]"),
+    (["learning_rate", 0.5], TypeError, "optimize_attr of parameter 1 ('b') should be a dict such as "
+                                        "{'learning_rate': 1.0}, but received list"),
+]
+
+
+def _rated(cls: type, attr: object) -> tuple:
+    params = _params()
+    params[1].optimize_attr = attr
+    for p in params:
+        p.grad = torch.full_like(p, 1024.0)
+    return info_of(cls).inputs[0].make(list(zip(["w", "b"], params, strict=True))), params
+
+
+@pytest.mark.parametrize("cls", RATED)
+@pytest.mark.parametrize(("attr", "exc", "message"), BAD_RATES)
+@pytest.mark.parametrize("how", ["step", "minimize", "scaler.step", "scaler.minimize"])
+def test_a_bad_per_parameter_rate_is_refused_before_anything_changes(cls, attr, exc, message, how) -> None:
+    from paddle_compat.amp import GradScaler
+
+    opt, params = _rated(cls, attr)
+    scaler = GradScaler(init_loss_scaling=1024.0)
+    before = [(p.detach().clone(), p.grad.clone()) for p in params]
+    loss = torch.zeros([])
+    call = {"step": lambda: opt.step(), "minimize": lambda: opt.minimize(loss),
+            "scaler.step": lambda: scaler.step(opt), "scaler.minimize": lambda: scaler.minimize(opt, loss)}[how]
+    with pytest.raises(exc) as info:
+        call()
+    if message is not None:
+        assert str(info.value) == message
+    assert "optimize_attr" in str(info.value) and "parameter 1 ('b')" in str(info.value)
+    for p, (value, grad) in zip(params, before, strict=True):
+        assert torch.equal(p.detach(), value) and torch.equal(p.grad, grad)  # nothing stepped, nothing unscaled
+    assert not opt.state
+    assert scaler._step_state.optimizer_states == {} and scaler.get_scale() == 1024.0
+    params[1].optimize_attr = {"learning_rate": 0.5}  # fixed, the same scaler steps
+    scaler.step(opt)
+    scaler.update()
+
+
+def test_per_parameter_rates_with_groups_are_not_read() -> None:
+    """Paddle writes a group's ratio over ``optimize_attr``: there nothing is read, nothing refused."""
+    params = _params()
+    params[1].optimize_attr = {"learning_rate": NAN}
+    opt = popt.SGD(0.1, parameters=[{"params": params}])
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in params)
+
+
 # --- checkpoints ----------------------------------------------------------------------------------
 def _trained(cls: type, dtype: torch.dtype = torch.float32, **kwargs) -> tuple:
     params = _params(dtype)

@@ -422,6 +422,43 @@ class Optimizer(torch.optim.Optimizer):
         rnd = round_to(torch.float64 if self._dtype == torch.float64 else torch.float32)
         return rnd(group_lr * rnd(ratio))
 
+    def _check_param_rates(self) -> None:
+        """Refuse, before a step changes anything, a per-parameter rate ``_param_lr`` could not use:
+        ``p.optimize_attr`` not a dict (or ``None``), or its ``'learning_rate'`` not a number (a
+        bool, ``None``, a string, a tensor of several elements: ``TypeError``) or not finite and
+        >= 0 in the learning rate's dtype (NaN, inf, -1.0, 1e39 for float32: ``ValueError``). Paddle
+        applies NaN, infinite, negative and huge rates, and ``True`` as 1, and fails on the others
+        mid-step. Only the rates the step reads are checked: a plain list of parameters' (with
+        groups the group's ratio counts)."""
+        if self._compat_grouped or len(self.param_groups) != 1:
+            return
+        rnd = round_to(torch.float64 if self._dtype == torch.float64 else torch.float32)
+        group = self.param_groups[0]
+        for index, p in enumerate(group["params"]):
+            attr = getattr(p, "optimize_attr", None)
+            if attr is None:
+                continue
+            name = group["param_names"][index] if "param_names" in group else getattr(p, "name", None)
+            where = f"parameter {index}" + (f" ({name!r})" if isinstance(name, str) else "")
+            if not isinstance(attr, dict):
+                raise TypeError(
+                    f"optimize_attr of {where} should be a dict such as {{'learning_rate': 1.0}}, "
+                    f"but received {type(attr).__name__}"
+                )
+            ratio = attr.get("learning_rate", 1.0)
+            if isinstance(ratio, Tensor) and ratio.numel() == 1 and not ratio.dtype == torch.bool:
+                ratio = ratio.item()
+            if not _checks.is_real(ratio):
+                raise TypeError(
+                    f"optimize_attr['learning_rate'] of {where} should be a float, but received "
+                    + (f"a tensor of shape {list(ratio.shape)}" if isinstance(ratio, Tensor) else type(ratio).__name__)
+                )
+            if not (_is_valid_lr(ratio) and math.isfinite(rnd(ratio))):
+                raise ValueError(
+                    f"optimize_attr['learning_rate'] of {where} should be a finite number >= 0 "
+                    f"(in the learning rate's dtype), but received {ratio!r}"
+                )
+
     # --- the step ------------------------------------------------------------------------------
     @_torch_step.bypassing
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -491,6 +528,7 @@ class Optimizer(torch.optim.Optimizer):
         # Autograd must not record the update. This is the switch torch.no_grad() sets, set
         # directly: its Python context manager costs as much as the rest of a small step's
         # bookkeeping.
+        self._check_param_rates()
         grad_enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
