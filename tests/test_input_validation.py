@@ -346,6 +346,22 @@ def test_a_bad_group_option_in_a_checkpoint_is_refused(cls, group_key, value, ex
     _load_refused(target, saved, exc, f"state_dict['param_groups'][0]: {message}")
 
 
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+@pytest.mark.parametrize("source", OPTIMIZERS, ids=lambda c: f"from_{c.__name__}")
+def test_another_optimizers_state_dict_lacking_options_is_refused(cls: type, source: type) -> None:
+    """SGD's state dict into Lamb: its groups lack Lamb's options, which every step would read."""
+    saved = _trained(source)[0].state_dict()
+    opt = _trained(cls)[0]
+    missing = [key for key in opt.defaults if key not in saved["param_groups"][0]]
+    if not missing:
+        return
+    message = (
+        f"state_dict['param_groups'][0] lacks the options {missing} of {cls.__name__} "
+        "(is it the state dict of another optimizer?)"
+    )
+    _load_refused(opt, saved, ValueError, message)
+
+
 @pytest.mark.parametrize(("clip", "field", "value", "exc", "message"), [
     (pnn.ClipGradByGlobalNorm(1.0), "clip_norm", NAN, ValueError,
      "clip_norm should be a finite number greater than 0, but received nan"),

@@ -849,8 +849,17 @@ class Optimizer(torch.optim.Optimizer):
 
     def _check_saved_group(self, where: str, saved: dict[str, Any]) -> dict[str, Any]:
         """A saved group's options, checked as the constructor checks them (``TypeError`` or
-        ``ValueError`` naming the entry), its clip and regularizer rebuilt by their constructors."""
+        ``ValueError`` naming the entry; ``ValueError`` when one is missing), its clip and
+        regularizer rebuilt by their constructors."""
         group = {key: _decode(value, f"{where}[{key!r}]") for key, value in saved.items()}
+        # torch takes the saved groups whole: an option missing there (another optimizer's state
+        # dict: SGD's into Lamb) would be a KeyError at every step
+        missing = [key for key in self.defaults if key not in group]
+        if missing:
+            raise ValueError(
+                f"{where} lacks the options {missing} of {type(self).__name__} "
+                "(is it the state dict of another optimizer?)"
+            )
         try:
             if "weight_decay" in group:
                 group["weight_decay"] = self._check_weight_decay(group["weight_decay"])
