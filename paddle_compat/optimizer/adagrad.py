@@ -13,7 +13,7 @@ from .._numerics import round_f32
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
-from .optimizer import Optimizer, _Item, compute_dtype, paddle_option
+from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option
 
 __all__ = ["Adagrad"]
 
@@ -58,6 +58,8 @@ class Adagrad(Optimizer):
             if key in group:
                 _checks.required(key, group[key])
                 _checks.real(key, group[key])
+            # a negative accumulator (or epsilon) makes the root of the first step NaN
+            check_range(group, key)
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         dtype = torch.float32 if self._uses_master(p) else p.dtype

@@ -14,7 +14,7 @@ from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs
 from ._engine import cpu_row
-from .optimizer import Optimizer, _Item, compute_dtype, paddle_option, tensor_options
+from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option, tensor_options
 
 __all__ = ["Adamax"]
 
@@ -57,8 +57,6 @@ class Adamax(Optimizer):
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_betas(group)
-        if "epsilon" in group and not 0 <= group["epsilon"]:
-            raise ValueError("Invalid value of epsilon, expect epsilon >= 0.")
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         low = self._uses_master(p) or p.dtype in (torch.float16, torch.bfloat16)
@@ -108,7 +106,7 @@ class Adamax(Optimizer):
 
 def check_betas(group: dict[str, Any]) -> None:
     """``beta1``/``beta2`` and ``epsilon`` set, finite floats (or one-element tensors, taken as their
-    value); betas in [0, 1) (Paddle's message)."""
+    value); betas in [0, 1) and ``epsilon >= 0`` (Paddle's messages)."""
     tensor_options(group, "beta1", "beta2", "epsilon")
     for key in ("beta1", "beta2", "epsilon"):
         if key in group:
@@ -117,3 +115,4 @@ def check_betas(group: dict[str, Any]) -> None:
     for key in ("beta1", "beta2"):
         if key in group and not 0 <= group[key] < 1:
             raise ValueError(f"Invalid value of {key}, expect {key} in [0,1).")
+    check_range(group, "epsilon")

@@ -84,6 +84,17 @@ def tensor_options(group: dict[str, Any], *keys: str) -> None:
         group[key] = TensorOption(value.item())
 
 
+def check_range(group: dict[str, Any], key: str, low: float | None = 0.0, high: float | None = None) -> None:
+    """``low <= group[key] <= high`` when ``group`` has ``key`` (``ValueError`` in Paddle's wording,
+    ``"Invalid value of rho, expect rho >= 0."``); ``None`` leaves that side open."""
+    if key not in group:
+        return
+    if low is not None and not group[key] >= low:
+        raise ValueError(f"Invalid value of {key}, expect {key} >= {low:g}.")
+    if high is not None and not group[key] <= high:
+        raise ValueError(f"Invalid value of {key}, expect {key} <= {high:g}.")
+
+
 def _is_lr_scheduler(obj: object) -> bool:
     """Paddle's ``LRScheduler`` protocol: calling it gives the rate, ``step()`` advances it.
 
@@ -228,6 +239,8 @@ class Optimizer(torch.optim.Optimizer):
             **defaults,
         }
         super().__init__(params, defaults)
+        # the options each group holds and a step reads (torch adds its own keys to ``defaults``)
+        self._compat_options = tuple(defaults)
         self._step_supports_amp_scaling = fused
         _drive_by(scheduler, self)
 
@@ -854,7 +867,7 @@ class Optimizer(torch.optim.Optimizer):
         group = {key: _decode(value, f"{where}[{key!r}]") for key, value in saved.items()}
         # torch takes the saved groups whole: an option missing there (another optimizer's state
         # dict: SGD's into Lamb) would be a KeyError at every step
-        missing = [key for key in self.defaults if key not in group]
+        missing = [key for key in self._compat_options if key not in group]
         if missing:
             raise ValueError(
                 f"{where} lacks the options {missing} of {type(self).__name__} "

@@ -13,7 +13,7 @@ from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
-from .optimizer import Optimizer, _Item, compute_dtype, paddle_option
+from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option
 
 __all__ = ["RMSProp"]
 
@@ -62,9 +62,9 @@ class RMSProp(Optimizer):
             if key in group:
                 _checks.required(key, group[key], f"{key} is not set.")
                 _checks.real(key, group[key])
-        for key in ("epsilon", "momentum", "rho"):
-            if key in group and not 0.0 <= group[key]:
-                raise ValueError(f"Invalid value of {key}, expect {key} >= 0.")
+        for key in ("epsilon", "momentum"):
+            check_range(group, key)
+        check_range(group, "rho", 0.0, 1.0)  # above 1 the mean square turns negative, its root NaN
         if "centered" in group:
             group["centered"] = _checks.flag("centered", group["centered"])
 
