@@ -411,9 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = sum(r.verdict == FAIL for r in results)
     print(f"\n{len(results)} checks on {device}: {failed} failed ({time.perf_counter() - start:.1f} s)")
     if args.json:
+        report = {"device": device, "passed": not failed, "results": [asdict(r) for r in results]}
         try:
             with open(args.json, "w", encoding="utf-8") as f:
-                json.dump({"device": device, "passed": not failed, "results": [asdict(r) for r in results]}, f, indent=1)
+                json.dump(report, f, indent=1)
         except OSError as e:  # it became unwritable while the battery ran
             parser.error(f"--json: cannot write {args.json}: {e.strerror or e}")
     return 1 if failed else 0
