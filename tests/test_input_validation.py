@@ -146,6 +146,36 @@ def test_tensor_betas_survive_a_weights_only_checkpoint(cls: type, tmp_path) -> 
             assert torch.equal(opt.state[p][key], twin.state[q][key]), key
 
 
+# --- parameters and groups ------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_a_group_without_params_is_refused(cls: type) -> None:
+    with pytest.raises(ValueError) as info:
+        cls(0.1, parameters=[{"params": _params()}, {"learning_rate": 0.5}])
+    assert str(info.value) == "parameter group 1 has no 'params': each group dict lists its parameters under 'params'"
+    opt = cls(0.1, parameters=_params())
+    with pytest.raises(ValueError, match="^parameter group 1 has no 'params'"):
+        opt.add_param_group({"learning_rate": 0.5})
+    assert len(opt.param_groups) == 1
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128, torch.int64, torch.bool])
+def test_complex_and_integer_parameters_are_refused(cls: type, dtype: torch.dtype) -> None:
+    bad = torch.nn.Parameter(torch.ones(2, dtype=dtype), requires_grad=dtype.is_complex)
+    message = (
+        f"parameter 1 ('z') of parameter group {{group}} is a {dtype} tensor: paddle_compat optimizers update "
+        "floating-point (float16, bfloat16, float32, float64) parameters"
+    )
+    with pytest.raises(TypeError) as info:
+        cls(0.1, parameters=[("w", _params()[0]), ("z", bad)])
+    assert str(info.value) == message.format(group=0)
+    opt = cls(0.1, parameters=[("w", _params()[0])])
+    with pytest.raises(TypeError) as info:
+        opt.add_param_group({"params": [("y", _params()[1]), ("z", bad)]})
+    assert str(info.value) == message.format(group=1)
+    assert len(opt.param_groups) == 1 and not opt.state
+
+
 # --- per-parameter rates (Paddle's optimize_attr) --------------------------------------------------
 RATED = [c for c in OPTIMIZERS if not info_of(c).rate_is_initial_step]  # Rprop reads no optimize_attr
 _WHERE = "optimize_attr['learning_rate'] of parameter 1 ('b')"

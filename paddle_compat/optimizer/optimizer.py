@@ -246,7 +246,18 @@ class Optimizer(torch.optim.Optimizer):
 
     # --- parameter groups ----------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """torch's ``add_param_group``, checking Paddle's group options first."""
+        """torch's ``add_param_group``, checking Paddle's group options first.
+
+        A group without ``"params"`` is a ``ValueError`` naming the key (torch: ``KeyError``; Paddle
+        asserts), as is a missing required argument.
+        """
+        if not isinstance(param_group, dict):
+            raise TypeError(f"a parameter group should be a dict, but received {type(param_group).__name__}")
+        if "params" not in param_group:
+            raise ValueError(
+                f"parameter group {len(self.param_groups)} has no 'params': each group dict lists its "
+                "parameters under 'params'"
+            )
         group = dict(param_group)
         if "weight_decay" in group:
             group["weight_decay"] = self._check_weight_decay(group["weight_decay"])
@@ -260,10 +271,19 @@ class Optimizer(torch.optim.Optimizer):
             raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
         params = group.get("params")
         for index, p in enumerate([params] if isinstance(params, Tensor) else params or []):
+            name, p = p if isinstance(p, tuple) and len(p) == 2 else (None, p)  # named_parameters()
+            where = f"parameter {index}" + (f" ({name!r})" if isinstance(name, str) else "")
+            where += f" of parameter group {len(self.param_groups)}"
             if isinstance(p, Tensor) and p.layout != torch.strided:
                 raise TypeError(
-                    f"parameter {index} of parameter group {len(self.param_groups)} is a {p.layout} tensor: "
-                    "paddle_compat optimizers update dense (strided) parameters"
+                    f"{where} is a {p.layout} tensor: paddle_compat optimizers update dense (strided) parameters"
+                )
+            # Paddle's CPU kernels have none for them: complex ones would be updated silently or
+            # fail mid-step (Adam, Lamb, Rprop), integer ones fail at the first step.
+            if isinstance(p, Tensor) and not p.is_floating_point():
+                raise TypeError(
+                    f"{where} is a {p.dtype} tensor: paddle_compat optimizers update floating-point "
+                    "(float16, bfloat16, float32, float64) parameters"
                 )
         self._check_group(group)
         super().add_param_group(group)
@@ -989,8 +1009,8 @@ def _check_lr_value(value: float) -> None:
 
 def _listed(item: Any) -> Any:
     """A parameter group with its ``params`` turned into a list (a generator would be consumed)."""
-    if isinstance(item, dict) and not isinstance(item.get("params"), (Tensor, set)):
-        return {**item, "params": list(item.get("params", []))}
+    if isinstance(item, dict) and "params" in item and not isinstance(item["params"], (Tensor, set)):
+        return {**item, "params": list(item["params"])}
     return item
 
 
