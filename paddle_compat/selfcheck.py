@@ -2,7 +2,8 @@
 what paddle_compat promises? The first thing to run on a new GPU machine.
 
 A fixed battery, one verdict per line (``PASS``, ``FAIL``, or ``SKIP`` where the machine lacks what a
-check needs), exit status 0 only without a ``FAIL``:
+check needs), exit status 0 only without a ``FAIL`` (2 for bad arguments, such as a ``--json``
+path that cannot be written: refused before the battery runs):
 
 - the kernels in use, the versions and the Paddle CPU profile (``_paddle_cpu``: informational);
 - on ``cpu``: 41 optimizer cases against real Paddle 3.3.1's recorded bits, on every profile in turn
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import sys
 import time
@@ -437,6 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible to torch")
+    if args.json:
+        reason = _unwritable(args.json)
+        if reason is not None:  # said now, not after the whole battery (exit status 2, as the parity CLI)
+            parser.error(f"--json: cannot write {args.json}: {reason}")
     start = time.perf_counter()
     results = run(device)
     width = max(len(r.check) for r in results)
@@ -445,9 +451,27 @@ def main(argv: list[str] | None = None) -> int:
     failed = sum(r.verdict == FAIL for r in results)
     print(f"\n{len(results)} checks on {device}: {failed} failed ({time.perf_counter() - start:.1f} s)")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"device": device, "passed": not failed, "results": [asdict(r) for r in results]}, f, indent=1)
+        report = {"device": device, "passed": not failed, "results": [asdict(r) for r in results]}
+        try:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1)
+        except OSError as e:  # it became unwritable while the battery ran
+            parser.error(f"--json: cannot write {args.json}: {e.strerror or e}")
     return 1 if failed else 0
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` cannot be written (``None``: it can), found by opening it for appending (which
+    changes no existing file; one created here is removed)."""
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        os.remove(path)
+    return None
 
 
 if __name__ == "__main__":

@@ -331,6 +331,25 @@ def test_baseline_separates_noise_from_a_bug():
         assert_same_trajectory(ref, port, baseline=base, baseline_factor=1.0)
 
 
+def test_a_baseline_of_another_model_is_refused():
+    ref = trace([(scal(), {"grad/w": W, "param/w": W})])
+    port = trace([(scal(), {"grad/w": W, "param/w": W})])
+    other = trace([(scal(), {"grad/v": W, "param/v": W})])
+    with pytest.raises(ValueError) as info:
+        compare(ref, port, baseline=other)
+    assert str(info.value) == (
+        "the baseline does not record the reference's tensors (4 differ; the baseline alone has 'grad/v'): "
+        "a baseline is a second run of the reference model"
+    )
+    wider = trace([(scal(), {"grad/w": np.concatenate([W, W]), "param/w": W})])
+    with pytest.raises(ValueError) as info:
+        compare(ref, port, baseline=wider)
+    assert str(info.value) == (
+        f"the baseline's 'grad/w' has shape {[2 * W.shape[0], *W.shape[1:]]}, the reference's {list(W.shape)}: "
+        "a baseline is a second run of the reference model"
+    )
+
+
 def test_layers_recorded_on_one_side_are_notes():
     a = trace([(scal(), {"act/attn.q_proj": W, "act/attn": W, "act/extra": W, "param/w": W})])
     b = trace([(scal(), {"act/attn": W, "param/w": W})])

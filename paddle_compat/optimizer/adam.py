@@ -14,7 +14,7 @@ from .._numerics import fma, fma_into, round_to, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
 from . import _multi_tensor
 from ._engine import kernels_take
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, TensorOption, _Item, compute_dtype, paddle_option, tensor_options
 
 __all__ = ["Adam"]
 
@@ -45,14 +45,18 @@ class Adam(Optimizer):
     with the per-tensor kernel: Paddle's merged CPU kernel rounds differently (last bits).
     """
 
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
+    _lazy_mode = paddle_option("lazy_mode")
+
     _host_state = ("beta1_pow_acc", "beta2_pow_acc")
 
     def __init__(
         self,
         learning_rate: float | Any = 0.001,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-8,
+        beta1: float | Tensor = 0.9,
+        beta2: float | Tensor = 0.999,
+        epsilon: float | Tensor = 1e-8,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | Tensor | WeightDecayRegularizer | None = None,  # a Tensor: AdamW's coefficient
         grad_clip: Any = None,
@@ -73,6 +77,7 @@ class Adam(Optimizer):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
+        tensor_options(group, "beta1", "beta2", "epsilon")
         for key in ("beta1", "beta2", "epsilon"):
             if key in group:
                 if group[key] is None:
@@ -96,8 +101,8 @@ class Adam(Optimizer):
         if self._amsgrad:
             state["moment2_max"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         pow_dtype = torch.float32 if low else p.dtype
-        state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=pow_dtype)
-        state["beta2_pow_acc"] = torch.full([1], group["beta2"], dtype=pow_dtype)
+        state["beta1_pow_acc"] = torch.full([1], pow_start(group, "beta1"), dtype=pow_dtype)
+        state["beta2_pow_acc"] = torch.full([1], pow_start(group, "beta2"), dtype=pow_dtype)
 
     def _decay_rate(self, param: Tensor, group: dict[str, Any], lr: float, rnd: Any) -> tuple[float | None, float]:
         """AdamW's decoupled decay: the rate applied to the parameter (``None``: no decay) and Adam's rate."""
@@ -299,3 +304,14 @@ class Adam(Optimizer):
     def _working(self, t: Tensor, dtype: torch.dtype, slot: str) -> Tensor:
         """``t`` itself when it already has the compute dtype (updated in place), else a copy in a buffer."""
         return t if t.dtype == dtype else self._buffer(t, dtype, slot).copy_(t)
+
+
+# Where Adam's and Lamb's beta powers start when the beta came as a tensor (Paddle's defaults)
+_POW_START = {"beta1": 0.9, "beta2": 0.999}
+
+
+def pow_start(group: dict[str, Any], key: str) -> float:
+    """The first value of ``key``'s beta power: the beta, or 0.9/0.999 when it was given as a tensor
+    (Paddle's ``_add_moments_pows`` of Adam, AdamW and Lamb; the update itself uses the tensor's value)."""
+    beta = group[key]
+    return _POW_START[key] if isinstance(beta, TensorOption) else beta

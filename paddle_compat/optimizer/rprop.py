@@ -76,6 +76,9 @@ class Rprop(Optimizer):
         reg = group["weight_decay"]
         return reg if reg is not None else _NO_DECAY
 
+    def _check_param_rates(self) -> None:
+        """Nothing to check: Rprop reads no ``optimize_attr`` (its rate is only the initial step size)."""
+
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["prevs"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         state["learning_rates"] = torch.full_like(

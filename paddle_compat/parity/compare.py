@@ -449,6 +449,24 @@ def _causes(d: Divergence, ref: Trace, cand: Trace, at_step: list[TensorMetrics]
     return out
 
 
+def _check_baseline(base: Trace, ref: Trace) -> None:
+    """A baseline is a second run of the reference: the same tensors, of the same shapes (a trace of
+    another model would lend its noise to names it does not share, or to other shapes)."""
+    only = sorted(set(base.series) ^ set(ref.series))
+    if only:
+        side = "baseline" if only[0] in base.series else "reference"
+        raise ValueError(
+            f"the baseline does not record the reference's tensors ({len(only)} differ; the {side} alone has "
+            f"{only[0]!r}): a baseline is a second run of the reference model"
+        )
+    for name, series in ref.series.items():
+        if base.series[name].shape != series.shape:
+            raise ValueError(
+                f"the baseline's {name!r} has shape {list(base.series[name].shape)}, the reference's "
+                f"{list(series.shape)}: a baseline is a second run of the reference model"
+            )
+
+
 def bound_for(table: Mapping[str, float], name: str, group: str) -> float | None:
     """The most specific bound in ``table`` for ``name``: its exact key, else the longest glob matching
     it, else its ``group`` (a trace's category, a layer diff's phase), else ``"*"``; ``None``: none.
@@ -606,6 +624,8 @@ def compare(
         )
     if base is not None and base.meta.get("layout") != lr:
         raise ValueError(f"the baseline's layout is {base.meta.get('layout')!r}, the reference's {lr!r}")
+    if base is not None:
+        _check_baseline(base, ref)
     bounds = _Bounds(tolerance, base, ref, float(baseline_factor))
     notes: list[str] = []
     if steps is not None:

@@ -726,11 +726,23 @@ def diff_layers(
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in layer_map.items())
     ):
         raise TypeError("layer_map must be a dict of Paddle layer paths to torch module paths (strings)")
+    if layer_map:  # a typo would map nothing, silently
+        p_paths = {path for path, _ in paddle_model.named_sublayers(include_self=True)}
+        t_paths = {path for path, _ in torch_model.named_modules()}
+        for p_path, t_path in layer_map.items():
+            if p_path not in p_paths:
+                raise ValueError(f"layer_map[{p_path!r}]: the Paddle model has no layer {p_path!r}")
+            if t_path not in t_paths:
+                raise ValueError(f"layer_map[{p_path!r}]: the torch model has no module {t_path!r}")
     ignore = string_list(ignore, "ignore", "glob patterns")
     ignore_types = layer_types(ignore_types, "ignore_types")
     if depth is not None:
         _checks.at_least("depth", _checks.integer("depth", depth), 0)
     _checks.flag("single_step", single_step)
+    if isinstance(rtol, Mapping):
+        for key in rtol:
+            if not isinstance(key, str):
+                raise TypeError(f"rtol keys should be layer paths, globs or phases (strings), but received {key!r}")
     bounds = {f"rtol[{k!r}]": v for k, v in rtol.items()} if isinstance(rtol, Mapping) else {"rtol": rtol}
     for name, value in {**bounds, "noise_factor": noise_factor}.items():
         _checks.at_least(name, _checks.real(name, value), 0)
@@ -774,6 +786,10 @@ def diff_layers(
         if p_out is None:
             raise ValueError("the Paddle model returned no tensor")
         g = grad_output
+        if g is not None and tuple(g.shape) != tuple(p_out.shape):  # before Paddle's backward asserts
+            raise ValueError(
+                f"grad_output has shape {list(g.shape)}, but the models' (first) output has shape {list(p_out.shape)}"
+            )
         if g is None:
             g = np.random.default_rng(seed).standard_normal(tuple(p_out.shape)).astype(copy_of(p_out).dtype)
         p_out.backward(paddle.to_tensor(g))

@@ -223,6 +223,12 @@ def test_arguments_are_checked():
         ({"ignore_types": "GELU"}, TypeError, "ignore_types must be a list of classes or class names, got 'GELU'"),
         ({"load": "torch"}, ValueError, "load must be 'paddle', a callable or None"),
         ({"layer_map": {"a": 1}}, TypeError, "layer_map must be a dict"),
+        ({"layer_map": {"nonexistent": "conv1"}}, ValueError,
+         r"^layer_map\['nonexistent'\]: the Paddle model has no layer 'nonexistent'$"),
+        ({"layer_map": {"conv1": "conv_1"}}, ValueError,
+         r"^layer_map\['conv1'\]: the torch model has no module 'conv_1'$"),
+        ({"rtol": {1: 0.1}}, TypeError,
+         r"^rtol keys should be layer paths, globs or phases \(strings\), but received 1$"),
         ({"single_step": "yes"}, TypeError, "single_step should be a bool"),
     ]:
         with pytest.raises(err, match=msg):
@@ -237,6 +243,15 @@ def test_arguments_are_checked():
         diff_layers(tm, tm, x)
     with pytest.raises(ValueError, match="paddle_model is in train mode, torch_model in eval mode: put both in"):
         diff_layers(pm, TorchCNN().eval(), x)
+
+
+def test_a_grad_output_of_the_wrong_shape_is_refused_before_the_backward():
+    pm, tm = PaddleCNN(), TorchCNN()
+    message = r"^grad_output has shape \[3\], but the models' \(first\) output has shape \["
+    with pytest.raises(ValueError, match=message):
+        diff_layers(pm, tm, cnn_input(), grad_output=np.ones(3, np.float32))
+    assert all(p.grad is None for p in tm.parameters())
+    assert all(p.grad is None for p in pm.parameters()) and not pm.conv1._forward_post_hooks
 
 
 class MyDense(nn.Module):
