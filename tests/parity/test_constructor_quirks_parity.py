@@ -70,9 +70,7 @@ def step_both(ours_opt, paddle_opt, ours: list, paddles: list, steps: int, grads
             assert_bitwise_equal(o.detach(), pp, f"step {step}")
 
 
-# float64: float32 Adam is not yet bitwise on hosts without AVX-512 (tracked apart), and the tensor
-# betas change only the beta powers and the values read, which float64 shows as well.
-@pytest.mark.parametrize("dtype", ["float64"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_adam_docstring_example_with_tensor_betas(dtype):
     """Paddle's ``Adam`` docstring, second example: tensor betas, ``weight_decay=0.01``."""
     ours, paddles = twin_params(dtype)
