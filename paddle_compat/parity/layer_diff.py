@@ -97,6 +97,8 @@ class _Recorder:
             return x.detach().clone()
         if _is_tensor(x):
             return copy_of(x)
+        if isinstance(x, (tuple, list)):
+            return _rebuilt(x, [self._keep(item) for item in x])
         return x
 
     def _pre(self, path: str) -> Callable[..., None]:
@@ -114,6 +116,7 @@ class _Recorder:
                 tuple(self._keep(a) for a in args),
                 {k: self._keep(v) for k, v in (kwargs or {}).items()},
                 site=_caller_site() if self.side == "torch" else None,
+                flows=tuple(path for path, t in _slots(args, kwargs or {}) if wants_grad(t)),
             )
             self._stack.append((layer, call))
 
@@ -192,6 +195,7 @@ class LayerResult:
     forward: list[Check] = dataclasses.field(default_factory=list)
     backward: list[Check] = dataclasses.field(default_factory=list)
     remark: str | None = None
+    isolated: bool = True  # single-step mode fed it Paddle's inputs (False: compared as chained)
 
     @property
     def forward_ok(self) -> bool:
@@ -247,16 +251,27 @@ class LayerDiff:
         return self.first_load or self.first_forward or self.first_backward
 
     @property
+    def not_isolated(self) -> list[LayerResult]:
+        """Layers single-step mode could not feed Paddle's inputs (each says why in its ``remark``)."""
+        return [r for r in self.layers if not r.isolated]
+
+    @property
     def ok(self) -> bool:
-        return self.first is None
+        return self.first is None and all(r.backward_ok for r in self.not_isolated)
 
     def summary(self) -> str:
-        """The verdict, the first divergence of each phase, and the notes."""
+        """The verdict, the first divergence of each phase, the layers not isolated, and the notes."""
         mode = "single-step" if self.single_step else "chained"
         lines = [f"{len(self.layers)} layers compared ({mode}): " + ("equal within noise" if self.ok else "DIVERGED")]
         for d in (self.first_load, self.first_forward, self.first_backward):
             if d is not None:
                 lines.append(d.describe())
+        if self.not_isolated:
+            keys = ", ".join(r.key + ("" if r.backward_ok else " (its backward differs)") for r in self.not_isolated)
+            lines.append(
+                f"{len(self.not_isolated)} layers not isolated, compared as chained and never blamed for "
+                f"the backward: {keys}; the first: {self.not_isolated[0].remark}"
+            )
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -318,6 +333,7 @@ class LayerDiff:
                     "forward": [check(c) for c in r.forward],
                     "backward": [check(c) for c in r.backward],
                     "remark": r.remark,
+                    "isolated": r.isolated,
                 }
                 for r in self.layers
             ],
@@ -392,54 +408,126 @@ def _restore_paddle_buffers(layer: Any, saved: Mapping[str, np.ndarray]) -> None
             held[k].set_value(arr)
 
 
-def _tensor_slots(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str | int, Any]]:
-    slots: list[tuple[str | int, Any]] = [(i, a) for i, a in enumerate(args) if _is_tensor(a)]
-    slots += [(k, v) for k, v in kwargs.items() if _is_tensor(v)]
-    return slots
+# A call's tensor arguments are addressed by paths: ``(position,)`` or ``(keyword,)``, then the
+# indices inside tuples and lists (an LSTM's ``(h0, c0)``).
+Path = tuple[Any, ...]
 
 
-def _fed_args(torch_call: Call, paddle_inputs: list[np.ndarray]) -> tuple[list[Any], dict[str, Any]] | None:
-    """The torch call's arguments with its tensors replaced by the Paddle call's, or ``None`` when
-    they do not correspond (count or shapes)."""
-    slots = _tensor_slots(torch_call.args, torch_call.kwargs)
-    same = len(slots) > 1 and all(torch.equal(v, slots[0][1]) for _, v in slots)
-    if len(paddle_inputs) == 1 and same:  # the same tensor passed several times
-        paddle_inputs = paddle_inputs * len(slots)
-    if len(paddle_inputs) < len(slots):
-        paddle_inputs = paddle_inputs + [None] * (len(slots) - len(paddle_inputs))  # type: ignore[list-item]
-    args, kwargs = list(torch_call.args), dict(torch_call.kwargs)
-    for (slot, own), fed in zip(slots, paddle_inputs):
-        if fed is None:
-            continue
-        if tuple(fed.shape) != tuple(own.shape):
-            return None
-        value = torch.from_numpy(np.array(fed, copy=True)).to(own.dtype)
-        if isinstance(slot, int):
-            args[slot] = value
-        else:
-            kwargs[slot] = value
+def _rebuilt(like: tuple[Any, ...] | list[Any], items: list[Any]) -> Any:
+    if isinstance(like, list):
+        return items
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)  # namedtuples too
+
+
+def _slots(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[Path, Any]]:
+    """Every tensor (torch, Paddle or a recorded numpy array) among a call's arguments, with its path."""
+    out: list[tuple[Path, Any]] = []
+
+    def walk(path: Path, x: Any) -> None:
+        if isinstance(x, (tuple, list)):
+            for i, item in enumerate(x):
+                walk((*path, i), item)
+        elif isinstance(x, np.ndarray) or _is_tensor(x):
+            out.append((path, x))
+
+    for i, a in enumerate(args):
+        walk((i,), a)
+    for k, v in kwargs.items():
+        walk((k,), v)
+    return out
+
+
+def _replaced(args: list[Any], kwargs: dict[str, Any], values: Mapping[Path, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments with the tensors at these paths replaced."""
+
+    def put(x: Any, rest: Path, value: Any) -> Any:
+        if not rest:
+            return value
+        items = list(x)
+        items[rest[0]] = put(items[rest[0]], rest[1:], value)
+        return _rebuilt(x, items)
+
+    args, kwargs = list(args), dict(kwargs)
+    for path, value in values.items():
+        holder: Any = args if isinstance(path[0], int) else kwargs
+        holder[path[0]] = put(holder[path[0]], path[1:], value)
     return args, kwargs
+
+
+def _slot_name(path: Path) -> str:
+    head = f"argument {path[0]}" if isinstance(path[0], int) else repr(path[0])
+    return head + "".join(f"[{i}]" for i in path[1:])
+
+
+@dataclasses.dataclass
+class _Feed:
+    """How a torch call is replayed on the Paddle call's inputs: ``args``/``kwargs`` with Paddle's
+    activations in place of the port's; ``groups``: per Paddle input a gradient flows into, the
+    torch paths fed it (several when torch passes one tensor where Paddle passes it once); ``kept``:
+    the port's own arguments kept (masks and ids in the port's own form)."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    groups: list[list[Path]]
+    kept: list[str]
+
+
+def _fed_args(t: Call, p: Call) -> _Feed | str:
+    """The torch call's arguments with the activations (the tensors a gradient flows into) replaced
+    by the Paddle call's, or why they cannot be (counts or shapes).
+
+    Masks, ids and other tensors no gradient flows into may take another form in the port (torch's
+    ``key_padding_mask`` ``[B, L]`` for Paddle's additive ``[B, 1, 1, L]`` mask): they are Paddle's
+    where Paddle passes the same shape at the same place among them, the port's own otherwise. They
+    come from the model's inputs, not from the layers before, so keeping them isolates the layer all
+    the same."""
+    t_slots, p_slots = _slots(t.args, t.kwargs), dict(_slots(p.args, p.kwargs))
+    t_flow = [(path, v) for path, v in t_slots if path in t.flows]
+    p_flow = [p_slots[path] for path in p.flows if path in p_slots]
+    groups: list[list[Path]] = [[path] for path, _ in t_flow]
+    if len(p_flow) == 1 and len(t_flow) > 1 and all(torch.equal(v, t_flow[0][1]) for _, v in t_flow):
+        groups = [[path for path, _ in t_flow]]  # one tensor passed several times (query, key, value)
+    if len(p_flow) != len(groups):
+        return (
+            f"it takes {len(groups)} input(s) a gradient flows into, Paddle's layer {len(p_flow)}: "
+            "it cannot be fed Paddle's"
+        )
+    values: dict[Path, Any] = {}
+    own = dict(t_slots)
+    for group, fed in zip(groups, p_flow):
+        mine = own[group[0]]
+        if tuple(fed.shape) != tuple(mine.shape):
+            return f"its input {_slot_name(group[0])} is {list(mine.shape)}, Paddle's {list(fed.shape)}"
+        for path in group:
+            values[path] = torch.from_numpy(np.array(fed, copy=True)).to(mine.dtype)
+    p_rest = [v for path, v in _slots(p.args, p.kwargs) if path not in p.flows]
+    kept = []
+    for j, (path, mine) in enumerate((path, v) for path, v in t_slots if path not in t.flows):
+        fed = p_rest[j] if j < len(p_rest) else None
+        if fed is not None and tuple(fed.shape) == tuple(mine.shape):
+            values[path] = torch.from_numpy(np.array(fed, copy=True)).to(mine.dtype)
+        else:
+            kept.append(_slot_name(path))
+    args, kwargs = _replaced(list(t.args), dict(t.kwargs), values)
+    return _Feed(args, kwargs, groups, kept)
 
 
 def _replay_torch(
     module: torch.nn.Module,
     args: list[Any],
     kwargs: dict[str, Any],
+    groups: list[list[Path]],
     out_grad: np.ndarray | None,
     buffers: Mapping[str, torch.Tensor],
 ) -> tuple[np.ndarray | None, list[np.ndarray | None], dict[str, np.ndarray]]:
     """``module`` on these arguments, from these buffers; backward from ``out_grad``: ``(output,
-    input gradients, parameter gradients)``. Leaves the module's buffers and gradients as they were."""
+    gradients of the inputs in ``groups`` (one leaf per group), parameter gradients)``. Leaves the
+    module's buffers and gradients as they were."""
     saved_buffers = _torch_buffers(module)
     saved_grads = {k: p.grad for k, p in module.named_parameters()}
-    args = [
-        a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
-    ]
-    kwargs = {
-        k: v.detach().clone().requires_grad_(v.is_floating_point()) if isinstance(v, torch.Tensor) else v
-        for k, v in kwargs.items()
-    }
-    leaves = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    own = dict(_slots(args, kwargs))
+    leaves = [own[group[0]].detach().clone().requires_grad_(True) for group in groups]
+    args, kwargs = _replaced(args, kwargs, {path: leaf for group, leaf in zip(groups, leaves) for path in group})
     try:
         _restore_torch_buffers(module, buffers)
         for p in module.parameters():
@@ -462,18 +550,14 @@ def _replay_torch(
 def _replay_paddle(
     layer: Any, call: Call, out_grad: np.ndarray | None, buffers: Mapping[str, np.ndarray]
 ) -> tuple[list[np.ndarray | None], dict[str, np.ndarray]]:
-    """The Paddle layer's own input and parameter gradients for this call alone."""
+    """The Paddle layer's own input gradients (of the inputs a gradient flowed into, in order) and
+    parameter gradients for this call alone."""
     paddle = importlib.import_module("paddle")
     saved = _paddle_buffers(layer)
-
-    def fresh(x: Any) -> Any:
-        if isinstance(x, np.ndarray):
-            return paddle.to_tensor(x, stop_gradient=not _is_float_array(x))
-        return x
-
-    args = [fresh(a) for a in call.args]
-    kwargs = {k: fresh(v) for k, v in call.kwargs.items()}
-    leaves = [a for a in args + list(kwargs.values()) if _is_tensor(a)]
+    slots = _slots(call.args, call.kwargs)
+    fresh = {path: paddle.to_tensor(x, stop_gradient=path not in call.flows) for path, x in slots}
+    args, kwargs = _replaced(list(call.args), dict(call.kwargs), fresh)
+    leaves = [fresh[path] for path in call.flows if path in fresh]
     params = [(k, p) for k, p in layer.named_parameters() if not p.stop_gradient]
     saved_grads = {k: copy_of(p.grad) for k, p in params if p.grad is not None}
     try:
@@ -496,8 +580,7 @@ def _replay_paddle(
 
 def _noise(
     module: torch.nn.Module,
-    args: list[Any],
-    kwargs: dict[str, Any],
+    feed: _Feed,
     out_grad: np.ndarray | None,
     buffers: Mapping[str, torch.Tensor],
     out32: np.ndarray,
@@ -509,6 +592,8 @@ def _noise(
     def widen(x: Any) -> Any:
         return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
+    args, kwargs = _replaced(feed.args, feed.kwargs, {p: widen(v) for p, v in _slots(feed.args, feed.kwargs)})
+
     try:
         shadow = copy.deepcopy(module).double()
     except (TypeError, RuntimeError, copy.Error):  # a module that cannot be copied or widened: no noise floor
@@ -516,9 +601,7 @@ def _noise(
     buffers64 = {k: widen(v) for k, v in buffers.items()}
     g64 = None if out_grad is None else out_grad.astype(np.float64)
     try:
-        out64, gin64, gp64 = _replay_torch(
-            shadow, [widen(a) for a in args], {k: widen(v) for k, v in kwargs.items()}, g64, buffers64
-        )
+        out64, gin64, gp64 = _replay_torch(shadow, args, kwargs, feed.groups, g64, buffers64)
     except (TypeError, RuntimeError, ValueError):  # a layer with float32 hard-wired inside
         return None, [None] * len(grads32), {}
     return (
@@ -856,23 +939,24 @@ def _diff_pair(
     if p.output is None or t.output is None:
         res.remark = "returns no tensor on one side: not compared"
         return res
-    p_inputs = [a for a in list(p.args) + list(p.kwargs.values()) if isinstance(a, np.ndarray)]
-    fed = _fed_args(t, p_inputs) if single_step else None
-    if not single_step or fed is None:
-        if single_step:
-            res.remark = "its inputs do not correspond to Paddle's (count or shapes): compared as chained"
+    feed = _fed_args(t, p) if single_step else None
+    if not isinstance(feed, _Feed):
+        if feed is not None:  # single-step mode, and this layer could not be isolated
+            res.isolated = False
+            res.remark = f"not isolated ({feed}): compared as chained, its backward never blamed"
         n_out, n_grad = chained_noise or (None, None)
         res.forward.append(judge.check(t.key, "forward", "output", p.output, t.output, n_out))
         if p.grad is not None and t.grad is not None:
             res.backward.append(judge.check(t.key, "backward", "output grad", p.grad, t.grad, n_grad))
         return res
-    args, kwargs = fed
-    out, gin, gp = _replay_torch(t.layer, args, kwargs, p.grad, t_buffers)
+    if feed.kept:
+        res.remark = f"fed Paddle's activations, the port's own {', '.join(feed.kept)} (another form than Paddle's)"
+    out, gin, gp = _replay_torch(t.layer, feed.args, feed.kwargs, feed.groups, p.grad, t_buffers)
     if out is None:
         res.remark = "returns no tensor when replayed: not compared"
         return res
     pgin, pgp = _replay_paddle(p.layer, p, p.grad, p_buffers)
-    n_out, n_in, n_p = _noise(t.layer, args, kwargs, p.grad, t_buffers, out, gin, gp)
+    n_out, n_in, n_p = _noise(t.layer, feed, p.grad, t_buffers, out, gin, gp)
     res.forward.append(judge.check(t.key, "forward", "output", p.output, out, n_out))
     if p.grad is None:
         return res
@@ -913,7 +997,9 @@ def _first_forward(results: list[LayerResult], calls: list[Call]) -> Divergence 
 
 
 def _first_backward(results: list[LayerResult]) -> Divergence | None:
-    bad = [r for r in results if not r.backward_ok]
+    # a layer single-step mode could not isolate is never blamed: its gradients carry the error of
+    # every layer after it (the summary lists it apart)
+    bad = [r for r in results if not r.backward_ok and r.isolated]
     # the deepest ones (no diverging layer inside them), the last to run forward runs first backward
     leaves = [r for r in bad if not any(x is not r and _inside(x.key, r.key) for x in bad)]
     if not leaves:
