@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import paddle_compat.optimizer as popt
-from paddle_compat.parity import TraceRecorder, compare, paddle_side
+from paddle_compat.parity import TraceRecorder, compare, diff_layers, paddle_side
 
 STEPS = 8
 
@@ -117,3 +117,33 @@ def test_without_them_paddles_statistics_never_move(port):
     assert (d.step, d.name) == (0, "param/bn1.running_mean")
     series = reference.series["param/bn1.running_mean"]
     assert all(np.array_equal(series.data[series.position(k)], np.zeros(8, np.float32)) for k in range(STEPS))
+
+
+# ---------------------------------------------------------------- diff_layers, BatchNorm in train mode
+
+
+def _port_with(bug: str | None) -> TorchResNet:
+    port = TorchResNet()
+    if bug == "eps":  # Keras's default epsilon where Paddle's is 1e-5
+        port.bn2.eps = 1e-3
+    if bug == "momentum":  # Paddle's momentum 0.9 copied as it is: torch's means 1 - 0.9
+        port.bn1.momentum = 0.9
+    return port
+
+
+def test_diff_layers_in_train_mode():
+    """A clean port is equal (torch's running_var rule reported as the known difference); a
+    BatchNorm epsilon is named at bn2 forward and backward, a momentum copied from Paddle's
+    convention at bn1 by its running statistics."""
+    x = np.random.default_rng(0).standard_normal((4, 3, 6, 6)).astype(np.float32)
+    paddle.seed(0)
+    clean = diff_layers(PaddleResNet(), _port_with(None), x)
+    assert clean.ok, clean.summary()
+    assert all(r.isolated for r in clean.layers)
+    paddle.seed(0)
+    eps = diff_layers(PaddleResNet(), _port_with("eps"), x)
+    assert eps.first_forward.layer == eps.first_backward.layer == "bn2", eps.summary()
+    paddle.seed(0)
+    momentum = diff_layers(PaddleResNet(), _port_with("momentum"), x)
+    assert momentum.first_forward.layer == "bn1" and momentum.first_backward is None, momentum.summary()
+    assert momentum.first_forward.check.what == "running_mean after the step"
