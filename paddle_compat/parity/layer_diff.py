@@ -38,7 +38,7 @@ import torch
 
 from .. import _checks
 from ._arrays import closeness, copy_of
-from .align import Call, Pair, align, kind_of, layer_types
+from .align import Call, Pair, _matches, align, kind_of, layer_types
 from .compare import bound_for
 from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
 from .hooks import first_tensor as _first_tensor
@@ -196,6 +196,7 @@ class LayerResult:
     backward: list[Check] = dataclasses.field(default_factory=list)
     remark: str | None = None
     isolated: bool = True  # single-step mode fed it Paddle's inputs (False: compared as chained)
+    judged: bool = True  # False: it contains an ignored layer, its checks are left out
 
     @property
     def forward_ok(self) -> bool:
@@ -289,6 +290,8 @@ class LayerDiff:
             results = by_path.get(path if path else "(model)", [])
             if not results:
                 status = "-"
+            elif not any(r.judged for r in results):
+                status = "not judged (contains ignored layers)"
             else:
                 bad = [("fwd" if not r.forward_ok else "") + (" bwd" if not r.backward_ok else "") for r in results]
                 status = "ok" if not any(b for b in bad) else "DIFFERS " + ",".join(b.strip() for b in bad if b)
@@ -334,6 +337,7 @@ class LayerDiff:
                     "backward": [check(c) for c in r.backward],
                     "remark": r.remark,
                     "isolated": r.isolated,
+                    "judged": r.judged,
                 }
                 for r in self.layers
             ],
@@ -892,6 +896,7 @@ def diff_layers(
             )
             for pair in pairs
         ]
+        _unjudge_ancestors(results, t_rec.calls, ignore, ignore_types)
         if load_note:
             notes.insert(0, load_note)
     finally:
@@ -974,6 +979,21 @@ def _diff_pair(
         if k in gp:
             res.backward.append(judge.check(t.key, "backward", f"grad {k}", ref, gp[k], n_p.get(k)))
     return res
+
+
+def _unjudge_ancestors(
+    results: list[LayerResult], calls: list[Call], ignore: Sequence[str], types: Sequence[Any]
+) -> None:
+    """A layer containing an ignored layer the port calls is not judged: its difference would be the
+    ignored layer's (a deliberately different activation). PaDiff's ``ignore`` leaves such parents
+    compared; here a run whose only difference is an ignored layer passes."""
+    ignored = sorted({c.path for c in calls if _matches(c, ignore, types)})
+    for r in results:
+        own = r.key.split("#")[0]
+        inside = sorted({p for p in ignored if p != own and _inside(p, own)})
+        if inside:
+            r.judged, r.forward, r.backward = False, [], []
+            r.remark = f"not judged: it contains ignored layers ({', '.join(inside)})"
 
 
 def _inside(child: str, parent: str) -> bool:

@@ -174,10 +174,14 @@ def test_ports_with_other_names_align(how):
 def test_ignore_and_depth():
     result = _run("transformer", "gelu", ignore=["blocks.1.act"])
     assert "blocks.1.act" not in [r.key for r in result.layers]
-    assert result.first_forward.layer == "blocks.1"  # the block's own forward now shows it
-    assert result.first_forward.remark.endswith("or in sublayers not compared (blocks.1.act)")
+    assert result.ok, result.summary()  # the deliberately different layer, ignored: the run passes
+    block = next(r for r in result.layers if r.key == "blocks.1")  # would only repeat its sublayer's difference
+    assert not block.judged and block.remark == "not judged: it contains ignored layers (blocks.1.act)"
+    assert "    1 (TorchBlock): not judged (contains ignored layers)" in result.tree()
+    assert next(r for r in result.layers if r.key == "blocks.1.fc2").forward  # the layers around it: compared
     by_type = _run("transformer", "gelu", ignore_types=[nn.GELU, "GELU"])
     assert not any(r.kind == "gelu" for r in by_type.layers)
+    assert by_type.ok
     shallow = _run("transformer", "gelu", depth=1)
     assert {r.key for r in shallow.layers} == {"(model)", "emb", "norm", "head"}  # blocks is a LayerList: never called
     assert shallow.first_forward.layer == "(model)"
