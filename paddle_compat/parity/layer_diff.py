@@ -700,8 +700,26 @@ def _chained_noise(
     return {id(c): (_rounding(c.output, w.output), _rounding(c.grad, w.grad)) for c, w in zip(calls, rec.calls)}
 
 
-def _paddle_param_grads_as_torch(pair: Pair, grads: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return Plan.of(pair.torch.layer).to_torch(dict(grads), partial=True, what=f"Paddle {pair.paddle.key} grads")
+def _relative_name_map(name_map: NameMap | None, torch_path: str, paddle_path: str) -> dict[str, str]:
+    """The model-level ``name_map`` as seen from one layer pair: its entries inside the torch layer,
+    both sides' names made relative to the two layers (the model's own parameters, such as a
+    position table, are renamed at the root)."""
+    out = {}
+    for k, v in (name_map or {}).items():
+        if torch_path and not k.startswith(torch_path + "."):
+            continue
+        if paddle_path and not v.startswith(paddle_path + "."):
+            continue
+        out[k[len(torch_path) + 1 if torch_path else 0 :]] = v[len(paddle_path) + 1 if paddle_path else 0 :]
+    return out
+
+
+def _paddle_param_grads_as_torch(
+    pair: Pair, grads: Mapping[str, np.ndarray], name_map: NameMap | None
+) -> dict[str, np.ndarray]:
+    names = _relative_name_map(name_map, pair.torch.path, pair.paddle.path)
+    plan = Plan.of(pair.torch.layer, names)
+    return plan.to_torch(dict(grads), partial=True, what=f"Paddle {pair.paddle.key} grads")
 
 
 def _load_checks(
@@ -893,6 +911,7 @@ def diff_layers(
                 p_buffers.get(pair.paddle.path, {}),
                 t_buffers.get(pair.torch.path, {}),
                 chained_noise.get(id(pair.torch)),
+                name_map,
             )
             for pair in pairs
         ]
@@ -936,6 +955,7 @@ def _diff_pair(
     p_buffers: Mapping[str, np.ndarray],
     t_buffers: Mapping[str, torch.Tensor],
     chained_noise: tuple[float | None, float | None] | None,
+    name_map: NameMap | None = None,
 ) -> LayerResult:
     p, t = pair.paddle, pair.torch
     res = LayerResult(t.key, p.key, t.kind, pair.how, t.site)
@@ -971,13 +991,18 @@ def _diff_pair(
                 judge.check(t.key, "backward", f"input grad {i}", a, b, n_in[i] if i < len(n_in) else None)
             )
     try:
-        ref_p = _paddle_param_grads_as_torch(pair, pgp)
+        ref_p = _paddle_param_grads_as_torch(pair, pgp, name_map)
     except (ValueError, TypeError) as e:
-        res.remark = f"parameter gradients not compared: {e}"
         ref_p = {}
+        res.remark = (res.remark + "; " if res.remark else "") + f"parameter gradients not compared: {e}"
     for k, ref in ref_p.items():
         if k in gp:
             res.backward.append(judge.check(t.key, "backward", f"grad {k}", ref, gp[k], n_p.get(k)))
+    missed = sorted(k for k in gp if k not in ref_p)
+    if missed and ref_p:  # never silently: a gradient the port has and Paddle's names did not give
+        res.remark = (res.remark + "; " if res.remark else "") + (
+            f"gradients of {', '.join(missed)} not compared: no Paddle counterpart by name (give name_map)"
+        )
     return res
 
 

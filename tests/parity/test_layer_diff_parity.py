@@ -289,3 +289,42 @@ def test_models_are_left_as_they_were():
     with pytest.raises(ValueError, match="the models' outputs differ in shape"):
         diff_layers(pm, flat, cnn_input(), load=None)
     assert not flat[0].conv1._forward_hooks and not pm.conv1._forward_post_hooks  # also after an error
+
+
+class PaddlePositions(paddle.nn.Layer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos_table = self.create_parameter([4, 3])
+        self.proj = paddle.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.proj(x + self.pos_table)
+
+
+class PortPositions(nn.Module):
+    """Paddle's ``pos_table`` and ``proj`` under other names; ``bug``: the table's gradient doubled."""
+
+    def __init__(self, bug: bool = False) -> None:
+        super().__init__()
+        self.pos = nn.Parameter(torch.zeros(4, 3))
+        self.fc = nn.Linear(3, 3)
+        self.bug = bug
+
+    def forward(self, x):
+        pos = 2 * self.pos - self.pos.detach() if self.bug else self.pos  # the same value, twice the gradient
+        return self.fc(x + pos)
+
+
+def test_name_map_covers_the_models_own_parameter_gradients():
+    """A model-level parameter renamed by name_map has its gradient compared at the model."""
+    x = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)
+    names = {"pos": "pos_table", "fc": "proj"}
+    paddle.seed(0)
+    clean = diff_layers(PaddlePositions(), PortPositions(), x, name_map=names)
+    assert clean.ok, clean.summary()
+    root = next(r for r in clean.layers if r.key == "(model)")
+    assert "grad pos" in [c.what for c in root.backward]
+    paddle.seed(0)
+    buggy = diff_layers(PaddlePositions(), PortPositions(bug=True), x, name_map=names)
+    assert buggy.first_forward is None
+    assert (buggy.first_backward.layer, buggy.first_backward.check.what) == ("(model)", "grad pos")
