@@ -394,7 +394,10 @@ def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys
     a = trace([(scal(), {"param/w": W})])
     written = report.write_report(compare(a, a), tmp_path / "all")
     assert list(written) == list(report.FORMATS) and [p.name for p in written.values()] == [
-        "report.json", "report.md", "report.png"]
+        "report.json",
+        "report.md",
+        "report.png",
+    ]
     with pytest.raises(ValueError, match=r"^formats: unknown \['pdf'\]; choose from 'json', 'md', 'png'$"):
         report.write_report(compare(a, a), tmp_path, ["md", "pdf"])
     with pytest.raises(TypeError, match=r"^formats must be a list of format names \(strings\), got str$"):
@@ -444,3 +447,24 @@ def test_a_single_tolerance_never_compares_torchs_running_var():
     for tolerance in ({"param/bn.running_var": 1e-6}, {"param/bn.*": 1e-6}):
         assert compare(ref, port, tolerance=tolerance).first_divergence.name == "param/bn.running_var"
     assert compare(ref, port, tolerance={"param/bn.running_var": 1e-2}).ok
+
+
+def test_png_labels_an_all_zero_reference_as_such(tmp_path, monkeypatch):
+    """A gradient that is all zeros in the reference (a frozen branch) and not in the port is an
+    infinite norm-relative error between finite numbers: marked as a zero reference, not inf/NaN."""
+    from matplotlib.figure import Figure
+
+    from paddle_compat.parity.report import plot
+
+    zero = np.zeros_like(W)
+    a = trace([(scal(), {"actgrad/fc": zero, "grad/w": zero, "grad/v": W})] * 2)
+    b = trace([(scal(), {"actgrad/fc": W, "grad/w": W, "grad/v": W})] * 2)
+    result = compare(a, b, tolerance=1e-6)
+    assert result.first_divergence.name == "actgrad/fc"
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    plot(result, tmp_path / "r.png")
+    _, middle, layers = drawn[0].axes
+    marks = {c.get_label(): [int(x) for x, _ in c.get_offsets()] for c in middle.collections}
+    assert marks == {"gradients: against an all-zero reference": [0, 1]}
+    assert [t.get_text() for t in layers.texts] == ["all-zero reference"]
