@@ -252,7 +252,8 @@ def _zero_reference(m: TensorMetrics, value: float | None) -> bool:
 
 def _zero_reference_steps(c: Comparison, prefix: str, norm: bool) -> set[int]:
     """The steps whose infinite distance for these tensors comes only from all-zero references."""
-    zero, nonfinite = set(), set()
+    zero: set[int] = set()
+    nonfinite: set[int] = set()
     for m in c.tensors:
         value = m.rel_l2 if norm else m.max_ulps
         if m.name.startswith(prefix) and value is not None and not math.isfinite(value):
