@@ -82,7 +82,8 @@ class TensorMetrics:
 @dataclasses.dataclass
 class Divergence:
     """Where the two runs first part: ``name`` is a scalar (``"scale"``) or a tensor
-    (``"param/0.weight"``); ``index`` the first differing element (of the tensor's shape)."""
+    (``"param/0.weight"``); ``index`` the first differing element (of the tensor's shape). (A layer
+    diff's first difference, a layer and a phase, is :class:`.layer_diff.LayerDivergence`.)"""
 
     step: int
     name: str

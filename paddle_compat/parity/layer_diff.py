@@ -23,14 +23,13 @@ Paddle is imported by :func:`diff_layers` when it runs, never when this module i
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import importlib
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,7 @@ from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_lis
 from .hooks import first_tensor as _first_tensor
 from .hooks import named_layers, wants_grad
 
-__all__ = ["LayerDiff", "LayerResult", "diff_layers"]
+__all__ = ["LayerDiff", "LayerDivergence", "LayerResult", "diff_layers"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -208,9 +207,11 @@ class LayerResult:
 
 
 @dataclasses.dataclass
-class Divergence:
+class LayerDivergence:
     """Where a layer diff first finds a difference: ``phase`` is ``"load"`` (parameters after
-    loading), ``"forward"`` or ``"backward"``."""
+    loading), ``"forward"`` or ``"backward"``, ``layer`` the torch layer, ``check`` the failing
+    :class:`Check`. (A trace comparison's first divergence, a step and a tensor, is
+    :class:`.compare.Divergence`.)"""
 
     phase: str
     layer: str
@@ -241,14 +242,14 @@ class LayerDiff:
     single_step: bool
     layers: list[LayerResult]
     params: list[tuple[str, Check]]
-    first_load: Divergence | None
-    first_forward: Divergence | None
-    first_backward: Divergence | None
+    first_load: LayerDivergence | None
+    first_forward: LayerDivergence | None
+    first_backward: LayerDivergence | None
     notes: list[str]
     model: torch.nn.Module = dataclasses.field(repr=False)
 
     @property
-    def first(self) -> Divergence | None:
+    def first(self) -> LayerDivergence | None:
         return self.first_load or self.first_forward or self.first_backward
 
     @property
@@ -314,7 +315,7 @@ class LayerDiff:
                 "reason": c.reason,
             }
 
-        def div(d: Divergence | None) -> dict[str, Any] | None:
+        def div(d: LayerDivergence | None) -> dict[str, Any] | None:
             return None if d is None else {"phase": d.phase, "layer": d.layer, "site": d.site, **check(d.check)}
 
         return {
@@ -369,18 +370,6 @@ class _Judge:
         if noise is not None:
             tol = max(tol, self.noise_factor * noise)
         return Check(what, m, noise, tol, m["nonfinite"] == 0 and m["rel_l2"] <= tol)
-
-
-@contextlib.contextmanager
-def _paused(*recorders: _Recorder) -> Iterator[None]:
-    saved = [r.active for r in recorders]
-    for r in recorders:
-        r.active = False
-    try:
-        yield
-    finally:
-        for r, s in zip(recorders, saved, strict=True):
-            r.active = s
 
 
 def _torch_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -930,7 +919,7 @@ def diff_layers(
             p.clear_gradient(False)
     first_load = next(
         (
-            Divergence("load", k.rpartition(".")[0] or "(model)", c, remark="the port's weights are not Paddle's")
+            LayerDivergence("load", k.rpartition(".")[0] or "(model)", c, remark="the port's weights are not Paddle's")
             for k, c in params
             if not c.ok
         ),
@@ -1025,7 +1014,7 @@ def _inside(child: str, parent: str) -> bool:
     return parent == "(model)" or child.startswith(parent + ".")
 
 
-def _first_forward(results: list[LayerResult], calls: list[Call]) -> Divergence | None:
+def _first_forward(results: list[LayerResult], calls: list[Call]) -> LayerDivergence | None:
     compared = {r.key for r in results}
     for r in results:  # torch call order: children complete before their parents
         if not r.forward_ok:
@@ -1037,11 +1026,11 @@ def _first_forward(results: list[LayerResult], calls: list[Call]) -> Divergence 
                 remark = "its sublayers agree: the difference is in its own forward code" + (
                     f" or in sublayers not compared ({', '.join(unseen)})" if unseen else ""
                 )
-            return Divergence("forward", r.key, check, r.site, remark)
+            return LayerDivergence("forward", r.key, check, r.site, remark)
     return None
 
 
-def _first_backward(results: list[LayerResult]) -> Divergence | None:
+def _first_backward(results: list[LayerResult]) -> LayerDivergence | None:
     # a layer single-step mode could not isolate is never blamed: its gradients carry the error of
     # every layer after it (the summary lists it apart)
     bad = [r for r in results if not r.backward_ok and r.isolated]
@@ -1051,4 +1040,4 @@ def _first_backward(results: list[LayerResult]) -> Divergence | None:
         return None
     r = leaves[-1]
     check = next(c for c in r.backward if not c.ok)
-    return Divergence("backward", r.key, check, r.site)
+    return LayerDivergence("backward", r.key, check, r.site)

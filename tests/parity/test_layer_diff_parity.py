@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from paddle_compat.parity import diff_layers, paddle_to_torch
+from paddle_compat.parity import Divergence, LayerDivergence, diff_layers, paddle_to_torch
 
 from .twin_models import (
     PaddleCNN,
@@ -72,6 +72,7 @@ def test_injected_bug_is_named_at_its_layer(model, bug):
     result = _run(model, bug)
     layer, loaded = EXPECTED[(model, bug)]
     assert not result.ok
+    assert type(result.first_forward) is LayerDivergence and LayerDivergence is not Divergence  # two clear names
     assert result.first_forward.layer == layer, result.summary()
     assert result.first_backward.layer == layer, result.summary()  # single-step: no build-up backward either
     if loaded is None:
