@@ -116,3 +116,55 @@ def test_chained_mode_too():
     assert clean.ok, clean.summary()
     _, _, buggy = _diff("gru", "batch_first", single_step=False)
     assert buggy.first_forward.layer == "rnn"
+
+
+class PaddleSeq2Seq(paddle.nn.Layer):
+    """An encoder's final states start the decoder: Paddle passes them as ``initial_states=(h, c)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = paddle.nn.LSTM(4, HIDDEN)
+        self.dec = paddle.nn.LSTM(4, HIDDEN)
+        self.fc = paddle.nn.Linear(HIDDEN, 3)
+
+    def forward(self, x, y):
+        _, (h, c) = self.enc(x)
+        out, _ = self.dec(y, initial_states=(h, c))
+        return self.fc(out)
+
+
+class TorchSeq2Seq(nn.Module):
+    """The port passes them as torch does, a positional tuple."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.LSTM(4, HIDDEN, batch_first=True)
+        self.dec = nn.LSTM(4, HIDDEN, batch_first=True)
+        self.fc = nn.Linear(HIDDEN, 3)
+
+    def forward(self, x, y):
+        _, (h, c) = self.enc(x)
+        out, _ = self.dec(y, (h, c))
+        return self.fc(out)
+
+
+def test_states_passed_in_a_tuple_are_fed_too():
+    """The decoder is fed Paddle's input and Paddle's states (inside the tuple), whatever the
+    keyword: its gates reordered are named there, forward and backward, and the encoder is not."""
+
+    def swap_decoder_gates(paddle_model, torch_model):
+        state = paddle_to_torch(paddle_model.state_dict(), torch_model)
+        for k in [k for k in state if k.startswith("dec.")]:
+            state[k] = torch.cat(state[k].chunk(4, 0)[::-1], 0)
+        torch_model.load_state_dict(state)
+
+    x, y = _x(), np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    paddle.seed(0)
+    clean = diff_layers(PaddleSeq2Seq(), TorchSeq2Seq(), (x, y))
+    assert clean.ok, clean.summary()
+    dec = next(r for r in clean.layers if r.key == "dec")
+    assert dec.isolated and [c.what for c in dec.backward][:3] == ["input grad 0", "input grad 1", "input grad 2"]
+    paddle.seed(0)
+    buggy = diff_layers(PaddleSeq2Seq(), TorchSeq2Seq(), (x, y), load=swap_decoder_gates)
+    assert buggy.first_forward.layer == buggy.first_backward.layer == "dec", buggy.summary()
+    assert next(r for r in buggy.layers if r.key == "enc").backward_ok
