@@ -7,7 +7,11 @@ its parameters' gradients).
 
 In **single-step mode** (the default) each torch layer is replayed on the Paddle layer's own input,
 and its backward on the Paddle layer's own output gradient, so that an error does not build up
-through the model: the first layer reported is the one that computes differently. A layer whose
+through the model: the first layer reported is the one that computes differently. Its inputs are
+matched by what they are: the activations (what a gradient flows into, nested in tuples too) are
+Paddle's, while masks and ids may keep the port's own form (torch's ``[B, L]`` padding mask for
+Paddle's additive ``[B, 1, 1, L]``). A layer that cannot be fed so is said to be not isolated, and
+is never blamed for the backward. A layer whose
 sublayers all agree but which itself does not is reported with that remark: the difference is in
 its own forward code (functional calls between sublayers). Without single-step mode (``chained``)
 the natural runs are compared, as PaDiff does by default.
@@ -772,11 +776,16 @@ def diff_layers(
             is the port's own loader (checked too), ``None``: the weights are already loaded.
         name_map: torch names -> Paddle names where they differ (as for state conversion).
         layer_map: ``{paddle_sublayer: torch_submodule}`` where layer paths differ.
-        ignore: glob patterns of layer paths not to compare (with what is inside them).
-        ignore_types: classes or class names not to compare (with what is inside them).
+        ignore: glob patterns of layer paths not to compare (with what is inside them); the
+            port's layers containing an ignored one are not judged either (unlike PaDiff), so a
+            deliberately different layer does not fail the run.
+        ignore_types: classes or class names not to compare (as ``ignore``).
         depth: compare layers at most this deep (the model is 0).
         single_step: feed each torch layer the Paddle layer's input and output gradient
-            (default); ``False``: compare the two natural runs (errors build up).
+            (default): its activations are Paddle's, its masks and ids Paddle's where they have
+            the same shape, the port's own otherwise; a layer whose activations cannot be fed
+            (other counts or shapes) is compared as chained, listed in ``not_isolated`` and never
+            blamed for the backward. ``False``: compare the two natural runs (errors build up).
         rtol: the norm-relative tolerance, or ``{key: rtol}``: the most specific key applies, a
             layer's path, else the longest glob matching it, else its phase (``"forward"``,
             ``"backward"``), else ``"*"`` (else 1e-6), as for :func:`.compare`'s ``tolerance``.
