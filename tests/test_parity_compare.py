@@ -394,10 +394,7 @@ def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys
     a = trace([(scal(), {"param/w": W})])
     written = report.write_report(compare(a, a), tmp_path / "all")
     assert list(written) == list(report.FORMATS) and [p.name for p in written.values()] == [
-        "report.json",
-        "report.md",
-        "report.png",
-    ]
+        "report.json", "report.md", "report.png"]
     with pytest.raises(ValueError, match=r"^formats: unknown \['pdf'\]; choose from 'json', 'md', 'png'$"):
         report.write_report(compare(a, a), tmp_path, ["md", "pdf"])
     with pytest.raises(TypeError, match=r"^formats must be a list of format names \(strings\), got str$"):
