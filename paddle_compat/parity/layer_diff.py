@@ -461,12 +461,15 @@ class _Feed:
     """How a torch call is replayed on the Paddle call's inputs: ``args``/``kwargs`` with Paddle's
     activations in place of the port's; ``groups``: per Paddle input a gradient flows into, the
     torch paths fed it (several when torch passes one tensor where Paddle passes it once); ``kept``:
-    the port's own arguments kept (masks and ids in the port's own form)."""
+    the port's own arguments kept (masks and ids in the port's own form); ``summed``: Paddle passes
+    one tensor several times where torch passes it once (``attn(x, x, x)`` against ``attn(x)``),
+    so torch's input gradient is the sum of Paddle's."""
 
     args: list[Any]
     kwargs: dict[str, Any]
     groups: list[list[Path]]
     kept: list[str]
+    summed: bool = False
 
 
 def _fed_args(t: Call, p: Call) -> _Feed | str:
@@ -484,6 +487,9 @@ def _fed_args(t: Call, p: Call) -> _Feed | str:
     groups: list[list[Path]] = [[path] for path, _ in t_flow]
     if len(p_flow) == 1 and len(t_flow) > 1 and all(torch.equal(v, t_flow[0][1]) for _, v in t_flow):
         groups = [[path for path, _ in t_flow]]  # one tensor passed several times (query, key, value)
+    summed = len(groups) == 1 and len(p_flow) > 1 and all(np.array_equal(v, p_flow[0]) for v in p_flow)
+    if summed:  # the other way round: Paddle passes it several times, torch once
+        p_flow = p_flow[:1]
     if len(p_flow) != len(groups):
         return (
             f"it takes {len(groups)} input(s) a gradient flows into, Paddle's layer {len(p_flow)}: "
@@ -506,7 +512,7 @@ def _fed_args(t: Call, p: Call) -> _Feed | str:
         else:
             kept.append(_slot_name(path))
     args, kwargs = _replaced(list(t.args), dict(t.kwargs), values)
-    return _Feed(args, kwargs, groups, kept)
+    return _Feed(args, kwargs, groups, kept, summed)
 
 
 def _replay_torch(
@@ -979,6 +985,9 @@ def _diff_pair(
         res.remark = "returns no tensor when replayed: not compared"
         return res
     pgin, pgp = _replay_paddle(p.layer, p, p.grad, p_buffers)
+    grads = [g for g in pgin if g is not None]
+    if feed.summed and grads and len(grads) == len(pgin):
+        pgin = [np.sum(grads, axis=0, dtype=np.float64).astype(grads[0].dtype)]
     n_out, n_in, n_p = _noise(t.layer, feed, p.grad, t_buffers, out, gin, gp)
     res.forward.append(judge.check(t.key, "forward", "output", p.output, out, n_out))
     if p.grad is None:

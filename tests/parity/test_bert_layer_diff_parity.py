@@ -9,13 +9,27 @@ inputs (a sequence-first port) is said so, per layer, and never blamed for the b
 
 from __future__ import annotations
 
+import math
+
 import paddle
 import pytest
 import torch
 
 from paddle_compat.parity import diff_layers
 
-from .bert_models import FF, HEADS, PAD, D, PaddleHandBert, PaddleLibBert, TorchHandBert, TorchLibBert, bert_input
+from .bert_models import (
+    FF,
+    HEADS,
+    PAD,
+    D,
+    PaddleHandBert,
+    PaddleHandBlock,
+    PaddleLibBert,
+    PaddleSelfAttention,
+    TorchHandBert,
+    TorchLibBert,
+    bert_input,
+)
 
 MODELS = {"library": (PaddleLibBert, TorchLibBert), "hand": (PaddleHandBert, TorchHandBert)}
 
@@ -88,3 +102,47 @@ def test_a_layer_not_isolated_is_said_so_and_never_blamed():
     assert {"encoder", "encoder.layers.0.self_attn"} <= {r.key for r in result.not_isolated}
     assert "not isolated, compared as chained and never blamed for the backward: " in result.summary()
     assert all(r.isolated for r in result.layers if r.key in ("ln", "head", "emb", "pos"))
+
+
+class PaddleQKVAttention(PaddleSelfAttention):
+    """Called as ``attn(x, x, x, mask)``, where the port's attention takes ``attn(x, padding)``."""
+
+    def forward(self, query, key, value, mask):
+        b, n, _ = query.shape
+
+        def heads(t):
+            return t.reshape([b, n, HEADS, D // HEADS]).transpose([0, 2, 1, 3])
+
+        scores = heads(self.q(query)) @ heads(self.k(key)).transpose([0, 1, 3, 2]) / math.sqrt(D // HEADS) + mask
+        y = paddle.nn.functional.softmax(scores, axis=-1) @ heads(self.v(value))
+        return self.o(y.transpose([0, 2, 1, 3]).reshape([b, n, D]))
+
+
+class PaddleQKVBlock(PaddleHandBlock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = PaddleQKVAttention()
+
+    def forward(self, x, mask):
+        x = self.ln1(x + self.attn(x, x, x, mask))
+        return self.ln2(x + self.fc2(self.act(self.fc1(x))))
+
+
+class PaddleQKVBert(PaddleHandBert):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = paddle.nn.LayerList([PaddleQKVBlock() for _ in range(2)])
+
+
+@pytest.mark.parametrize("bug", [None, "scale"])
+def test_one_input_passed_three_times_on_paddles_side(bug):
+    """Paddle's attention gets x as query, key and value; the port's gets it once: it is fed once,
+    and its input gradient is compared with the sum of Paddle's three."""
+    paddle.seed(0)
+    result = diff_layers(PaddleQKVBert(), TorchHandBert(bug), bert_input())
+    attn = next(r for r in result.layers if r.key == "blocks.0.attn")
+    assert attn.isolated and attn.backward[0].what == "input grad 0"
+    if bug is None:
+        assert result.ok, result.summary()
+    else:
+        assert result.first_forward.layer == result.first_backward.layer == "blocks.0.attn", result.summary()
