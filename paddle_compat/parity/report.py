@@ -195,29 +195,14 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
             bottom.plot([s for s, _ in finite], [u for _, u in finite], marker=".", label=label, color=f"C{i}")
         bad = [s for s, u in zip(steps, values, strict=True) if u is not None and not math.isfinite(u)]
         zero = _zero_reference_steps(c, prefix, norm)
-        if [s for s in bad if s in zero]:  # finite on both sides: the reference is all zeros
-            bottom.scatter(
-                [s for s in bad if s in zero],
-                [0.96] * len([s for s in bad if s in zero]),
-                transform=edge,
-                marker="^",
-                s=60,
-                color=f"C{i}",
-                zorder=4,
-                label=f"{label}: against an all-zero reference",
-            )
-        bad = [s for s in bad if s not in zero]
-        if bad:  # a NaN against a number: a mark, not a value
-            bottom.scatter(
-                bad,
-                [0.96] * len(bad),
-                transform=edge,
-                marker="X",
-                s=60,
-                color=f"C{i}",
-                zorder=4,
-                label=f"{label}: inf/NaN against a number",
-            )
+        # marks at the top edge, not values: finite on both sides against an all-zero reference
+        # (infinitely many ulps), or a NaN/inf against a number
+        marks = (([s for s in bad if s in zero], "^", "against an all-zero reference"),
+                 ([s for s in bad if s not in zero], "X", "inf/NaN against a number"))
+        for where, marker, what in marks:
+            if where:
+                bottom.scatter(where, [0.96] * len(where), transform=edge, marker=marker, s=60, color=f"C{i}",
+                               zorder=4, label=f"{label}: {what}")
     bottom.set_xlabel("step")
     if norm:
         bottom.set_yscale("symlog", linthresh=1e-9)
