@@ -558,6 +558,16 @@ class Optimizer(torch.optim.Optimizer):
         both kernel forms below."""
         return None
 
+    def _row_rate(
+        self, p: Tensor, value: Tensor, group: dict[str, Any], lr: float, gpu: bool
+    ) -> tuple[float, float | None]:
+        """The numbers a kernel row of ``value`` (``p``'s, or its master weight) takes from the rate
+        ``lr`` (``_param_lr``'s): its rate and, where it follows the rate too, its decay term
+        (``None``: the decay is not the rate's). A ``_compiled_row`` writes these; when only the rate
+        moves (a scheduler), the engine rewrites them in the rows it keeps, computed once for all
+        rows of one value dtype and rate ratio: they may depend on nothing else of the parameter."""
+        return lr, None
+
     @optional_form
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         """Optional: run the optimizer's compiled CPU kernel on ``batch``."""
