@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from .optimizer import Optimizer
 
 __all__ = [
-    "Engine", "Item", "attr_ratio", "cpu_kernels_take", "cpu_row", "kernels_take", "optional_form", "same_layout"
+    "Engine", "Item", "attr_ratio", "cpu_kernels_take", "cpu_row", "kernels_take", "optional_form", "place",
+    "same_layout",
 ]
 
 # (param, grad, state, master weight or None): one parameter's share of a step
@@ -278,14 +279,19 @@ def _defines(opt: Optimizer, *hooks: str) -> bool:
     return not any(getattr(getattr(type(opt), hook), "_paddle_compat_stub", False) for hook in hooks)
 
 
-def _describe(opt: Optimizer, group: dict[str, Any], p: Tensor, g: Tensor) -> str:
-    """The parameter, for an error: its place in the optimizer, its name if it has one, its kind."""
+def place(opt: Optimizer, group: dict[str, Any], p: Tensor) -> str:
+    """The parameter, for an error: its place in the optimizer and its name if it has one."""
     index = next(i for i, q in enumerate(group["params"]) if q is p)
     where = f"parameter {index} of parameter group {opt.param_groups.index(group)}"
     names = group.get("param_names")
     name = names[index] if names else getattr(p, "name", None)
+    return f"{where}{f' ({name!r})' if isinstance(name, str) else ''}"
+
+
+def _describe(opt: Optimizer, group: dict[str, Any], p: Tensor, g: Tensor) -> str:
+    """The parameter, for an error: ``place``, and its kind."""
     kinds = {f"{type(t).__name__} ({t.layout}, {t.device})" for t in (p, g)}
-    return f"{where}{f' ({name!r})' if isinstance(name, str) else ''}, a {' with a '.join(sorted(kinds))}"
+    return f"{place(opt, group, p)}, a {' with a '.join(sorted(kinds))}"
 
 
 class Engine:

@@ -42,13 +42,14 @@ from ..amp.master_grad import clear_grads, grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _dcp, _multi_tensor, _torch_step
-from ._engine import Engine, Item, attr_ratio, optional_form, same_layout
+from ._engine import Engine, Item, attr_ratio, optional_form, place, same_layout
 from ._sharded import local_shards
 from .lr import LambdaDecay, LRScheduler
 
 __all__ = ["Optimizer"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+_GRAD_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 
 # (param, grad, state, master weight or None): what ``_compiled_row`` receives
 _Item = Item
@@ -457,8 +458,8 @@ class Optimizer(torch.optim.Optimizer):
                     for p, _ in pairs:
                         self._prepare_state(p, group)
                 return work
+            work = self._work(selected)  # checks the gradients first: a refused one changes nothing
             self._read_lr_scheduler()
-            work = self._work(selected)
             skip, device_flag = self._scaler_handover()
             if skip:
                 _clip_skipped(work)
@@ -477,12 +478,31 @@ class Optimizer(torch.optim.Optimizer):
             pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
             if selected is not None:
                 pairs = [(p, g) for p, g in pairs if id(p) in selected]
-            for _, g in pairs:
+            for p, g in pairs:
                 if g.is_sparse:
                     raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
+                if g.shape != p.shape or g.device != p.device or g.dtype not in _GRAD_DTYPES:
+                    self._refuse_grad(group, p, g)
             if pairs:
                 work.append((group, pairs))
         return work
+
+    def _compat_check_grads(self) -> None:
+        """Refuse (as ``step`` would) a gradient the step could not take: called by a GradScaler
+        before it reads or unscales any of them."""
+        self._work(None)
+
+    def _refuse_grad(self, group: dict[str, Any], p: Tensor, g: Tensor) -> None:
+        """Raise for a gradient of another shape (``ValueError``), device or dtype (``TypeError``)
+        than its parameter takes, naming both, before the step changes anything: the torch forms
+        would broadcast a smaller one, and the kernels read the parameter's size at its address."""
+        which = "main_grad" if g is not p.grad else "grad"
+        where = f"{type(self).__name__}: the {which} of {place(self, group, p)}"
+        if g.dtype not in _GRAD_DTYPES:
+            raise TypeError(f"{where} has dtype {g.dtype}; a gradient is float16, bfloat16, float32 or float64")
+        if g.device != p.device:
+            raise TypeError(f"{where} is on {g.device}, but the parameter is on {p.device}")
+        raise ValueError(f"{where} has shape {list(g.shape)}, but the parameter has shape {list(p.shape)}")
 
     @never_traced
     def _skipped_step(self) -> None:
