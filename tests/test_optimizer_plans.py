@@ -289,3 +289,20 @@ def test_an_eager_step_after_a_replay_rewrites_the_gradient_table(monkeypatch: p
         return [p.detach().clone() for p in params]
 
     assert all(torch.equal(a, b) for a, b in zip(run(True), run(False)))
+
+
+def test_a_plan_is_never_made_inside_a_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making the GPU tables copies from host memory: refused inside a capture, with nothing written."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
+    if _multi_tensor.kernels(torch.device("cpu")) is None:
+        pytest.skip("this Triton cannot interpret the kernels")
+    monkeypatch.setattr(_devices, "capturing", lambda device: True)
+    params = _params()
+    _grads(params, 0)
+    before = [p.detach().clone() for p in params]
+    opt = popt.Adam(0.01, parameters=params)
+    with pytest.raises(_multi_tensor.CaptureError, match="cannot be made inside a CUDA graph capture"):
+        opt.step()
+    assert all(torch.equal(p.detach(), b) for p, b in zip(params, before))

@@ -394,6 +394,8 @@ class Engine:
                 device = p.device
                 if device not in kernels:
                     kernels[device] = _multi_tensor.kernels(device) if has_gpu else None
+                    if kernels[device] is not None:
+                        _multi_tensor.refuse_capture(device)
                 batch, indices = multi_tensor.setdefault(device, (_native.Batch(), []))
                 if kernels[device] is None:
                     batch = None

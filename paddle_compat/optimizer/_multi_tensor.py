@@ -30,7 +30,9 @@ from torch import Tensor
 
 from .. import _devices, _native
 
-__all__ = ["BLOCK", "CaptureError", "Compiling", "Launch", "disable", "kernels", "launches", "rows_moved"]
+__all__ = [
+    "BLOCK", "CaptureError", "Compiling", "Launch", "disable", "kernels", "launches", "refuse_capture", "rows_moved",
+]
 
 logger = logging.getLogger("paddle_compat")
 
@@ -128,13 +130,7 @@ class Launch:
         self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], aligned: bool, device: torch.device,
         members: list[int],
     ) -> None:
-        if _devices.capturing(device):
-            raise CaptureError(
-                "paddle_compat: the GPU step's tables cannot be made inside a CUDA graph capture (they are "
-                "uploaded from host memory, which a replay would read again). Take one eager step before "
-                "capturing, and capture steps whose parameters, gradients' dtypes, states and options are "
-                "those of the eager step (a new rate is fine)."
-            )
+        refuse_capture(device)
         count = len(rows) // _native.ROW
         self.base = torch.empty(16, dtype=torch.uint8, device=device)  # allocations are 16-byte aligned
         origin = self.base.data_ptr()
@@ -194,6 +190,19 @@ class Launch:
 
 class CaptureError(RuntimeError):
     """A step inside a CUDA graph capture needs what a capture cannot record (see ``Launch``)."""
+
+
+def refuse_capture(device: torch.device) -> None:
+    """Raise ``CaptureError`` while work on ``device`` is captured: a new plan or new tables copy
+    from host memory (the rows, Adam's beta powers), which a replay would read again, and a copy
+    from pinned memory inside a capture breaks torch's pinned-memory cache (see ``Launch.refresh``)."""
+    if _devices.capturing(device):
+        raise CaptureError(
+            "paddle_compat: the GPU step's tables cannot be made inside a CUDA graph capture (they are "
+            "copied from host memory, which a replay would read again). Take one eager step before "
+            "capturing, and capture steps whose parameters, gradients' dtypes, sizes, states and options "
+            "are those of the eager step (a new rate or new gradient tensors are fine)."
+        )
 
 
 _RATE_COLUMNS = (0, 1)  # the per-tensor numbers a new rate rewrites (``_native.PER``: lr, decay)
