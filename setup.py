@@ -46,7 +46,9 @@ class OptionalKernels(build_ext):
         level = next(level for level in native_build.LEVELS if f"paddle_compat.{level.stem}" == ext.name)
         problem = "not built"
         for threads in (native_build.OPENMP, ()):
-            ext.extra_compile_args = [*native_build.FLAGS, *level.flags, *threads]
+            # the stamp: the loader refuses a library built from another _native.c than its own
+            stamp = native_build.stamp_flags(HERE / SOURCE)
+            ext.extra_compile_args = [*native_build.FLAGS, *level.flags, *threads, *stamp]
             ext.extra_link_args = [*threads]
             try:
                 super().build_extension(ext)

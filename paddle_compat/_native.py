@@ -332,7 +332,7 @@ def _open(path: Path) -> ctypes.CDLL:
         lib = ctypes.CDLL(str(path))
     except OSError as exc:
         raise _Unusable(f"{path.name} does not load: {exc}") from None
-    problem = _native_build.check_loaded(lib)
+    problem = _native_build.check_loaded(lib) or _native_build.stamp_refusal(lib, path.parent)
     if problem is not None:
         saved.restore()  # its startup code may have switched this thread to flush-to-zero
         raise _Unusable(f"{path.name} refused: {problem}")
