@@ -421,3 +421,46 @@ def test_a_library_built_from_another_source_is_refused(fresh_native, monkeypatc
     with pytest.warns(RuntimeWarning, match="pip install -e . again"):
         monkeypatch.setattr(_native, "_status", None)
         assert _native.kernels() is None
+
+
+NO_PROCESS = """
+    import sys
+    import torch
+    from tests.optim_db import CLASSES, new
+
+    spawned = []
+    sys.addaudithook(lambda event, args: spawned.append(event) if event in (
+        "subprocess.Popen", "os.posix_spawn", "os.spawn", "os.system", "os.exec", "os.fork", "os.forkpty") else None)
+    for dtype in (torch.float32, torch.float64):
+        for cls in CLASSES:
+            params = [torch.nn.Parameter(torch.ones(40, dtype=dtype)) for _ in range(2)]
+            opt = new(cls, 0.01, params)
+            for _ in range(2):
+                for p in params:
+                    p.grad = torch.full_like(p, 0.5)
+                opt.step()
+    print(sorted(set(spawned)))
+"""
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_no_step_starts_a_process(native, tmp_path: Path) -> None:
+    """A step never starts a process (NAdam's float32 power looked for libm with ldconfig or a C
+    compiler through ctypes.util), with the compiled kernels or their torch forms."""
+    out = child(NO_PROCESS, tmp_path, {"PADDLE_COMPAT_NATIVE": native, "PYTHONWARNINGS": "ignore"})
+    assert out.strip() == "[]"
+
+
+def test_the_fallback_warning_names_the_optimizers_whose_bits_differ(fresh_native, monkeypatch, tmp_path) -> None:
+    """Without the kernels the float32 updates of the optimizers whose Eigen square root needs the
+    CPU's rsqrt are not Paddle's: the warning must say which (the case table marks them)."""
+    from .optim_db import OPTIM_DB
+
+    differ = [info.cls.__name__ for info in OPTIM_DB if info.eigen_sqrt]
+    assert list(_native.ROOTS_DIFFER) == differ
+    monkeypatch.setattr(_native, "_DIRECTORY", tmp_path)  # nothing built there
+    with pytest.warns(RuntimeWarning) as caught:
+        assert _native.kernels() is None
+    message = str(caught[0].message)
+    assert "the same bits, slower, except for float32 " + ", ".join(differ[:-1]) + f" and {differ[-1]}" in message
+    assert "same results" not in message
