@@ -160,7 +160,8 @@ def _state_values(opt: Optimizer, pairs: ParamsGrads) -> tuple[Any, ...] | None:
     cleared or never-made state). A plan keeps the rows of the tensors it was made with: a tensor
     the user puts in their place (a reset, an offload) or ``state.clear()`` makes a new plan."""
     try:
-        return tuple(chain.from_iterable(map(dict.values, map(opt.state.get, [p for p, _ in pairs]))))
+        states: Any = map(opt.state.get, [p for p, _ in pairs])  # dicts, or None where there is none
+        return tuple(chain.from_iterable(map(dict.values, states)))
     except TypeError:  # no state for a parameter, or not a dict
         return None
 
@@ -409,6 +410,7 @@ class Engine:
                 rest.append(i)
                 slots.append(None)
             else:
+                assert batch is not None and row is not None
                 reusable = reusable and added
                 slots.append((batch, row))
                 # the row's numbers follow the rate as those of rows alike (Optimizer._row_rate)
@@ -416,7 +418,7 @@ class Engine:
                 kind = (attr_ratio(p), value.dtype, gpu)
                 if kind not in rates:
                     rates[kind] = _Rates(p, value, gpu)
-                rates[kind].rows.append((batch, len(batch) - 1))
+                rates[kind].rows.append((batch, row))
                 if indices is not None:
                     indices.append(i)
         multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
