@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -138,13 +138,16 @@ def same_layout(*tensors: Tensor) -> bool:
 
 
 def _layout(pairs: ParamsGrads) -> list[tuple[Any, ...]]:
-    """The parameters' addresses with the gradients' dtypes, layouts, sizes and devices (a plan's
-    key: a kernel reads ``numel`` elements at a gradient's address, and a launch is made per
-    device). The parameters' sizes are the gradients' (``Optimizer._work`` checks it)."""
+    """The parameters' addresses with the gradients' dtypes, layouts and shapes (a plan's key: a
+    kernel reads a row's ``numel`` elements at its gradient's address). A gradient's shape and
+    device are its parameter's (torch checks what is assigned to ``.grad``, ``Optimizer._work`` a
+    ``main_grad``), so a parameter moved to another device has another address; its shape is kept
+    because a view of the same memory (``p.data = p.data[:n]``) has the same address. (A device is
+    left out: reading it makes an object per tensor, a quarter of a small step's bookkeeping.)"""
     try:
-        return [(p.data_ptr(), g.dtype, g.is_contiguous(), g.shape, g.device) for p, g in pairs]
+        return [(p.data_ptr(), g.dtype, g.is_contiguous(), g.shape) for p, g in pairs]
     except RuntimeError:  # a tensor with no pointer to give: see _devices.address
-        return [(_devices.address(p), g.dtype, g.is_contiguous(), g.shape, g.device) for p, g in pairs]
+        return [(_devices.address(p), g.dtype, g.is_contiguous(), g.shape) for p, g in pairs]
 
 
 def _addresses(pairs: ParamsGrads) -> list[int]:
@@ -177,8 +180,8 @@ def _pointers(values: tuple[Any, ...] | None) -> list[int] | None:
         return [_devices.address(v) if isinstance(v, Tensor) else 0 for v in values]
 
 
-def _same(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> bool:
-    """Whether two tuples hold the same objects (``is``: tensors have no usable ``==``)."""
+def _same(a: Sequence[Any] | None, b: Sequence[Any] | None) -> bool:
+    """Whether two sequences hold the same objects (``is``: tensors have no usable ``==``)."""
     return a is not None and b is not None and len(a) == len(b) and all(map(operator.is_, a, b))
 
 
@@ -200,7 +203,7 @@ class _Plan:
         self.slots, self.grads = slots, grads  # each pair's (batch, row) or None; the gradients' addresses
         self.rates = rates
         # the parameters and their states' values (objects, addresses) the rows were made for
-        self.params: tuple[Tensor, ...] = ()
+        self.params: list[Tensor] = []
         self.values: tuple[Any, ...] | None = None
         self.pointers: list[int] | None = None
 
@@ -208,18 +211,18 @@ class _Plan:
         """Whether the rows point at these parameters and at the tensors of their states now."""
         values = _state_values(opt, pairs)
         return (
-            _same(self.params, tuple(p for p, _ in pairs)) and _same(self.values, values)
+            _same(self.params, [p for p, _ in pairs]) and _same(self.values, values)
             and self.pointers == _pointers(values)
         )
 
     def remember(self, opt: Optimizer, pairs: ParamsGrads) -> None:
         """Record what the rows point at (``made_for``), once the states are made."""
-        self.params = tuple(p for p, _ in pairs)
+        self.params = [p for p, _ in pairs]
         self.values = _state_values(opt, pairs)
         self.pointers = _pointers(self.values)
 
     def point_at(self, pairs: ParamsGrads) -> None:
-        """Point the rows at these gradients (same dtypes, layouts, sizes, devices: the key says so)."""
+        """Point the rows at these gradients (same dtypes, layouts and shapes: the key says so)."""
         addresses = _addresses(pairs)
         if addresses == self.grads:
             return
@@ -315,7 +318,7 @@ class Engine:
         flag on a GPU, tested by the GPU kernels on the device (read here only for the rest)."""
         # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
         # the group's options, the parameters (the objects and their addresses), the gradients'
-        # dtypes, layouts, sizes and devices, master weights, the kernels' availability, and the
+        # dtypes, layouts and shapes, master weights, the kernels' availability, and the
         # states (the whole, replaced by load_state_dict; each tensor in it, object and address).
         # The rate is not among them: a scheduler moves it at every step, and a new rate only
         # rewrites the rows' numbers (``_Plan.set_rate``). A steady step then only checks that,

@@ -38,7 +38,7 @@ from .._numerics import round_to
 from .._stacklevel import user_stacklevel
 from ..amp import unscale
 from ..amp.compile_boundary import never_traced
-from ..amp.master_grad import clear_grads, grad_of
+from ..amp.master_grad import clear_grads, grad_of, main_grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _dcp, _multi_tensor, _torch_step
@@ -478,10 +478,12 @@ class Optimizer(torch.optim.Optimizer):
             pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
             if selected is not None:
                 pairs = [(p, g) for p, g in pairs if id(p) in selected]
-            for p, g in pairs:
+            for _, g in pairs:
                 if g.is_sparse:
                     raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
-                if g.shape != p.shape or g.device != p.device or g.dtype not in _GRAD_DTYPES:
+            # torch checks what is assigned to .grad (shape, dtype, device); a main_grad is ours to check
+            for p, g in pairs:
+                if g is main_grad_of(p) and (g.shape != p.shape or g.device != p.device or g.dtype not in _GRAD_DTYPES):
                     self._refuse_grad(group, p, g)
             if pairs:
                 work.append((group, pairs))
@@ -493,11 +495,10 @@ class Optimizer(torch.optim.Optimizer):
         self._work(None)
 
     def _refuse_grad(self, group: dict[str, Any], p: Tensor, g: Tensor) -> None:
-        """Raise for a gradient of another shape (``ValueError``), device or dtype (``TypeError``)
+        """Raise for a ``main_grad`` of another shape (``ValueError``), device or dtype (``TypeError``)
         than its parameter takes, naming both, before the step changes anything: the torch forms
         would broadcast a smaller one, and the kernels read the parameter's size at its address."""
-        which = "main_grad" if g is not p.grad else "grad"
-        where = f"{type(self).__name__}: the {which} of {place(self, group, p)}"
+        where = f"{type(self).__name__}: the main_grad of {place(self, group, p)}"
         if g.dtype not in _GRAD_DTYPES:
             raise TypeError(f"{where} has dtype {g.dtype}; a gradient is float16, bfloat16, float32 or float64")
         if g.device != p.device:
