@@ -306,3 +306,24 @@ def test_a_plan_is_never_made_inside_a_capture(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(_multi_tensor.CaptureError, match="cannot be made inside a CUDA graph capture"):
         opt.step()
     assert all(torch.equal(p.detach(), b) for p, b in zip(params, before))
+
+
+# --- a GPU-only run, and Triton's interpreter with CUDA tensors -------------------------------------
+def test_a_gpu_only_step_never_looks_for_the_cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parameters all on a GPU (stood for by the GPU formulas on CPU tensors, without the Triton
+    kernels): the CPU kernels are never loaded, so a machine without them gives no warning."""
+    asked = []
+    monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
+    monkeypatch.setattr(_multi_tensor, "kernels", lambda device: None)
+    monkeypatch.setattr(_native, "kernels", lambda: asked.append(1))
+    params = _params()
+    _grads(params, 0)
+    popt.Momentum(0.01, parameters=params).step()
+    assert asked == []
+
+
+def test_the_triton_interpreter_refuses_cuda_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("triton")
+    monkeypatch.setattr(_multi_tensor, "_interpreting", lambda: True)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1 runs Triton kernels on the host, which cannot read"):
+        _multi_tensor.kernels(torch.device("cuda"))

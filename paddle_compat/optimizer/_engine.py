@@ -383,7 +383,8 @@ class Engine:
         lr = opt._group_lr(group)
         has_compiled = _defines(opt, "_compiled_row", "_compiled_call")
         has_gpu = _defines(opt, "_compiled_row", "_multi_tensor_call")
-        kernels: dict[torch.device | None, Any] = {None: _native.kernels() if has_compiled else None}
+        # the CPU kernels are loaded at the first CPU tensor (a GPU-only run never looks for them)
+        kernels: dict[torch.device | None, Any] = {}
         compiled, reusable = _native.Batch(), True
         multi_tensor: dict[torch.device, tuple[_native.Batch, list[int]]] = {}
         rest: list[int] = []
@@ -404,6 +405,8 @@ class Engine:
                 if kernels[device] is None:
                     batch = None
             else:
+                if None not in kernels:
+                    kernels[None] = _native.kernels() if has_compiled else None
                 # a GradScaler's flag on a GPU is for GPU tensors: CPU ones with it go per tensor
                 batch, indices = (compiled, None) if kernels[None] is not None and found_inf is None else (None, None)
             row = len(batch) if batch is not None else None

@@ -11,7 +11,7 @@ graph does).
 ``kernels(device)`` is ``None`` when the path is unavailable: no Triton (torch's CUDA wheels for
 Linux ship it), ``PADDLE_COMPAT_NATIVE=0``, or tensors off CUDA. On the CPU the kernels run only in
 Triton's interpreter (``TRITON_INTERPRET=1``), which the tests use to compare them with the
-per-tensor formulas.
+per-tensor formulas; CUDA tensors with the interpreter on are refused (``RuntimeError``).
 """
 
 from __future__ import annotations
@@ -51,6 +51,12 @@ def kernels(device: torch.device) -> ModuleType | None:
     interpret = _interpreting()
     if device.type != "cuda" and not interpret:
         return None
+    if device.type == "cuda" and interpret:  # the interpreter would read device memory as the host's
+        raise RuntimeError(
+            "paddle_compat: TRITON_INTERPRET=1 runs Triton kernels on the host, which cannot read CUDA "
+            "tensors: unset TRITON_INTERPRET to step parameters on a GPU (or PADDLE_COMPAT_NATIVE=0 for "
+            "the per-tensor forms)"
+        )
     if interpret not in _modules:
         _modules[interpret] = _load(interpret)
     return _modules[interpret]
