@@ -159,13 +159,15 @@ def _addresses(pairs: ParamsGrads) -> list[int]:
 
 
 def _state_values(opt: Optimizer, pairs: ParamsGrads) -> tuple[Any, ...] | None:
-    """Every value of the parameters' states, in order (``None`` where a parameter has none: a
-    cleared or never-made state). A plan keeps the rows of the tensors it was made with: a tensor
-    the user puts in their place (a reset, an offload) or ``state.clear()`` makes a new plan."""
+    """Every value of the parameters' states, in order (``None`` where one is not a dict). A plan
+    keeps the rows of the tensors it was made with: a tensor the user puts in their place (a reset,
+    an offload) or ``state.clear()`` makes a new plan. (Indexing, not ``get``: the view of the state
+    on local shards finds a plain parameter's in the real state; an empty dict it adds for a
+    cleared parameter is what the step makes anyway.)"""
     try:
-        states: Any = map(opt.state.get, [p for p, _ in pairs])  # dicts, or None where there is none
+        states: Any = map(opt.state.__getitem__, [p for p, _ in pairs])
         return tuple(chain.from_iterable(map(dict.values, states)))
-    except TypeError:  # no state for a parameter, or not a dict
+    except TypeError:  # a state that is not a dict
         return None
 
 
