@@ -327,3 +327,30 @@ def test_the_triton_interpreter_refuses_cuda_tensors(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(_multi_tensor, "_interpreting", lambda: True)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1 runs Triton kernels on the host, which cannot read"):
         _multi_tensor.kernels(torch.device("cuda"))
+
+
+@pytest.mark.parametrize("change", ["state", "rate"])
+@pytest.mark.parametrize("cls", [popt.Momentum, popt.Adam, popt.AdamW], ids=lambda c: c.__name__)
+def test_the_gpu_tables_follow_a_replaced_state_or_a_new_rate(cls, change, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on the GPU path (its Triton kernels, interpreted on CPU tensors): a state tensor put
+    in place of another, or a new rate (written into the kept tables), against a fresh copy."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
+    if _multi_tensor.kernels(torch.device("cpu")) is None:
+        pytest.skip("this Triton cannot interpret the kernels")
+    launched = []
+    for name in ("momentum", "adam"):
+        original = getattr(_multi_tensor, name)
+        monkeypatch.setattr(_multi_tensor, name, lambda *a, _o=original, **k: (launched.append(1), _o(*a, **k)))
+
+    def reset_or_rate(opt, params):
+        if change == "rate":
+            opt.set_lr(0.005)
+            return
+        for p in params:
+            key = _first_param_shaped(opt, p)
+            opt.state[p][key] = torch.zeros_like(opt.state[p][key])
+
+    _run_after(cls, reset_or_rate)
+    assert launched
