@@ -167,7 +167,7 @@ def _state_values(opt: Optimizer, pairs: ParamsGrads) -> tuple[Any, ...] | None:
     try:
         states: Any = map(opt.state.__getitem__, [p for p, _ in pairs])
         return tuple(chain.from_iterable(map(dict.values, states)))
-    except TypeError:  # a state that is not a dict
+    except (TypeError, KeyError):  # a state that is not a dict, or none (a state mapping of the user's)
         return None
 
 
