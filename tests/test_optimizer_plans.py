@@ -180,6 +180,7 @@ _BAD_GRADS = textwrap.dedent("""
                 before = p.detach().clone()
                 state = {k: v.clone() for k, v in opt.state[p].items()} if p in opt.state else None
                 p.main_grad = bad()
+                given = p.main_grad.clone() if name != "meta" else None
                 scaler = GradScaler(init_loss_scaling=4.0)
                 for how in ("step", "scaler"):
                     try:
@@ -187,10 +188,13 @@ _BAD_GRADS = textwrap.dedent("""
                         outcome = "stepped"
                     except (TypeError, ValueError) as error:
                         outcome = f"{type(error).__name__}: {error}"
+                    step = scaler._step_state  # nothing unscaled, no flag, the scale as it was
                     unchanged = torch.equal(p.detach(), before) and (
                         p not in opt.state if state is None
                         else all(torch.equal(opt.state[p][k], v) for k, v in state.items())
-                    ) and scaler._scale.item() == 4.0 and not getattr(scaler, "_unscaled", {})
+                    ) and (given is None or torch.equal(p.main_grad, given)) and (
+                        scaler.get_scale() == 4.0 and not step.optimizer_states and step.found_inf is None
+                    )
                     print(cls.__name__, "first" if first else "later", name, how,
                           "unchanged" if unchanged else "CHANGED", outcome, sep=" | ")
 """)
