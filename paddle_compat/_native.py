@@ -24,7 +24,7 @@ forms run: a few times slower on large models, with the same bits except for the
 ``ROOTS_DIFFER``, whose square roots start from the CPU's ``rsqrtps`` in Paddle's Eigen kernels, an
 instruction only these kernels reach (``optimizer/_eigen.py``): the torch forms take the correctly
 rounded root there (within 3 ulps of Paddle's), and the parameters drift apart over the steps
-(hundreds to thousands of ulps after 60 steps: ``benchmarks/report_fallback_drift.py``).
+(tens to thousands of ulps after 60 steps: ``benchmarks/report_fallback_drift.py``).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ ROOTS_DIFFER = ("RMSProp", "Adagrad", "Adadelta", "NAdam", "RAdam")
 FALLBACK = (
     "the same bits, slower, except for float32 " + ", ".join(ROOTS_DIFFER[:-1]) + f" and {ROOTS_DIFFER[-1]}: "
     "their square roots then differ from Paddle's by up to 3 ulps, and their parameters drift apart "
-    "over the steps (hundreds to thousands of ulps after 60 steps; docs/optimizers.md, \"Eigen's float32 sqrt\")"
+    "over the steps (tens to thousands of ulps after 60 steps; docs/optimizers.md, \"Eigen's float32 sqrt\")"
 )
 
 # where the libraries are: the package's own directory (resolved: a strict editable install links
