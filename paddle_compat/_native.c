@@ -1384,3 +1384,11 @@ int pc_cpu_level(void) {
     return 0;
 #endif
 }
+
+/* The version stamp: a hash of this file, given by setup.py (_native_build.stamp_flags) and checked
+ * by the loader against the _native.c beside the Python side, so that a library left from an older
+ * source (a pull without a reinstall) is refused; 0 for a build without it, refused too. */
+#ifndef PC_SOURCE_STAMP
+#define PC_SOURCE_STAMP 0
+#endif
+int64_t pc_source_stamp(void) { return PC_SOURCE_STAMP; }

@@ -300,7 +300,10 @@ def _family(name: str, lr: float, *inputs: tuple[str, dict[str, Any], tuple[str,
                 if isinstance(decay, tuple):
                     decay = getattr(api.regularizer, decay[0])(decay[1])
                 ps = _groups_by_name(ps, decay)
-            return getattr(api.optimizer, name)(args.pop("learning_rate", lr), parameters=ps, **args, **kw)
+            rate = args.pop("learning_rate", lr)
+            if isinstance(rate, tuple):  # a scheduler: (its name, its keyword arguments)
+                rate = getattr(api.optimizer.lr, rate[0])(**rate[1])
+            return getattr(api.optimizer, name)(rate, parameters=ps, **args, **kw)
 
         return make
 
@@ -312,6 +315,8 @@ def _family(name: str, lr: float, *inputs: tuple[str, dict[str, Any], tuple[str,
 
 
 SCALER = {"scaler": True}
+# a scheduler as the rate (stepped after every step by the parity runs), in _family's form
+COSINE = ("CosineAnnealingDecay", {"learning_rate": 1.0, "T_max": 4})
 F64 = {"dtype": torch.float64}
 GLOBAL = ("ClipGradByGlobalNorm", 0.5)
 L1 = ("L1Decay", 0.001)
@@ -334,6 +339,8 @@ OPTIM_DB += [
     _family(
         "RMSProp", 0.01,
         ("rmsprop", {}, ("parity", "copies", "forms", "nonfinite"), {}),
+        ("rmsprop_cosine", {"learning_rate": ("CosineAnnealingDecay", {"learning_rate": 0.01, "T_max": 4})},
+         ("parity",), {}),
         ("rmsprop_centered_momentum_scaler", {"rho": 0.9, "epsilon": 1e-5, "momentum": 0.9, "centered": True,
                                               "weight_decay": 0.01, "grad_clip": GLOBAL},
          ("parity", "handover", "forms"), SCALER),
@@ -375,6 +382,7 @@ OPTIM_DB += [
         ("adadelta_l1", {"learning_rate": 0.5, "weight_decay": L1}, FORMS, {}),
         ("adadelta_groups_l1", {"learning_rate": 0.5, "weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("adadelta_float64_set_lr", {}, ("parity",), F64_SET_LR),
+        ("adadelta_cosine", {"learning_rate": COSINE}, ("parity", "copies"), {}),
         takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(

@@ -133,14 +133,18 @@ class Adam(Optimizer):
         elif not (pows[0].is_cpu and pows[1].is_cpu):
             return None
         g, l2, fresh = self._grad_for_kernel(p, g, group)
+        lr_t, decay = self._row_rate(p, value, group, lr, gpu)
+        batch.add(value, g, p if master is not None else None, moments, pows, lr=lr_t, decay=decay, l2=l2)
+        return not (fresh or self._per_param_rates())
+
+    def _row_rate(
+        self, p: Tensor, value: Tensor, group: dict[str, Any], lr: float, gpu: bool
+    ) -> tuple[float, float]:
+        mt = compute_dtype(value)
         decay, lr_t = self._decay_rate(p, group, lr, round_to(mt))
         if gpu:  # Paddle's GPU kernel scales by a factor: 1 for none, which leaves the bits
-            decay = self._gpu_decay_factor(p, group, lr, mt)
-        batch.add(
-            value, g, p if master is not None else None, moments, pows, lr=lr_t,
-            decay=math.nan if decay is None else decay, l2=l2,
-        )
-        return not (fresh or self._per_param_rates())
+            return lr_t, self._gpu_decay_factor(p, group, lr, mt)
+        return lr_t, math.nan if decay is None else decay
 
     def _gpu_decay_factor(self, param: Tensor, group: dict[str, Any], lr: float, dtype: torch.dtype) -> float:
         """The factor Paddle's GPU kernel scales the parameter by before the update (AdamW's

@@ -38,17 +38,18 @@ from .._numerics import round_to
 from .._stacklevel import user_stacklevel
 from ..amp import unscale
 from ..amp.compile_boundary import never_traced
-from ..amp.master_grad import clear_grads, grad_of
+from ..amp.master_grad import clear_grads, grad_of, main_grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _dcp, _multi_tensor, _torch_step
-from ._engine import Engine, Item, attr_ratio, optional_form, same_layout
+from ._engine import Engine, Item, attr_ratio, optional_form, place, same_layout
 from ._sharded import local_shards
 from .lr import LambdaDecay, LRScheduler
 
 __all__ = ["Optimizer"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+_GRAD_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 
 # (param, grad, state, master weight or None): what ``_compiled_row`` receives
 _Item = Item
@@ -575,8 +576,8 @@ class Optimizer(torch.optim.Optimizer):
                     for p, _ in pairs:
                         self._prepare_state(p, group)
                 return work
+            work = self._work(selected)  # checks the gradients first: a refused one changes nothing
             self._read_lr_scheduler()
-            work = self._work(selected)
             skip, device_flag = self._scaler_handover()
             if skip:
                 _clip_skipped(work)
@@ -598,9 +599,29 @@ class Optimizer(torch.optim.Optimizer):
             for _, g in pairs:
                 if g.is_sparse:
                     raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
+            # torch checks what is assigned to .grad (shape, dtype, device); a main_grad is ours to check
+            for p, g in pairs:
+                if g is main_grad_of(p) and (g.shape != p.shape or g.device != p.device or g.dtype not in _GRAD_DTYPES):
+                    self._refuse_grad(group, p, g)
             if pairs:
                 work.append((group, pairs))
         return work
+
+    def _compat_check_grads(self) -> None:
+        """Refuse (as ``step`` would) a gradient the step could not take: called by a GradScaler
+        before it reads or unscales any of them."""
+        self._work(None)
+
+    def _refuse_grad(self, group: dict[str, Any], p: Tensor, g: Tensor) -> None:
+        """Raise for a ``main_grad`` of another shape (``ValueError``), device or dtype (``TypeError``)
+        than its parameter takes, naming both, before the step changes anything: the torch forms
+        would broadcast a smaller one, and the kernels read the parameter's size at its address."""
+        where = f"{type(self).__name__}: the main_grad of {place(self, group, p)}"
+        if g.dtype not in _GRAD_DTYPES:
+            raise TypeError(f"{where} has dtype {g.dtype}; a gradient is float16, bfloat16, float32 or float64")
+        if g.device != p.device:
+            raise TypeError(f"{where} is on {g.device}, but the parameter is on {p.device}")
+        raise ValueError(f"{where} has shape {list(g.shape)}, but the parameter has shape {list(p.shape)}")
 
     @never_traced
     def _skipped_step(self) -> None:
@@ -675,6 +696,16 @@ class Optimizer(torch.optim.Optimizer):
         the kernels cannot take it, else whether the row may be kept for the next step. Needed by
         both kernel forms below."""
         return None
+
+    def _row_rate(
+        self, p: Tensor, value: Tensor, group: dict[str, Any], lr: float, gpu: bool
+    ) -> tuple[float, float | None]:
+        """The numbers a kernel row of ``value`` (``p``'s, or its master weight) takes from the rate
+        ``lr`` (``_param_lr``'s): its rate and, where it follows the rate too, its decay term
+        (``None``: the decay is not the rate's). A ``_compiled_row`` writes these; when only the rate
+        moves (a scheduler), the engine rewrites them in the rows it keeps, computed once for all
+        rows of one value dtype and rate ratio: they may depend on nothing else of the parameter."""
+        return lr, None
 
     @optional_form
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
