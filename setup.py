@@ -5,7 +5,9 @@ instruction-set level (``paddle_compat/_native_build.py``), loaded with ctypes a
 
 They are optional: without a working C compiler, or when a library fails its self-test (a compiler
 that adds ``-ffast-math``, say), the package installs without it, says so here, and the optimizers
-run their torch forms (same bits, slower; ``paddle_compat.native_status()`` tells which run).
+run their torch forms (slower; the same bits except for float32 RMSProp, Adagrad, Adadelta, NAdam
+and RAdam, whose Eigen square roots need the CPU's ``rsqrtps`` from the kernels: see
+``paddle_compat/_native.py``; ``paddle_compat.native_status()`` tells which run).
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ class OptionalKernels(build_ext):
             return  # the higher levels are never loaded without the baseline's (said once, below)
         problem = "not built"
         for threads in (native_build.OPENMP, ()):
-            ext.extra_compile_args = [*native_build.FLAGS, *level.flags, *threads]
+            # the stamp: the loader refuses a library built from another _native.c than its own
+            stamp = native_build.stamp_flags(HERE / SOURCE)
+            ext.extra_compile_args = [*native_build.FLAGS, *level.flags, *threads, *stamp]
             ext.extra_link_args = [*native_build.LINK_FLAGS, *threads]
             try:
                 super().build_extension(ext)

@@ -6,10 +6,10 @@
 Where the compiled CPU kernels are not used (not built at install, refused, or
 ``PADDLE_COMPAT_NATIVE=0``) the optimizers run their torch forms, with Paddle's roundings. This
 times one step of each against ``torch.optim``'s ``foreach=True`` step of the same optimizer on the
-same sizes: SGD, Momentum, and Adam/AdamW in both of Paddle's CPU forms (``reference``: separate
-roundings, Paddle's kernel on CPUs without AVX-512 and for float64; ``fma``: the fused
-multiply-adds of its AVX-512 kernel, which the torch forms emulate). The environment switch is
-set by the script itself; the compiled kernels are also timed when they load (``compiled`` rows).
+same sizes: SGD, Momentum, and Adam/AdamW in both of Paddle's CPU profiles (``avx2``: its reference
+kernel, on CPUs without AVX-512 and for float64, the update in double; ``avx512f``: the fused
+multiply-adds of its AVX-512 kernel, which the torch forms emulate). The profile is set by the
+script itself (``PADDLE_COMPAT_PADDLE_CPU``); the compiled kernels are also timed when they load (``compiled`` rows).
 
 Interleaved rounds: each round every variant, in shuffled order, takes an untimed step then a
 timed one after a write of a buffer larger than the last-level cache (the forward and backward
@@ -40,17 +40,18 @@ from paddle_compat import _native  # noqa: E402
 
 LR = 1e-3
 
-# name: (ours, the torch.optim anchor, Paddle's CPU_FMA form or None)
+# name: (ours, the torch.optim anchor, Paddle's CPU profile or None)
 CONFIGS: dict[str, tuple[Callable[[list], object], Callable[[list], object], str | None]] = {
     "SGD": (lambda ps: popt.SGD(LR, parameters=ps), lambda ps: torch.optim.SGD(ps, LR, foreach=True), None),
     "Momentum": (lambda ps: popt.Momentum(LR, 0.9, parameters=ps),
                  lambda ps: torch.optim.SGD(ps, LR, momentum=0.9, foreach=True), None),
-    "Adam reference": (lambda ps: popt.Adam(LR, parameters=ps), lambda ps: torch.optim.Adam(ps, LR, foreach=True), "0"),
-    "Adam fma": (lambda ps: popt.Adam(LR, parameters=ps), lambda ps: torch.optim.Adam(ps, LR, foreach=True), "1"),
-    "AdamW reference": (lambda ps: popt.AdamW(LR, parameters=ps),
-                        lambda ps: torch.optim.AdamW(ps, LR, weight_decay=0.01, foreach=True), "0"),
-    "AdamW fma": (lambda ps: popt.AdamW(LR, parameters=ps),
-                  lambda ps: torch.optim.AdamW(ps, LR, weight_decay=0.01, foreach=True), "1"),
+    "Adam avx2": (lambda ps: popt.Adam(LR, parameters=ps), lambda ps: torch.optim.Adam(ps, LR, foreach=True), "avx2"),
+    "Adam avx512f": (lambda ps: popt.Adam(LR, parameters=ps), lambda ps: torch.optim.Adam(ps, LR, foreach=True),
+                     "avx512f"),
+    "AdamW avx2": (lambda ps: popt.AdamW(LR, parameters=ps),
+                   lambda ps: torch.optim.AdamW(ps, LR, weight_decay=0.01, foreach=True), "avx2"),
+    "AdamW avx512f": (lambda ps: popt.AdamW(LR, parameters=ps),
+                      lambda ps: torch.optim.AdamW(ps, LR, weight_decay=0.01, foreach=True), "avx512f"),
 }
 
 
@@ -74,15 +75,15 @@ def main() -> None:
     values = [torch.randn(n, generator=gen) * 0.02 for _ in range(args.tensors)]
     grads = [torch.randn(n, generator=gen) * 1e-3 for _ in range(args.tensors)]
 
-    def variant(build: Callable[[list], object], fma: str | None, native: bool) -> Callable[[], None]:
+    def variant(build: Callable[[list], object], profile: str | None, native: bool) -> Callable[[], None]:
         params = [torch.nn.Parameter(v.clone()) for v in values]
         for p, g in zip(params, grads):
             p.grad = g
         opt = build(params)
 
         def step() -> None:
-            if fma is not None:
-                os.environ["PADDLE_COMPAT_CPU_FMA"] = fma
+            if profile is not None:
+                os.environ["PADDLE_COMPAT_PADDLE_CPU"] = profile
             _native._enabled = native
             opt.step()  # type: ignore[attr-defined]
 
@@ -94,12 +95,12 @@ def main() -> None:
     compiled = bool(status and status().compiled)  # whether the compiled kernels load here: timed too
     variants: dict[str, Callable[[], None]] = {}
     for name in names:
-        ours, anchor, fma = CONFIGS[name]
-        variants[f"{name} | ours (torch forms)"] = variant(ours, fma, False)
+        ours, anchor, profile = CONFIGS[name]
+        variants[f"{name} | ours (torch forms)"] = variant(ours, profile, False)
         variants[f"{name} | torch foreach"] = variant(anchor, None, False)
         if compiled:
-            variants[f"{name} | ours (compiled)"] = variant(ours, fma, True)
-    variants["A/A | torch AdamW foreach, second instance"] = variant(CONFIGS["AdamW fma"][1], None, False)
+            variants[f"{name} | ours (compiled)"] = variant(ours, profile, True)
+    variants["A/A | torch AdamW foreach, second instance"] = variant(CONFIGS["AdamW avx512f"][1], None, False)
     times: dict[str, list[float]] = {k: [] for k in variants}
     interlude = torch.empty(args.interlude_mb * 2**18)
     for r in range(args.rounds):
@@ -124,8 +125,8 @@ def main() -> None:
             c = med[f"{name} | ours (compiled)"]
             line += f" {c:17.2f} {c / anchor:7.2f}"
         print(line)
-    aa = med["A/A | torch AdamW foreach, second instance"] / med["AdamW fma | torch foreach"] if "AdamW fma" in names \
-        else float("nan")
+    base = "AdamW avx512f | torch foreach"
+    aa = med["A/A | torch AdamW foreach, second instance"] / med[base] if "AdamW avx512f" in names else float("nan")
     print(f"A/A control (torch AdamW foreach, two instances): {aa:.2f}")
 
 

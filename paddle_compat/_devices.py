@@ -16,7 +16,7 @@ The rules, and why:
   (``device_of``), and an event marking a copy out of a tensor is recorded on that same stream
   (``copy_to_host_async``), not on the stream of whatever device happens to be current.
 - While a CUDA graph is captured, nothing takes pinned memory or records an event for the host
-  (``_multi_tensor.Launch.point_grads``, ``FoundInf.in_flight``): values exist only at replays.
+  (``_multi_tensor.Launch.refresh``, ``FoundInf.in_flight``): values exist only at replays.
   State a replay moves is written in place, into tensors made before the capture (``capturing``,
   ``ScaleTracker``): a tensor made or filled during the capture is made anew at each replay.
 """

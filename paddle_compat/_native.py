@@ -20,7 +20,11 @@ run time), one per instruction-set level (``_native_build``), and at the first s
   switched the process to flush-to-zero is refused and the mode restored).
 
 When they cannot be used (not built, refused) one warning says so, once per process, and the torch
-forms run: the same bits, a few times slower on large models.
+forms run: a few times slower on large models, with the same bits except for the float32 updates of
+``ROOTS_DIFFER``, whose square roots start from the CPU's ``rsqrtps`` in Paddle's Eigen kernels, an
+instruction only these kernels reach (``optimizer/_eigen.py``): the torch forms take the correctly
+rounded root there (within 3 ulps of Paddle's), and the parameters drift apart over the steps
+(tens to thousands of ulps after 60 steps: ``benchmarks/report_fallback_drift.py``).
 """
 
 from __future__ import annotations
@@ -37,11 +41,14 @@ from typing import Any
 
 import torch
 
-from . import _native_build
+from . import _native_build, _paddle_cpu
 from ._devices import addressable
 from ._stacklevel import user_stacklevel
 
-__all__ = ["DTYPE", "NO_DTYPE", "PER", "ROW", "Batch", "Kernels", "NativeStatus", "enabled", "kernels", "status"]
+__all__ = [
+    "DTYPE", "FALLBACK", "NO_DTYPE", "PER", "ROOTS_DIFFER", "ROW", "Batch", "Kernels", "NativeStatus", "enabled",
+    "kernels", "status",
+]
 
 # Row layout shared with _native.c (enum slot, enum per, enum dtype).
 ROW = 10  # n, w, g, p, state1, state2, state3, pow1, pow2, dtypes
@@ -49,6 +56,14 @@ PER = 4  # lr, decay, l2, (unused)
 DTYPE = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
 NO_DTYPE = 15
 _ONLY_VALUE = NO_DTYPE << 4 | NO_DTYPE << 8 | NO_DTYPE << 12  # a row's dtypes past the value's: none
+
+# The optimizers whose float32 CPU updates differ from Paddle's without the kernels (see above).
+ROOTS_DIFFER = ("RMSProp", "Adagrad", "Adadelta", "NAdam", "RAdam")
+FALLBACK = (
+    "the same bits, slower, except for float32 " + ", ".join(ROOTS_DIFFER[:-1]) + f" and {ROOTS_DIFFER[-1]}: "
+    "their square roots then differ from Paddle's by up to 3 ulps, and their parameters drift apart "
+    "over the steps (tens to thousands of ulps after 60 steps; docs/optimizers.md, \"Eigen's float32 sqrt\")"
+)
 
 # where the libraries are: the package's own directory (resolved: a strict editable install links
 # this file, and the libraries built in place, from a tree of links)
@@ -240,10 +255,15 @@ class NativeStatus:
     level: str | None = None  # the instruction-set level loaded
     library: str | None = None  # its file
 
+    @property
+    def paddle_cpu(self) -> str:
+        """The Paddle CPU profile float32 Adam/AdamW follow (``_paddle_cpu``: the host's, or forced)."""
+        return _paddle_cpu.profile()
+
     def __str__(self) -> str:
         if self.compiled:
-            return f"compiled CPU kernels, {self.level} ({self.library})"
-        return f"torch forms: {self.reason}"
+            return f"compiled CPU kernels, {self.level} ({self.library}); Paddle CPU profile {self.paddle_cpu}"
+        return f"torch forms: {self.reason}; Paddle CPU profile {self.paddle_cpu}"
 
 
 _enabled: bool | None = None  # PADDLE_COMPAT_NATIVE, read at the first call of enabled()
@@ -290,8 +310,8 @@ def _load() -> None:
     if not _status.compiled:
         warnings.warn(
             f"paddle_compat: the compiled CPU optimizer kernels are not used: {_status.reason}. The optimizers "
-            "run their torch forms (the same results, slower). paddle_compat.native_status() tells which "
-            "kernels run; PADDLE_COMPAT_NATIVE=0 chooses the torch forms without this warning.",
+            f"run their torch forms ({FALLBACK}). paddle_compat.native_status() tells which kernels run; "
+            "PADDLE_COMPAT_NATIVE=0 chooses the torch forms without this warning.",
             RuntimeWarning,
             stacklevel=user_stacklevel(),
         )
@@ -332,7 +352,7 @@ def _open(path: Path) -> ctypes.CDLL:
         lib = ctypes.CDLL(str(path))
     except OSError as exc:
         raise _Unusable(f"{path.name} does not load: {exc}") from None
-    problem = _native_build.check_loaded(lib)
+    problem = _native_build.check_loaded(lib) or _native_build.stamp_refusal(lib, path.parent)
     if problem is not None:
         saved.restore()  # its startup code may have switched this thread to flush-to-zero
         raise _Unusable(f"{path.name} refused: {problem}")
@@ -343,22 +363,26 @@ class _FloatEnvironment:
     """This thread's floating-point environment (C's ``fenv_t``), saved to be restored."""
 
     def __init__(self) -> None:
-        self._libm: Any = None
         self._env = ctypes.create_string_buffer(1024)  # larger than any platform's fenv_t
-        # the C library the interpreter has loaded, else glibc's libm by name (ctypes.util's search
-        # for a library would start ldconfig or a C compiler)
-        for name in (None, "libm.so.6"):
-            try:
-                libm = ctypes.CDLL(name)
-                if libm.fegetenv(self._env) == 0:
-                    self._libm = libm
-                    return
-            except (OSError, AttributeError):
-                continue
+        get, self._set = libm_function("fegetenv"), libm_function("fesetenv")
+        if get is None or get(self._env) != 0:
+            self._set = None
 
     def restore(self) -> None:
-        if self._libm is not None:
-            self._libm.fesetenv(self._env)
+        if self._set is not None:
+            self._set(self._env)
+
+
+def libm_function(name: str) -> Any:
+    """The C math library's function ``name`` (``None`` where it cannot be found), found without
+    starting a process: among the libraries the interpreter has loaded, else glibc's libm by name.
+    (``ctypes.util.find_library`` would start ldconfig or a C compiler: never at a step.)"""
+    for library in (None, "libm.so.6"):
+        try:
+            return getattr(ctypes.CDLL(library), name)
+        except (OSError, AttributeError):
+            continue
+    return None
 
 
 def _bind(fn: Any, argtypes: list[Any]) -> Any:  # a ctypes function of the loaded library

@@ -10,6 +10,7 @@ fast-math), so every level gives the same bits; a level only lets the compiler u
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib.machinery
 import os
 import platform
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 __all__ = [
-    "FLAGS", "LEVELS", "LINK_FLAGS", "OPENMP", "Level", "check_loaded", "find_libraries", "refusal",
-    "selftest_in_child",
+    "FLAGS", "LEVELS", "LINK_FLAGS", "OPENMP", "SOURCE", "Level", "check_loaded", "find_libraries", "refusal",
+    "selftest_in_child", "source_stamp", "stamp_flags", "stamp_refusal",
 ]
 
 
@@ -69,6 +70,39 @@ _SELFTEST = {
     8: "a sum was reassociated (built with -fassociative-math or -ffast-math)",
     9: "a division was replaced by a product (built with -freciprocal-math or -ffast-math)",
 }
+
+
+SOURCE = "_native.c"  # beside this file in a source tree (an editable install); absent from wheels
+
+
+def source_stamp(source: Path) -> int:
+    """The version stamp of a build of ``source``: 56 bits of its SHA-256 (a positive int64)."""
+    return int.from_bytes(hashlib.sha256(source.read_bytes()).digest()[:7], "big")
+
+
+def stamp_flags(source: Path) -> list[str]:
+    """The compiler flags that put ``source``'s stamp into the library (``pc_source_stamp``)."""
+    return [f"-DPC_SOURCE_STAMP={source_stamp(source)}LL"]
+
+
+def stamp_refusal(lib: ctypes.CDLL, directory: Path) -> str | None:
+    """Why a loaded library does not match the Python side beside it (``None``: it does): built
+    from another ``_native.c`` than the one in ``directory`` (a source tree pulled or edited
+    without a rebuild), or with no stamp. With no source there (a wheel), the library and the
+    Python side were installed together: any stamped build is taken."""
+    again = "reinstall paddle_compat (pip install -e . again) to rebuild the kernels"
+    try:
+        function = lib.pc_source_stamp
+    except AttributeError:
+        return f"it was built from an older paddle_compat (it has no version stamp); {again}"
+    function.restype = ctypes.c_int64
+    stamp = function()
+    if stamp == 0:
+        return f"it was built without a version stamp (not by setup.py); {again}"
+    source = directory / SOURCE
+    if source.exists() and stamp != source_stamp(source):
+        return f"it was built from another version of {SOURCE} than this paddle_compat's; {again}"
+    return None
 
 
 def find_libraries(directory: Path) -> dict[Level, Path]:

@@ -3,15 +3,14 @@
 Shared by the optimizers and the gradient clips (it imports neither). torch's own CPU ``sqrt`` is
 not correctly rounded (about one float32 result in six, and one float64 result in eighty, differ
 from IEEE), whereas Paddle's kernels use the hardware instruction, which is. And Paddle's AVX-512
-Adam/AdamW kernels and its GPU kernels use fused multiply-adds, which torch has no operation for.
+Adam/AdamW kernels and its GPU kernels use fused multiply-adds, which torch has no operation for
+(which of Paddle's CPU forms a process reproduces: ``_paddle_cpu``).
 These are the torch forms; the compiled CPU kernels (``_native``) use the instructions themselves.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import struct
 from collections.abc import Callable, Iterator
 from fractions import Fraction
@@ -29,7 +28,7 @@ except ImportError:  # pragma: no cover - numpy comes with nearly every torch in
     _np = None
 
 __all__ = [
-    "CHUNK", "chunks", "cpu_kernels_use_fma", "fma", "fma_into", "fma_scalar", "round_f32", "round_to", "sqrt_rn",
+    "CHUNK", "chunks", "fma", "fma_into", "fma_scalar", "round_f32", "round_to", "sqrt_rn",
     "sqrt_rn_into",
 ]
 
@@ -251,37 +250,3 @@ def sqrt_rn(x: Tensor) -> Tensor:
     if x.dtype == torch.float64:
         return torch.sqrt(x)
     return torch.sqrt(x.double()).to(x.dtype)
-
-
-def _cpu_flags() -> set[str] | None:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
-
-
-@functools.cache
-def _detect_avx512f() -> bool:
-    flags = _cpu_flags()
-    if flags is not None:
-        # Paddle's jit picks its Adam/AdamW code on the AVX-512F CPUID bit (with OS support), which is
-        # what the kernel reports as the "avx512f" flag.
-        return "avx512f" in flags
-    # Elsewhere torch's dispatch level is the best available hint (it needs more than AVX-512F).
-    return torch.backends.cpu.get_cpu_capability() == "AVX512"
-
-
-def cpu_kernels_use_fma() -> bool:
-    """Whether Paddle's CPU Adam/AdamW kernels would use their fused AVX-512 form on this host.
-
-    The environment variable ``PADDLE_COMPAT_CPU_FMA`` (``1``/``0``) overrides the detection, e.g. to
-    reproduce on one machine the results of a Paddle run on another.
-    """
-    forced = os.environ.get("PADDLE_COMPAT_CPU_FMA")
-    if forced in ("0", "1"):
-        return forced == "1"
-    return _detect_avx512f()

@@ -2,9 +2,12 @@
 what paddle_compat promises? The first thing to run on a new GPU machine.
 
 A fixed battery, one verdict per line (``PASS``, ``FAIL``, or ``SKIP`` where the machine lacks what a
-check needs), exit status 0 only without a ``FAIL``:
+check needs), exit status 0 only without a ``FAIL`` (2 for bad arguments, such as a ``--json``
+path that cannot be written: refused before the battery runs):
 
-- the kernels in use and the versions (Triton, the compiled CPU kernels: informational);
+- the kernels in use, the versions and the Paddle CPU profile (``_paddle_cpu``: informational);
+- on ``cpu``: 41 optimizer cases against real Paddle 3.3.1's recorded bits, on every profile in turn
+  (``_recorded``), so that any host checks the bits of AVX-512 and of AVX2 hosts;
 - every optimizer configuration against its exact emulation, bit for bit: on ``cpu`` the compiled
   kernels against the torch forms; on ``cuda`` the GPU kernels (Triton, or the per-tensor path)
   against Paddle's GPU formulas emulated exactly on the CPU, float64 included;
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import sys
 import time
@@ -33,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import __version__, _devices, _native
+from . import __version__, _devices, _native, _paddle_cpu, _recorded
 from .amp import GradScaler, auto_cast
 from .amp.loss_scale import HOST, LossScaleState, next_state
 from .nn import ClipGradByGlobalNorm, ClipGradByNorm
@@ -186,6 +190,40 @@ def _optimizer_checks(device: str) -> Iterator[Result]:
                 got = _train(make, dtypes, device)
                 what = "GPU kernels vs exact emulation (clip norms summed on the device)"
             yield Result(check, PASS if _same_bits(got, reference) else FAIL, what)
+
+
+# --- Paddle's own recorded bits ----------------------------------------------------------------------
+@contextlib.contextmanager
+def _profile(name: str) -> Iterator[None]:
+    """Paddle's CPU profile ``name`` forced (``PADDLE_COMPAT_PADDLE_CPU``) for a while."""
+    import os
+
+    saved = os.environ.get(_paddle_cpu.ENV)
+    os.environ[_paddle_cpu.ENV] = name
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[_paddle_cpu.ENV]
+        else:
+            os.environ[_paddle_cpu.ENV] = saved
+
+
+def _recorded_checks() -> list[Result]:
+    """Every recorded case, on each profile forced in turn, against Paddle's recorded digests."""
+    try:
+        import numpy  # noqa: F401  (the cases' inputs come from NumPy's generator)
+    except ImportError:
+        return [Result("Paddle's recorded bits", SKIP, "NumPy is not installed: the cases' inputs cannot be made")]
+    results = []
+    for name, entry in sorted(_recorded.record()["profiles"].items()):
+        with _profile(name):
+            wrong = [case for case, want in sorted(entry["cases"].items())
+                     if [[_recorded.digest(a) for a in step] for step in _recorded.run(case)] != want]
+        detail = f"{len(entry['cases']) - len(wrong)}/{len(entry['cases'])} cases bitwise to {entry['source']}"
+        results.append(Result(f"Paddle's recorded bits, profile {name}", FAIL if wrong else PASS,
+                              detail + (f"; differ: {', '.join(wrong)}" if wrong else "")))
+    return results
 
 
 # --- the GradScaler ---------------------------------------------------------------------------------
@@ -354,6 +392,8 @@ def _environment(device: str) -> list[Result]:
                                  f"Python {platform.python_version()}"),
         Result("compiled CPU kernels", PASS if native.compiled else SKIP,
                f"loaded: {native.level}" if native.compiled else f"unavailable ({native.reason}): the torch forms run"),
+        Result("Paddle CPU profile", PASS, f"{native.paddle_cpu} ("
+               + (f"forced by {_paddle_cpu.ENV}" if _paddle_cpu.forced() else "this CPU's") + ")"),
     ]
     if device == "cuda":
         gpu = _multi_tensor.kernels(torch.device(device)) is not None
@@ -367,6 +407,8 @@ def run(device: str, on_result: Callable[[Result], None] | None = None) -> list[
     ``on_result`` gets each verdict as soon as it is known (the command line prints it)."""
     steps: list[Callable[[], Iterable[Result]]] = [lambda: _environment(device), lambda: _optimizer_checks(device),
                                                lambda: [_scaler_check(device)]]
+    if device == "cpu":
+        steps.insert(2, _recorded_checks)
     if device == "cuda":
         steps += [lambda: _sync_check(device), lambda: [_graph_check(device, with_scaler=False)],
                   lambda: [_graph_check(device, decr_every=1), _graph_check(device, decr_every=2)],
@@ -403,6 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible to torch")
+    if args.json:
+        reason = _unwritable(args.json)
+        if reason is not None:  # said now, not after the whole battery (exit status 2, as the parity CLI)
+            parser.error(f"--json: cannot write {args.json}: {reason}")
     start = time.perf_counter()
     # each verdict printed as it comes (the battery takes a while), aligned on the optimizers' names
     width = max((len(f"{name} [{label}]") for name in CONFIGS for label in DTYPES), default=40)
@@ -410,9 +456,27 @@ def main(argv: list[str] | None = None) -> int:
     failed = sum(r.verdict == FAIL for r in results)
     print(f"\n{len(results)} checks on {device}: {failed} failed ({time.perf_counter() - start:.1f} s)")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"device": device, "passed": not failed, "results": [asdict(r) for r in results]}, f, indent=1)
+        report = {"device": device, "passed": not failed, "results": [asdict(r) for r in results]}
+        try:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1)
+        except OSError as e:  # it became unwritable while the battery ran
+            parser.error(f"--json: cannot write {args.json}: {e.strerror or e}")
     return 1 if failed else 0
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` cannot be written (``None``: it can), found by opening it for appending (which
+    changes no existing file; one created here is removed)."""
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        os.remove(path)
+    return None
 
 
 if __name__ == "__main__":

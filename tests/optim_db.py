@@ -67,8 +67,8 @@ class OptimizerInfo:
 
     cls: type
     inputs: tuple[OptimizerInput, ...]
-    # Paddle's CPU kernel has two forms, AVX-512 (FMAs) and reference (PADDLE_COMPAT_CPU_FMA=1/0)
-    cpu_fma_forms: bool = False
+    # Paddle's float32 CPU kernel depends on the host: the profiles of paddle_compat._paddle_cpu
+    cpu_profiles: bool = False
     # ``weight_decay`` is the decoupled decay coefficient (named so in errors), not a regularizer
     decoupled_decay: bool = False
     # Paddle's GPU kernel in NumPy, ``(param, grad, state, lr) -> param``, for the ``gpu_formula`` inputs
@@ -244,7 +244,7 @@ OPTIM_DB: list[OptimizerInfo] = [
             _in("adam_float64_set_lr", lambda api, ps, **kw: api.optimizer.Adam(
                 0.01, parameters=ps, grad_clip=api.nn.ClipGradByGlobalNorm(0.5), **kw), "parity", **F64_SET_LR),
         ),
-        cpu_fma_forms=True,
+        cpu_profiles=True,
         gpu_reference=_adam_gpu,
     ),
     OptimizerInfo(
@@ -275,7 +275,7 @@ OPTIM_DB: list[OptimizerInfo] = [
             _in("adamw_float64_set_lr", lambda api, ps, **kw: api.optimizer.AdamW(
                 0.01, parameters=ps, weight_decay=0.1, **kw), "parity", **F64_SET_LR),
         ),
-        cpu_fma_forms=True,
+        cpu_profiles=True,
         decoupled_decay=True,
         gpu_reference=lambda p, g, st, lr: _adam_gpu(p, g, st, lr, coeff=0.1),
     ),
@@ -300,7 +300,10 @@ def _family(name: str, lr: float, *inputs: tuple[str, dict[str, Any], tuple[str,
                 if isinstance(decay, tuple):
                     decay = getattr(api.regularizer, decay[0])(decay[1])
                 ps = _groups_by_name(ps, decay)
-            return getattr(api.optimizer, name)(args.pop("learning_rate", lr), parameters=ps, **args, **kw)
+            rate = args.pop("learning_rate", lr)
+            if isinstance(rate, tuple):  # a scheduler: (its name, its keyword arguments)
+                rate = getattr(api.optimizer.lr, rate[0])(**rate[1])
+            return getattr(api.optimizer, name)(rate, parameters=ps, **args, **kw)
 
         return make
 
@@ -312,6 +315,8 @@ def _family(name: str, lr: float, *inputs: tuple[str, dict[str, Any], tuple[str,
 
 
 SCALER = {"scaler": True}
+# a scheduler as the rate (stepped after every step by the parity runs), in _family's form
+COSINE = ("CosineAnnealingDecay", {"learning_rate": 1.0, "T_max": 4})
 F64 = {"dtype": torch.float64}
 GLOBAL = ("ClipGradByGlobalNorm", 0.5)
 L1 = ("L1Decay", 0.001)
@@ -334,6 +339,8 @@ OPTIM_DB += [
     _family(
         "RMSProp", 0.01,
         ("rmsprop", {}, ("parity", "copies", "forms", "nonfinite"), {}),
+        ("rmsprop_cosine", {"learning_rate": ("CosineAnnealingDecay", {"learning_rate": 0.01, "T_max": 4})},
+         ("parity",), {}),
         ("rmsprop_centered_momentum_scaler", {"rho": 0.9, "epsilon": 1e-5, "momentum": 0.9, "centered": True,
                                               "weight_decay": 0.01, "grad_clip": GLOBAL},
          ("parity", "handover", "forms"), SCALER),
@@ -375,6 +382,7 @@ OPTIM_DB += [
         ("adadelta_l1", {"learning_rate": 0.5, "weight_decay": L1}, FORMS, {}),
         ("adadelta_groups_l1", {"learning_rate": 0.5, "weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("adadelta_float64_set_lr", {}, ("parity",), F64_SET_LR),
+        ("adadelta_cosine", {"learning_rate": COSINE}, ("parity", "copies"), {}),
         takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(

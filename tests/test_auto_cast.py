@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import platform
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from paddle_compat import amp
+from paddle_compat import _paddle_cpu, amp
 from paddle_compat.amp.amp_state import amp_global_state
 from paddle_compat.amp.cast_rule import dest_dtype
 
@@ -296,8 +297,25 @@ def test_bad_level_and_dtype():
 def test_is_supported_on_cpu():
     if torch.cuda.is_available():
         pytest.skip("answers for a CUDA device")
-    assert amp.is_float16_supported() is False and amp.is_bfloat16_supported() is True
-    assert amp.is_float16_supported("cpu") is False
+    assert amp.is_float16_supported() is False and amp.is_float16_supported("cpu") is False
+    # Paddle asks the CPU for AVX-512 F, BW, VL and DQ (tests/parity checks it against Paddle on this host)
+    flags = _paddle_cpu._cpu_flags() or set()
+    expected = platform.machine() == "x86_64" and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
+    assert amp.is_bfloat16_supported() is expected and amp.is_bfloat16_supported("cpu") is expected
+
+
+def test_bfloat16_support_on_cpu_follows_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    for flags, expected in [({"avx2", "fma"}, False), ({"avx512f", "avx512bw", "avx512vl"}, False),
+                            ({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2"}, True), (None, False)]:
+        monkeypatch.setattr(_paddle_cpu, "_cpu_flags", lambda flags=flags: flags)
+        _paddle_cpu.bfloat16_supported.cache_clear()
+        assert amp.is_bfloat16_supported("cpu") is expected, flags
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    _paddle_cpu.bfloat16_supported.cache_clear()
+    assert amp.is_bfloat16_supported("cpu") is False
+    monkeypatch.undo()
+    _paddle_cpu.bfloat16_supported.cache_clear()
 
 
 def test_white_and_black_list_shapes():

@@ -484,3 +484,32 @@ def test_cuda_whole_training_step_captured_in_a_graph(with_scaler, decr_every) -
     """Replays through injected overflows and growth: the scale moves as eager steps move it."""
     result = selfcheck._graph_check("cuda", with_scaler, decr_every)
     assert result.verdict == "PASS", result.detail
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_eager_steps_around_a_replay_read_their_own_gradients_and_rate() -> None:
+    """A replay rewrites the device tables to the captured gradients and rate, unseen by the host:
+    an eager step after it must write its own even where they look unchanged to the host, and a
+    rate moved before the capture is the one replays use. Powers of two: every value is exact."""
+    params = [torch.nn.Parameter(torch.ones(1024, device="cuda")) for _ in range(2)]
+    eager = [torch.full_like(p, 0.5) for p in params]
+    static = [torch.full_like(p, 2.0) for p in params]
+    opt = popt.SGD(0.25, parameters=params)
+
+    def step(grads: list[torch.Tensor], lr: float) -> None:
+        opt.set_lr(lr)
+        for p, g in zip(params, grads):
+            p.grad = g
+        opt.step()
+
+    step(eager, 0.25)  # the plan and its tables, made eagerly: 1 - 0.125
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(static, 0.5)  # recorded, not run
+    step(eager, 0.25)  # - 0.125
+    graph.replay()  # - 0.5 * 2
+    step(eager, 0.25)  # - 0.125, reading the eager gradients at the eager rate
+    torch.cuda.synchronize()
+    for p in params:
+        assert torch.equal(p.detach(), torch.full_like(p, -0.375))

@@ -115,6 +115,131 @@ def test_betas_and_epsilon_must_be_finite(cls: type, value: float) -> None:
         cls(0.1, parameters=[{"params": _params(), "epsilon": value}])
 
 
+TENSOR_OPTION_CLASSES = [popt.Adam, popt.AdamW, popt.Lamb, popt.Adamax, popt.NAdam, popt.RAdam]
+
+
+@pytest.mark.parametrize("cls", TENSOR_OPTION_CLASSES)
+def test_tensor_betas_and_epsilon_are_checked_as_numbers(cls: type) -> None:
+    with pytest.raises(ValueError, match=r"^beta1 given as a tensor should have one element, but it has shape \[2\]$"):
+        cls(0.1, parameters=_params(), beta1=torch.tensor([0.9, 0.8]))
+    message = "^epsilon given as a tensor should be floating point, but its dtype is torch.int64$"
+    with pytest.raises(TypeError, match=message):
+        cls(0.1, parameters=[{"params": _params(), "epsilon": torch.tensor([1])}])
+    with pytest.raises(ValueError, match="beta2"):  # the value is checked as a float's is
+        cls(0.1, parameters=_params(), beta2=torch.tensor([1.5]))
+
+
+@pytest.mark.parametrize("cls", TENSOR_OPTION_CLASSES)
+def test_tensor_betas_survive_a_weights_only_checkpoint(cls: type, tmp_path) -> None:
+    """The beta powers of a parameter first stepped after loading still start where Paddle's do."""
+    params = _params()
+    opt = cls(0.1, parameters=params, beta1=torch.tensor([0.8]), beta2=torch.tensor([0.95]))
+    torch.save(opt.state_dict(), tmp_path / "opt.pt")
+    twin = cls(0.1, parameters=_params(), beta1=0.5, beta2=0.5)
+    twin.set_state_dict(torch.load(tmp_path / "opt.pt", weights_only=True))
+    for o in (opt, twin):
+        for p in o.param_groups[0]["params"]:
+            p.grad = torch.ones_like(p)
+        o.step()
+    for p, q in zip(opt.param_groups[0]["params"], twin.param_groups[0]["params"], strict=True):
+        assert opt.state[p].keys() == twin.state[q].keys()
+        for key in opt.state[p]:
+            assert torch.equal(opt.state[p][key], twin.state[q][key]), key
+
+
+# --- parameters and groups ------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+def test_a_group_without_params_is_refused(cls: type) -> None:
+    with pytest.raises(ValueError) as info:
+        cls(0.1, parameters=[{"params": _params()}, {"learning_rate": 0.5}])
+    assert str(info.value) == "parameter group 1 has no 'params': each group dict lists its parameters under 'params'"
+    opt = cls(0.1, parameters=_params())
+    with pytest.raises(ValueError, match="^parameter group 1 has no 'params'"):
+        opt.add_param_group({"learning_rate": 0.5})
+    assert len(opt.param_groups) == 1
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128, torch.int64, torch.bool])
+def test_complex_and_integer_parameters_are_refused(cls: type, dtype: torch.dtype) -> None:
+    bad = torch.nn.Parameter(torch.ones(2, dtype=dtype), requires_grad=dtype.is_complex)
+    message = (
+        f"parameter 1 ('z') of parameter group {{group}} is a {dtype} tensor: paddle_compat optimizers update "
+        "floating-point (float16, bfloat16, float32, float64) parameters"
+    )
+    with pytest.raises(TypeError) as info:
+        cls(0.1, parameters=[("w", _params()[0]), ("z", bad)])
+    assert str(info.value) == message.format(group=0)
+    opt = cls(0.1, parameters=[("w", _params()[0])])
+    with pytest.raises(TypeError) as info:
+        opt.add_param_group({"params": [("y", _params()[1]), ("z", bad)]})
+    assert str(info.value) == message.format(group=1)
+    assert len(opt.param_groups) == 1 and not opt.state
+
+
+# --- per-parameter rates (Paddle's optimize_attr) --------------------------------------------------
+RATED = [c for c in OPTIMIZERS if not info_of(c).rate_is_initial_step]  # Rprop reads no optimize_attr
+_WHERE = "optimize_attr['learning_rate'] of parameter 1 ('b')"
+BAD_RATES = [
+    ({"learning_rate": NAN}, ValueError, f"{_WHERE} should be a finite number >= 0 (in the learning rate's dtype), "
+                                         "but received nan"),
+    ({"learning_rate": INF}, ValueError, None),
+    ({"learning_rate": -1.0}, ValueError, None),
+    ({"learning_rate": 1e39}, ValueError, None),  # inf in float32
+    ({"learning_rate": True}, TypeError, f"{_WHERE} should be a float, but received bool"),
+    ({"learning_rate": "x"}, TypeError, f"{_WHERE} should be a float, but received str"),
+    ({"learning_rate": None}, TypeError, f"{_WHERE} should be a float, but received NoneType"),
+    ({"learning_rate": torch.ones(2)}, TypeError, f"{_WHERE} should be a float, but received a tensor of shape [2]"),
+    (["learning_rate", 0.5], TypeError, "optimize_attr of parameter 1 ('b') should be a dict such as "
+                                        "{'learning_rate': 1.0}, but received list"),
+]
+
+
+def _rated(cls: type, attr: object) -> tuple:
+    params = _params()
+    params[1].optimize_attr = attr
+    for p in params:
+        p.grad = torch.full_like(p, 1024.0)
+    return info_of(cls).inputs[0].make(list(zip(["w", "b"], params, strict=True))), params
+
+
+@pytest.mark.parametrize("cls", RATED)
+@pytest.mark.parametrize(("attr", "exc", "message"), BAD_RATES)
+@pytest.mark.parametrize("how", ["step", "minimize", "scaler.step", "scaler.minimize"])
+def test_a_bad_per_parameter_rate_is_refused_before_anything_changes(cls, attr, exc, message, how) -> None:
+    from paddle_compat.amp import GradScaler
+
+    opt, params = _rated(cls, attr)
+    scaler = GradScaler(init_loss_scaling=1024.0)
+    before = [(p.detach().clone(), p.grad.clone()) for p in params]
+    loss = torch.zeros([])
+    call = {"step": lambda: opt.step(), "minimize": lambda: opt.minimize(loss),
+            "scaler.step": lambda: scaler.step(opt), "scaler.minimize": lambda: scaler.minimize(opt, loss)}[how]
+    with pytest.raises(exc) as info:
+        call()
+    if message is not None:
+        assert str(info.value) == message
+    assert "optimize_attr" in str(info.value) and "parameter 1 ('b')" in str(info.value)
+    for p, (value, grad) in zip(params, before, strict=True):
+        assert torch.equal(p.detach(), value) and torch.equal(p.grad, grad)  # nothing stepped, nothing unscaled
+    assert not opt.state
+    assert scaler._step_state.optimizer_states == {} and scaler.get_scale() == 1024.0
+    params[1].optimize_attr = {"learning_rate": 0.5}  # fixed, the same scaler steps
+    scaler.step(opt)
+    scaler.update()
+
+
+def test_per_parameter_rates_with_groups_are_not_read() -> None:
+    """Paddle writes a group's ratio over ``optimize_attr``: there nothing is read, nothing refused."""
+    params = _params()
+    params[1].optimize_attr = {"learning_rate": NAN}
+    opt = popt.SGD(0.1, parameters=[{"params": params}])
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in params)
+
+
 # --- checkpoints ----------------------------------------------------------------------------------
 def _trained(cls: type, dtype: torch.dtype = torch.float32, **kwargs) -> tuple:
     params = _params(dtype)
@@ -250,6 +375,22 @@ def test_a_bad_group_option_in_a_checkpoint_is_refused(cls, group_key, value, ex
     saved["param_groups"][0][group_key] = value
     target, _ = _trained(cls)
     _load_refused(target, saved, exc, f"state_dict['param_groups'][0]: {message}")
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS)
+@pytest.mark.parametrize("source", OPTIMIZERS, ids=lambda c: f"from_{c.__name__}")
+def test_another_optimizers_state_dict_lacking_options_is_refused(cls: type, source: type) -> None:
+    """SGD's state dict into Lamb: its groups lack Lamb's options, which every step would read."""
+    saved = _trained(source)[0].state_dict()
+    opt = _trained(cls)[0]
+    missing = [key for key in opt.defaults if key not in saved["param_groups"][0]]
+    if not missing:
+        return
+    message = (
+        f"state_dict['param_groups'][0] lacks the options {missing} of {cls.__name__} "
+        "(is it the state dict of another optimizer?)"
+    )
+    _load_refused(opt, saved, ValueError, message)
 
 
 @pytest.mark.parametrize(("clip", "field", "value", "exc", "message"), [

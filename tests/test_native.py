@@ -154,7 +154,7 @@ def test_the_checks_accept_a_private_copy(fresh_native, monkeypatch: pytest.Monk
     monkeypatch.setenv("PLANTED_MARK", str(mark))
     assert _native_build.refusal(library) is None
     monkeypatch.setattr(_native, "_DIRECTORY", planted)
-    with pytest.warns(RuntimeWarning, match="lacks the kernels"):  # loaded, then found wanting
+    with pytest.warns(RuntimeWarning, match="it has no version stamp"):  # loaded, then found wanting
         assert _native.kernels() is None
     assert mark.exists() and mapped(library)
 
@@ -325,14 +325,14 @@ def runnable_levels() -> list[_native_build.Level]:
 
 
 @needs_build
-@pytest.mark.parametrize(("name", "fma"), FORMS, ids=[f"{n}-{'avx512' if f == '1' else 'reference'}" for n, f in FORMS])
-def test_every_level_gives_the_torch_forms_bits(name, fma, fresh_native, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("name", "profile"), FORMS, ids=[f"{n}-{p}" for n, p in FORMS])
+def test_every_level_gives_the_torch_forms_bits(name, profile, fresh_native, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each optimizer configuration, each dtype mix: every level this CPU runs, loaded through the
     same checks, against the torch forms."""
     levels = runnable_levels()
     if len(levels) < 2 and _native_build.LEVELS[0].psabi:
         pytest.skip("this CPU runs only one of the levels built")
-    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", fma)
+    monkeypatch.setenv("PADDLE_COMPAT_PADDLE_CPU", profile)
     libraries = {level: _native.Kernels(_native._open(BUILT[level])) for level in levels}
     keep_hardware_rsqrt(monkeypatch)
     steps = case(name).options.get("steps", 3)
@@ -379,3 +379,89 @@ def test_the_scalers_check_finds_what_decides_in_either_threads_half(dtype) -> N
     assert check({first: -float("inf")}, 1.0, threads=1)
     # -max/2 in the second half overflows when unscaled by 4, not by 1
     assert check({second: -top / 2}, 4.0) and not check({second: -top / 2}, 1.0)
+
+
+# --- the version stamp: a library built from another _native.c is refused --------------------------
+@needs_compiler
+def test_a_library_built_from_another_source_is_refused(fresh_native, monkeypatch, tmp_path: Path) -> None:
+    """A library left from an older ``_native.c`` (a pull or an edit without reinstalling) would run
+    with rows and formulas the Python side no longer describes: refused, saying to reinstall, and
+    the torch forms run. One without a stamp (not built by setup.py, or older) is refused too."""
+    directory = tmp_path / "pkg"
+    directory.mkdir(mode=0o755)
+    source = ROOT / "paddle_compat" / "_native.c"
+    shutil.copy(source, directory / _native_build.SOURCE)
+    library = directory / (BASELINE.stem + ".abi3.so")
+    flags = [*_native_build.FLAGS, *BASELINE.flags, "-O1", "-lm"]
+    monkeypatch.setattr(_native, "_DIRECTORY", directory)
+
+    def status() -> _native.NativeStatus:
+        monkeypatch.setattr(_native, "_loaded", None)
+        monkeypatch.setattr(_native, "_status", None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return _native.status()
+
+    compile_library(source.read_text(), library, *flags, *_native_build.stamp_flags(source))
+    assert status().compiled
+    with open(directory / _native_build.SOURCE, "a") as f:
+        f.write("/* edited since the build */\n")
+    refused = status()
+    assert not refused.compiled and refused.reason == (
+        f"{library.name} refused: it was built from another version of _native.c than this paddle_compat's; "
+        "reinstall paddle_compat (pip install -e . again) to rebuild the kernels"
+    )
+    (directory / _native_build.SOURCE).unlink()  # a wheel: the library came with the Python side
+    assert status().compiled
+    other = tmp_path / "other"  # a new path: the loader would get the library loaded above again
+    other.mkdir(mode=0o755)
+    monkeypatch.setattr(_native, "_DIRECTORY", other)
+    compile_library(source.read_text(), other / library.name, *flags)
+    unstamped = status()
+    assert not unstamped.compiled and "built without a version stamp" in unstamped.reason
+    with pytest.warns(RuntimeWarning, match="pip install -e . again"):
+        monkeypatch.setattr(_native, "_status", None)
+        assert _native.kernels() is None
+
+
+NO_PROCESS = """
+    import sys
+    import torch
+    from tests.optim_db import CLASSES, new
+
+    spawned = []
+    sys.addaudithook(lambda event, args: spawned.append(event) if event in (
+        "subprocess.Popen", "os.posix_spawn", "os.spawn", "os.system", "os.exec", "os.fork", "os.forkpty") else None)
+    for dtype in (torch.float32, torch.float64):
+        for cls in CLASSES:
+            params = [torch.nn.Parameter(torch.ones(40, dtype=dtype)) for _ in range(2)]
+            opt = new(cls, 0.01, params)
+            for _ in range(2):
+                for p in params:
+                    p.grad = torch.full_like(p, 0.5)
+                opt.step()
+    print(sorted(set(spawned)))
+"""
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_no_step_starts_a_process(native, tmp_path: Path) -> None:
+    """A step never starts a process (NAdam's float32 power looked for libm with ldconfig or a C
+    compiler through ctypes.util), with the compiled kernels or their torch forms."""
+    out = child(NO_PROCESS, tmp_path, {"PADDLE_COMPAT_NATIVE": native, "PYTHONWARNINGS": "ignore"})
+    assert out.strip() == "[]"
+
+
+def test_the_fallback_warning_names_the_optimizers_whose_bits_differ(fresh_native, monkeypatch, tmp_path) -> None:
+    """Without the kernels the float32 updates of the optimizers whose Eigen square root needs the
+    CPU's rsqrt are not Paddle's: the warning must say which (the case table marks them)."""
+    from .optim_db import OPTIM_DB
+
+    differ = [info.cls.__name__ for info in OPTIM_DB if info.eigen_sqrt]
+    assert list(_native.ROOTS_DIFFER) == differ
+    monkeypatch.setattr(_native, "_DIRECTORY", tmp_path)  # nothing built there
+    with pytest.warns(RuntimeWarning) as caught:
+        assert _native.kernels() is None
+    message = str(caught[0].message)
+    assert "the same bits, slower, except for float32 " + ", ".join(differ[:-1]) + f" and {differ[-1]}" in message
+    assert "same results" not in message

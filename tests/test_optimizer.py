@@ -13,7 +13,7 @@ import torch
 
 import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
-from paddle_compat import _numerics
+from paddle_compat import _numerics, _paddle_cpu
 from paddle_compat.amp import GradScaler
 from paddle_compat.regularizer import L1Decay, L2Decay
 
@@ -649,7 +649,7 @@ def test_adamw_apply_decay_param_fun_uses_named_parameters() -> None:
     assert sorted(set(seen)) == ["bias", "weight"]
     assert torch.equal(model.bias.detach(), bias)  # zero grad and no decay: unchanged
     decay = torch.tensor(0.1, dtype=torch.float32) * torch.tensor(0.5, dtype=torch.float32)
-    if _numerics.cpu_kernels_use_fma():
+    if _paddle_cpu.profile() == "avx512f":
         expected = _numerics.fma(-decay, weight, weight)
     else:
         expected = weight - weight * decay
@@ -669,18 +669,9 @@ def test_adamw_lr_ratio_works_on_cpu() -> None:
 
 
 # --- the CPU kernel variant -----------------------------------------------------------------------
-def test_cpu_fma_detection_follows_the_avx512f_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    flags = _numerics._cpu_flags()
-    if flags is not None:
-        assert _numerics._detect_avx512f() == ("avx512f" in flags)
-    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", "0")
-    assert _numerics.cpu_kernels_use_fma() is False
-    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", "1")
-    assert _numerics.cpu_kernels_use_fma() is True
-
-
 def _numpy_adam_reference(p, grads, lr, b1, b2, eps, coeff=None):
-    """Paddle's reference (non-AVX-512) Adam/AdamW kernel, in float32 numpy, separate roundings."""
+    """Paddle's reference (non-AVX-512) Adam/AdamW kernel in numpy: float32 moments with separate
+    roundings, the parameter update in float64 (C's ``sqrt`` of a float), rounded once."""
     f = np.float32
     p = p.astype(f).copy()
     m = np.zeros_like(p)
@@ -693,14 +684,14 @@ def _numpy_adam_reference(p, grads, lr, b1, b2, eps, coeff=None):
             p = p - (f(lr) * f(1.0) * f(coeff)) * p
         m = f(b1) * m + (f(1) - f(b1)) * g
         v = f(b2) * v + (f(1) - f(b2)) * g * g
-        p = p + (-lr_t) * (m / (np.sqrt(v) + eps_t))
+        p = (p.astype(np.float64) + np.float64(-lr_t) * (m / (np.sqrt(v.astype(np.float64)) + eps_t))).astype(f)
         b1p, b2p = b1p * f(b1), b2p * f(b2)
     return p
 
 
 @pytest.mark.parametrize("cls", [popt.Adam, popt.AdamW])
-def test_reference_kernel_without_fma(cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", "0")
+def test_reference_kernel_of_the_avx2_profile(cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PADDLE_COMPAT_PADDLE_CPU", "avx2")
     rng = np.random.default_rng(0)
     p0 = rng.standard_normal(1000).astype(np.float32)
     grads = [(rng.standard_normal(1000) * 0.1).astype(np.float32) for _ in range(30)]
@@ -712,7 +703,7 @@ def test_reference_kernel_without_fma(cls: type, monkeypatch: pytest.MonkeyPatch
     expected = _numpy_adam_reference(p0, grads, 0.01, 0.9, 0.99, 1e-6, 0.1 if cls is popt.AdamW else None)
     assert np.array_equal(p.detach().numpy().view(np.int32), expected.view(np.int32))
     # ... and the fused variant differs from it on the same run, so the switch matters.
-    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", "1")
+    monkeypatch.setenv("PADDLE_COMPAT_PADDLE_CPU", "avx512f")
     q = torch.nn.Parameter(torch.from_numpy(p0.copy()))
     opt = cls(0.01, 0.9, 0.99, 1e-6, parameters=[q], **({"weight_decay": 0.1} if cls is popt.AdamW else {}))
     for g in grads:

@@ -227,3 +227,16 @@ def test_run_shows_both_scripts_output_and_keeps_it(tmp_path, capsys, monkeypatc
                           f"recording the port script ({script}):\nthe script runs []\n"), out
     for side in ("paddle", "port"):
         assert (tmp_path / "traces" / f"{side}.log").read_text() == "the script runs []\n"
+
+
+def test_run_passes_the_arguments_after_the_double_dash_to_both_scripts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    (tmp_path / "reference.py").write_text(RUN_SCRIPT.format(lr=0.2))
+    (tmp_path / "port.py").write_text(
+        "import sys\n" + RUN_SCRIPT.format(lr="float(sys.argv[1]) if sys.argv[1:] else 0.1")
+    )
+    out = str(tmp_path / "traces")
+    argv = ["run", str(tmp_path / "reference.py"), str(tmp_path / "port.py"), "-o", out, "--exact"]
+    assert main(argv) == 1  # the port's default rate
+    assert "first divergence at step 0, lr" in capsys.readouterr().out
+    assert main([*argv, "--", "0.2"]) == 0, capsys.readouterr()

@@ -331,6 +331,25 @@ def test_baseline_separates_noise_from_a_bug():
         assert_same_trajectory(ref, port, baseline=base, baseline_factor=1.0)
 
 
+def test_a_baseline_of_another_model_is_refused():
+    ref = trace([(scal(), {"grad/w": W, "param/w": W})])
+    port = trace([(scal(), {"grad/w": W, "param/w": W})])
+    other = trace([(scal(), {"grad/v": W, "param/v": W})])
+    with pytest.raises(ValueError) as info:
+        compare(ref, port, baseline=other)
+    assert str(info.value) == (
+        "the baseline does not record the reference's tensors (4 differ; the baseline alone has 'grad/v'): "
+        "a baseline is a second run of the reference model"
+    )
+    wider = trace([(scal(), {"grad/w": np.concatenate([W, W]), "param/w": W})])
+    with pytest.raises(ValueError) as info:
+        compare(ref, port, baseline=wider)
+    assert str(info.value) == (
+        f"the baseline's 'grad/w' has shape {[2 * W.shape[0], *W.shape[1:]]}, the reference's {list(W.shape)}: "
+        "a baseline is a second run of the reference model"
+    )
+
+
 def test_layers_recorded_on_one_side_are_notes():
     a = trace([(scal(), {"act/attn.q_proj": W, "act/attn": W, "act/extra": W, "param/w": W})])
     b = trace([(scal(), {"act/attn": W, "param/w": W})])
@@ -405,3 +424,63 @@ def test_the_report_formats_are_named_in_one_table(tmp_path, monkeypatch, capsys
     with pytest.raises(SystemExit):
         cli.main(["report", "--help"])
     assert "comma-separated: json,md,png" in capsys.readouterr().out
+
+
+def test_a_baseline_equal_to_the_reference_still_allows_kernel_rounding():
+    """Where the baseline happened to match the reference bit for bit (an ulp's nudge that a
+    BatchNorm cancels, Adam's first step of lr times a sign), its distance is 0: the bound is still
+    the kernels' floor, so a clean port an ulp away passes, while lr, scale and counters, which both
+    sides compute the same way, must still agree exactly."""
+    tensors = {"act/fc": W, "actgrad/fc": W, "grad/fc.bias": W, "param/fc.bias": W, "opt/fc.bias/moment1": W}
+    ref = trace([(scal(), tensors)] * 2)
+    loss = float(np.nextafter(np.float32(1.0), np.float32(2)))
+    port = trace([(scal(loss=loss), {k: nudge(v, 5) for k, v in tensors.items()})] * 2)
+    result = compare(ref, port, baseline=ref)
+    assert result.ok, result.summary()  # was: a bound of 0, and loss diverged at 1 ulp
+    from paddle_compat.parity.compare import kernel_floor
+
+    assert {m.bound for m in result.tensors} == {kernel_floor("grad/x")} == {16 * 2.0**-23}
+    assert kernel_floor("act/x", "float16") == 16 * 2.0**-10 and kernel_floor("lr") is None
+    late = trace([(scal(), tensors), (scal(lr=float(np.nextafter(np.float32(0.1), np.float32(1)))), tensors)])
+    d = compare(ref, late, baseline=ref).first_divergence
+    assert (d.step, d.name) == (1, "lr")
+    bug = trace([(scal(), {**tensors, "grad/fc.bias": W * np.float32(1.0001)})] * 2)
+    assert compare(ref, bug, baseline=ref).first_divergence.name == "grad/fc.bias"  # 1e-4: a bug
+
+
+def test_a_single_tolerance_never_compares_torchs_running_var():
+    """torch's BatchNorm running_var is n/(n-1) off Paddle's by design: a tolerance for everything
+    ("*", a single number, the "param" category) leaves it out; naming it compares it."""
+    var = np.ones(4, np.float32)
+    ref = trace([(scal(), {"param/bn.weight": var, "param/bn.running_var": var})])
+    ref.meta.update(framework="paddle")
+    port = trace([(scal(), {"param/bn.weight": var, "param/bn.running_var": var * np.float32(256 / 255)})])
+    port.meta.update(framework="torch", unbiased_running_var=["bn.running_var"])
+    for tolerance in (1e-6, {"*": 1e-6}, {"param": 1e-6}):
+        result = compare(ref, port, tolerance=tolerance)
+        assert result.ok, (tolerance, result.summary())
+        assert any(n.startswith("param/bn.running_var not compared") for n in result.notes)
+    for tolerance in ({"param/bn.running_var": 1e-6}, {"param/bn.*": 1e-6}):
+        assert compare(ref, port, tolerance=tolerance).first_divergence.name == "param/bn.running_var"
+    assert compare(ref, port, tolerance={"param/bn.running_var": 1e-2}).ok
+
+
+def test_png_labels_an_all_zero_reference_as_such(tmp_path, monkeypatch):
+    """A gradient that is all zeros in the reference (a frozen branch) and not in the port is an
+    infinite norm-relative error between finite numbers: marked as a zero reference, not inf/NaN."""
+    from matplotlib.figure import Figure
+
+    from paddle_compat.parity.report import plot
+
+    zero = np.zeros_like(W)
+    a = trace([(scal(), {"actgrad/fc": zero, "grad/w": zero, "grad/v": W})] * 2)
+    b = trace([(scal(), {"actgrad/fc": W, "grad/w": W, "grad/v": W})] * 2)
+    result = compare(a, b, tolerance=1e-6)
+    assert result.first_divergence.name == "actgrad/fc"
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    plot(result, tmp_path / "r.png")
+    _, middle, layers = drawn[0].axes
+    marks = {c.get_label(): [int(x) for x, _ in c.get_offsets()] for c in middle.collections}
+    assert marks == {"gradients: against an all-zero reference": [0, 1]}
+    assert [t.get_text() for t in layers.texts] == ["all-zero reference"]

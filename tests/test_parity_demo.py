@@ -40,7 +40,9 @@ def golden() -> Trace:
 def _as_recorded(golden, monkeypatch):
     """Run the port as Paddle ran on the recording host: its Adam kernel's FMA choice, one thread."""
     env = golden.meta["environment"]
-    monkeypatch.setenv("PADDLE_COMPAT_CPU_FMA", "1" if env["cpu_fma"] else "0")
+    # traces recorded before the profiles named them hold the AVX-512 choice as "cpu_fma"
+    profile = env.get("paddle_cpu") or ("avx512f" if env["cpu_fma"] else "avx2")
+    monkeypatch.setenv("PADDLE_COMPAT_PADDLE_CPU", profile)
     saved = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -57,6 +57,11 @@ def test_doc_story_runs_in_a_fresh_process(tmp_path):
     assert "5 layers compared (single-step): equal within noise" in printed  # diff_layers, clean
     assert "act act\n" in printed and "act (GELU): DIFFERS fwd bwd   <-- first divergence (forward)" in printed
     assert "False\nTrue\n0 act/act\n" in printed  # noise fails torch.testing, passes the baseline; the bug
+    # a BERT port with torch's mask form: every layer isolated, the bug named at its layer
+    assert "22 layers compared (single-step): equal within noise\n" in printed
+    assert "fed Paddle's activations, the port's own 'key_padding_mask' (another form than Paddle's)" in printed
+    assert "encoder.layers.1.norm2 encoder.layers.1.norm2\n" in printed
+    assert "True\nrnn rnn None\n" in printed  # an LSTM port, and one that forgot batch_first
     facts = json.loads(printed.split("EPILOGUE ", 1)[1].splitlines()[0])
     assert facts == {"ok": True, "skips": 1}
     assert "scaler is now disabled" not in proc.stderr

@@ -104,3 +104,24 @@ def test_cuda_without_a_gpu_is_refused() -> None:
 def test_the_cuda_battery_passes() -> None:
     results = selfcheck.run("cuda")
     assert [r for r in results if r.verdict == "FAIL"] == []
+
+
+@pytest.mark.parametrize("where", ["missing/selfcheck.json", "."])
+def test_an_unwritable_json_path_is_refused_before_the_battery(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def battery(device: str) -> list:
+        raise AssertionError("the battery ran")
+
+    monkeypatch.setattr(selfcheck, "run", battery)
+    path = tmp_path / where
+    with pytest.raises(SystemExit) as info:
+        selfcheck.main(["--device", "cpu", "--json", str(path)])
+    assert info.value.code == 2
+    reason = "No such file or directory" if where != "." else "Is a directory"
+    assert capsys.readouterr().err.endswith(f"error: --json: cannot write {path}: {reason}\n")
+
+
+def test_a_writable_json_path_is_not_left_behind_by_the_check(tmp_path: Path) -> None:
+    path = tmp_path / "selfcheck.json"
+    assert selfcheck._unwritable(str(path)) is None and not path.exists()

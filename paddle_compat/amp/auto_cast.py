@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .. import _checks
+from .. import _checks, _paddle_cpu
 from . import checkpoint_bridge, op_interceptor
 from .amp_lists import LEVELS, black_list, check_disjoint, effective_lists, white_list
 from .amp_state import amp_global_state
@@ -234,7 +234,8 @@ def is_float16_supported(device: str | None = None) -> bool:
 
 
 def is_bfloat16_supported(device: str | None = None) -> bool:
-    """Paddle's answer: CUDA devices of compute capability 8.0 and up, and the CPU.
+    """Paddle 3.3.1's answer: CUDA devices of compute capability 8.0 and up, and CPUs with AVX-512
+    F, BW, VL and DQ (so ``False`` on an AVX2 CPU, where torch computes bfloat16 all the same).
 
     Args:
         device: ``"cpu"``, ``"gpu"``, ``"gpu:N"`` (or ``"cuda..."``); None: the current device.
@@ -242,11 +243,13 @@ def is_bfloat16_supported(device: str | None = None) -> bool:
     Example::
 
         >>> from paddle_compat import amp
-        >>> amp.is_bfloat16_supported("cpu")
+        >>> amp.is_bfloat16_supported("cpu") in (True, False)  # True with AVX-512, as Paddle's
         True
     """
     index = _cuda_index(device)
-    return index is None or torch.cuda.get_device_capability(index) >= (8, 0)
+    if index is None:
+        return _paddle_cpu.bfloat16_supported()
+    return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
 def _cuda_index(device: str | None) -> int | None:

@@ -86,6 +86,14 @@ def _check_optimizer(optimizer: Any) -> None:
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
 
 
+def _check_step_inputs(optimizer: Any) -> None:
+    """What our optimizers' step would refuse (per-parameter rates), refused before the scaler
+    unscales a gradient or moves its state."""
+    check = getattr(optimizer, "_check_param_rates", None)
+    if callable(check):
+        check()
+
+
 def _check_within(name: str, value: float, policy: LossScalePolicy) -> None:
     if not policy.lowest <= round_f32(value) <= policy.highest:
         raise ValueError(
@@ -301,6 +309,7 @@ class AmpScaler:
         state = self._step_state.optimizer_states.get(id(optimizer), OptimizerState.INIT)
         if state is OptimizerState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
+        _check_step_inputs(optimizer)
         return self._decide_step(optimizer, state)
 
     @never_traced
@@ -381,6 +390,7 @@ class AmpScaler:
         _check_optimizer(optimizer)
         if not self._enable:
             return _Run.PASS
+        _check_step_inputs(optimizer)
         # Like Paddle, minimize() neither refuses a STEPPED optimizer nor unscales it again.
         return self._decide_step(optimizer, self._step_state.optimizer_states.get(id(optimizer), OptimizerState.INIT))
 

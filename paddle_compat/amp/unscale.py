@@ -31,6 +31,9 @@ def grads_to_unscale(optimizer: torch.optim.Optimizer) -> list[Tensor]:
     An optimizer that steps on other tensors than its params' grads (a master-weight wrapper)
     names them through a ``_paddle_compat_grads()`` method.
     """
+    check = getattr(optimizer, "_compat_check_grads", None)  # ours: a gradient the step would refuse, refused now
+    if check is not None:
+        check()
     hook = getattr(optimizer, "_paddle_compat_grads", None)
     grads = hook() if hook is not None else (grad_of(p) for group in optimizer.param_groups for p in group["params"])
     grads = [g for g in grads if g is not None]

@@ -15,7 +15,6 @@ kernels (``paddle_compat._native``) provide; without them the correctly rounded 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import math
 from collections.abc import Callable
@@ -93,11 +92,7 @@ def pow_like_libm(x: float, y: float, dtype: torch.dtype) -> float:
 
 @functools.cache
 def _libm_powf() -> Any:
-    name = ctypes.util.find_library("m")
-    try:
-        fn = ctypes.CDLL(name).powf if name else None
-    except (OSError, AttributeError):
-        return None
+    fn = _native.libm_function("powf")
     if fn is not None:
         fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
     return fn

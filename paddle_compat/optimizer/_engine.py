@@ -14,7 +14,9 @@ buffers of the torch forms; a copy or pickle of the optimizer gets a fresh, empt
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -28,7 +30,8 @@ if TYPE_CHECKING:
     from .optimizer import Optimizer
 
 __all__ = [
-    "Engine", "Item", "attr_ratio", "cpu_kernels_take", "cpu_row", "kernels_take", "optional_form", "same_layout"
+    "Engine", "Item", "attr_ratio", "cpu_kernels_take", "cpu_row", "kernels_take", "optional_form", "place",
+    "same_layout",
 ]
 
 # (param, grad, state, master weight or None): one parameter's share of a step
@@ -134,12 +137,17 @@ def same_layout(*tensors: Tensor) -> bool:
     return dense and all(t.stride() == first.stride() for t in tensors[1:])
 
 
-def _layout(pairs: ParamsGrads) -> list[tuple[int, torch.dtype, bool]]:
-    """The parameters' addresses with the gradients' dtypes and layouts (a plan's key)."""
+def _layout(pairs: ParamsGrads) -> list[tuple[Any, ...]]:
+    """The parameters' addresses with the gradients' dtypes, layouts and shapes (a plan's key: a
+    kernel reads a row's ``numel`` elements at its gradient's address). A gradient's shape and
+    device are its parameter's (torch checks what is assigned to ``.grad``, ``Optimizer._work`` a
+    ``main_grad``), so a parameter moved to another device has another address; its shape is kept
+    because a view of the same memory (``p.data = p.data[:n]``) has the same address. (A device is
+    left out: reading it makes an object per tensor, a quarter of a small step's bookkeeping.)"""
     try:
-        return [(p.data_ptr(), g.dtype, g.is_contiguous()) for p, g in pairs]
+        return [(p.data_ptr(), g.dtype, g.is_contiguous(), g.shape) for p, g in pairs]
     except RuntimeError:  # a tensor with no pointer to give: see _devices.address
-        return [(_devices.address(p), g.dtype, g.is_contiguous()) for p, g in pairs]
+        return [(_devices.address(p), g.dtype, g.is_contiguous(), g.shape) for p, g in pairs]
 
 
 def _addresses(pairs: ParamsGrads) -> list[int]:
@@ -150,21 +158,73 @@ def _addresses(pairs: ParamsGrads) -> list[int]:
         return [_devices.address(g) for _, g in pairs]
 
 
+def _state_values(opt: Optimizer, pairs: ParamsGrads) -> tuple[Any, ...] | None:
+    """Every value of the parameters' states, in order (``None`` where one is not a dict). A plan
+    keeps the rows of the tensors it was made with: a tensor the user puts in their place (a reset,
+    an offload) or ``state.clear()`` makes a new plan. (Indexing, not ``get``: the view of the state
+    on local shards finds a plain parameter's in the real state; an empty dict it adds for a
+    cleared parameter is what the step makes anyway.)"""
+    try:
+        states: Any = map(opt.state.__getitem__, [p for p, _ in pairs])
+        return tuple(chain.from_iterable(map(dict.values, states)))
+    except (TypeError, KeyError):  # a state that is not a dict, or none (a state mapping of the user's)
+        return None
+
+
+def _pointers(values: tuple[Any, ...] | None) -> list[int] | None:
+    """The addresses of the state tensors (``_devices.address``; 0 for another value): the same
+    tensor object given other memory (``.data = ...``) is another tensor to the kernels."""
+    if values is None:
+        return None
+    try:
+        return list(map(Tensor.data_ptr, values))
+    except (RuntimeError, TypeError):  # a tensor with no pointer to give, or a value not a tensor
+        return [_devices.address(v) if isinstance(v, Tensor) else 0 for v in values]
+
+
+def _same(a: Sequence[Any] | None, b: Sequence[Any] | None) -> bool:
+    """Whether two sequences hold the same objects (``is``: tensors have no usable ``==``)."""
+    return a is not None and b is not None and len(a) == len(b) and all(map(operator.is_, a, b))
+
+
 class _Plan:
     """The kernels' share of a group's step (see ``Engine.update``), and what it was made for."""
 
-    __slots__ = ("compiled", "grads", "key", "kernels", "lr", "multi_tensor", "rest", "reusable", "slots", "state")
+    __slots__ = (
+        "compiled", "grads", "key", "kernels", "lr", "multi_tensor", "params", "pointers", "rates", "rest",
+        "reusable", "slots", "state", "values",
+    )
 
     def __init__(
         self, key: tuple[Any, ...], state: Any, lr: float, kernels: dict[Any, Any], compiled: Any,
         multi_tensor: dict[Any, Any], rest: list[int], slots: list[Any], grads: list[int], reusable: bool,
+        rates: dict[Any, _Rates],
     ) -> None:
         self.key, self.state, self.lr, self.kernels, self.reusable = key, state, lr, kernels, reusable
         self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest
         self.slots, self.grads = slots, grads  # each pair's (batch, row) or None; the gradients' addresses
+        self.rates = rates
+        # the parameters and their states' values (objects, addresses) the rows were made for
+        self.params: list[Tensor] = []
+        self.values: tuple[Any, ...] | None = None
+        self.pointers: list[int] | None = None
+
+    def made_for(self, opt: Optimizer, pairs: ParamsGrads) -> bool:
+        """Whether the rows point at these parameters and at the tensors of their states now."""
+        values = _state_values(opt, pairs)
+        return (
+            _same(self.params, [p for p, _ in pairs]) and _same(self.values, values)
+            and self.pointers == _pointers(values)
+        )
+
+    def remember(self, opt: Optimizer, pairs: ParamsGrads) -> None:
+        """Record what the rows point at (``made_for``), once the states are made."""
+        self.params = [p for p, _ in pairs]
+        self.values = _state_values(opt, pairs)
+        self.pointers = _pointers(self.values)
 
     def point_at(self, pairs: ParamsGrads) -> None:
-        """Point the rows at these gradients (same dtypes and layouts: the key says so)."""
+        """Point the rows at these gradients (same dtypes, layouts and shapes: the key says so)."""
         addresses = _addresses(pairs)
         if addresses == self.grads:
             return
@@ -172,8 +232,25 @@ class _Plan:
             if slot is not None:
                 batch, row = slot
                 batch.rows[row * _native.ROW + 2] = address
-                _multi_tensor.grads_moved(batch)  # the GPU tables rewrite their gradient offsets
+                _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their gradient offsets
         self.grads = addresses
+
+    def set_rate(self, opt: Optimizer, group: dict[str, Any], lr: float) -> bool:
+        """Write the rows' numbers for the group's new rate ``lr`` (``Optimizer._row_rate``, once per
+        kind of row); ``False`` where a GPU row cannot take it (not a float32 value: a new plan)."""
+        for rates in self.rates.values():
+            rate = opt._param_lr(rates.param, group, lr)
+            rate, decay = opt._row_rate(rates.param, rates.value, group, rate, rates.gpu)
+            if rates.gpu and _numerics.round_f32(rate) != rate:
+                return False
+            for batch, row in rates.rows:
+                batch.per[row * _native.PER] = rate
+                if decay is not None:
+                    batch.per[row * _native.PER + 1] = decay
+                if rates.gpu:
+                    _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their rate columns
+        self.lr = lr
+        return True
 
     def release_grads(self) -> None:
         """Drop the batches' references to the gradients (a kept plan must not keep them alive)."""
@@ -181,6 +258,17 @@ class _Plan:
             self.compiled.release_grads()
         for batch, _ in self.multi_tensor.values():
             batch.release_grads()
+
+
+class _Rates:
+    """Rows whose numbers follow the rate alike (``_Plan.set_rate``): one parameter and value of
+    theirs stand for all (same rate ratio, value dtype, kernels)."""
+
+    __slots__ = ("gpu", "param", "rows", "value")
+
+    def __init__(self, param: Tensor, value: Tensor, gpu: bool) -> None:
+        self.param, self.value, self.gpu = param, value, gpu
+        self.rows: list[tuple[_native.Batch, int]] = []
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -197,14 +285,19 @@ def _defines(opt: Optimizer, *hooks: str) -> bool:
     return not any(getattr(getattr(type(opt), hook), "_paddle_compat_stub", False) for hook in hooks)
 
 
-def _describe(opt: Optimizer, group: dict[str, Any], p: Tensor, g: Tensor) -> str:
-    """The parameter, for an error: its place in the optimizer, its name if it has one, its kind."""
+def place(opt: Optimizer, group: dict[str, Any], p: Tensor) -> str:
+    """The parameter, for an error: its place in the optimizer and its name if it has one."""
     index = next(i for i, q in enumerate(group["params"]) if q is p)
     where = f"parameter {index} of parameter group {opt.param_groups.index(group)}"
     names = group.get("param_names")
     name = names[index] if names else getattr(p, "name", None)
+    return f"{where}{f' ({name!r})' if isinstance(name, str) else ''}"
+
+
+def _describe(opt: Optimizer, group: dict[str, Any], p: Tensor, g: Tensor) -> str:
+    """The parameter, for an error: ``place``, and its kind."""
     kinds = {f"{type(t).__name__} ({t.layout}, {t.device})" for t in (p, g)}
-    return f"{where}{f' ({name!r})' if isinstance(name, str) else ''}, a {' with a '.join(sorted(kinds))}"
+    return f"{place(opt, group, p)}, a {' with a '.join(sorted(kinds))}"
 
 
 class Engine:
@@ -226,13 +319,16 @@ class Engine:
         rows, then the rest per tensor (regularization, ``_kernel``). ``found_inf``: a GradScaler's
         flag on a GPU, tested by the GPU kernels on the device (read here only for the rest)."""
         # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
-        # the group's options (the rate among them), the parameters' addresses, the gradients'
-        # dtypes and layouts, master weights, the kernels' availability, and the state (replaced as
-        # a whole by load_state_dict). A steady step then only checks that, points the rows at the
-        # gradients (new tensors after zero_grad(set_to_none=True)) and calls the kernels: every
-        # line here runs at each step, on caches a forward and backward pass have just emptied.
+        # the group's options, the parameters (the objects and their addresses), the gradients'
+        # dtypes, layouts and shapes, master weights, the kernels' availability, and the
+        # states (the whole, replaced by load_state_dict; each tensor in it, object and address).
+        # The rate is not among them: a scheduler moves it at every step, and a new rate only
+        # rewrites the rows' numbers (``_Plan.set_rate``). A steady step then only checks that,
+        # points the rows at the gradients (new tensors after zero_grad(set_to_none=True)) and
+        # calls the kernels: every line here runs at each step, on caches a forward and backward
+        # pass have just emptied.
         key = (
-            [v for k, v in group.items() if k != "params"],
+            [v for k, v in group.items() if k != "params" and k != "lr"],
             _layout(pairs),
             [attr_ratio(p) for p, _ in pairs],
             opt._dtype,
@@ -240,9 +336,13 @@ class Engine:
             found_inf is not None,
             _native.enabled(),
         )
+        lr = opt._group_lr(group)
         plans = self._plans
         plan = plans.get(id(group))
-        if plan is None or plan.key != key or plan.state is not opt.state:
+        if (
+            plan is None or plan.key != key or plan.state is not opt.state or not plan.made_for(opt, pairs)
+            or (plan.lr != lr and not plan.set_rate(opt, group, lr))
+        ):
             plan = self._plan(opt, key, group, pairs, found_inf)
             plans[id(group)] = plan if plan.reusable else None
         else:
@@ -261,8 +361,8 @@ class Engine:
             state, master = opt._prepare_state(p, group)
             try:
                 g = opt._regularize(p, g, group)
-                lr = opt._param_lr(p, group, plan.lr)
-                new = opt._kernel(p, master if master is not None else p.detach(), g, state, group, lr)
+                rate = opt._param_lr(p, group, lr)
+                new = opt._kernel(p, master if master is not None else p.detach(), g, state, group, rate)
             except Exception as error:
                 if _devices.addressable(p) and _devices.addressable(g):
                     raise
@@ -285,11 +385,13 @@ class Engine:
         lr = opt._group_lr(group)
         has_compiled = _defines(opt, "_compiled_row", "_compiled_call")
         has_gpu = _defines(opt, "_compiled_row", "_multi_tensor_call")
-        kernels: dict[torch.device | None, Any] = {None: _native.kernels() if has_compiled else None}
+        # the CPU kernels are loaded at the first CPU tensor (a GPU-only run never looks for them)
+        kernels: dict[torch.device | None, Any] = {}
         compiled, reusable = _native.Batch(), True
         multi_tensor: dict[torch.device, tuple[_native.Batch, list[int]]] = {}
         rest: list[int] = []
         slots: list[tuple[Any, int | None] | None] = []
+        rates: dict[tuple[float, torch.dtype, bool], _Rates] = {}
         for i, (p, g) in enumerate(pairs):
             state, master = opt._prepare_state(p, group)
             item = (p, g, state, master)
@@ -299,10 +401,14 @@ class Engine:
                 device = p.device
                 if device not in kernels:
                     kernels[device] = _multi_tensor.kernels(device) if has_gpu else None
+                    if kernels[device] is not None:
+                        _multi_tensor.refuse_capture(device)
                 batch, indices = multi_tensor.setdefault(device, (_native.Batch(), []))
                 if kernels[device] is None:
                     batch = None
             else:
+                if None not in kernels:
+                    kernels[None] = _native.kernels() if has_compiled else None
                 # a GradScaler's flag on a GPU is for GPU tensors: CPU ones with it go per tensor
                 batch, indices = (compiled, None) if kernels[None] is not None and found_inf is None else (None, None)
             row = len(batch) if batch is not None else None
@@ -312,15 +418,25 @@ class Engine:
                 rest.append(i)
                 slots.append(None)
             else:
+                assert batch is not None and row is not None
                 reusable = reusable and added
                 slots.append((batch, row))
+                # the row's numbers follow the rate as those of rows alike (Optimizer._row_rate)
+                value, gpu = master if master is not None else p, batch is not compiled
+                kind = (attr_ratio(p), value.dtype, gpu)
+                if kind not in rates:
+                    rates[kind] = _Rates(p, value, gpu)
+                rates[kind].rows.append((batch, row))
                 if indices is not None:
                     indices.append(i)
         multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
         grads = _addresses(pairs)
-        return _Plan(
-            key, opt.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads, reusable
+        plan = _Plan(
+            key, opt.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads,
+            reusable, rates,
         )
+        plan.remember(opt, pairs)
+        return plan
 
     @staticmethod
     def _run_multi_tensor(opt: Optimizer, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
@@ -337,6 +453,8 @@ class Engine:
             for device, launch, flag in work:
                 with _devices.device_of(device):
                     opt._multi_tensor_call(_multi_tensor.Compiling(plan.kernels[device]), launch, group, flag)
+        except _multi_tensor.CaptureError:
+            raise
         except Exception:
             _multi_tensor.disable()  # logs the error
             return False

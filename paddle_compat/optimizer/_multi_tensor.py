@@ -11,7 +11,7 @@ graph does).
 ``kernels(device)`` is ``None`` when the path is unavailable: no Triton (torch's CUDA wheels for
 Linux ship it), ``PADDLE_COMPAT_NATIVE=0``, or tensors off CUDA. On the CPU the kernels run only in
 Triton's interpreter (``TRITON_INTERPRET=1``), which the tests use to compare them with the
-per-tensor formulas.
+per-tensor formulas; CUDA tensors with the interpreter on are refused (``RuntimeError``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +30,9 @@ from torch import Tensor
 
 from .. import _devices, _native
 
-__all__ = ["BLOCK", "Compiling", "Launch", "disable", "grads_moved", "kernels", "launches"]
+__all__ = [
+    "BLOCK", "CaptureError", "Compiling", "Launch", "disable", "kernels", "launches", "refuse_capture", "rows_moved",
+]
 
 logger = logging.getLogger("paddle_compat")
 
@@ -48,6 +51,12 @@ def kernels(device: torch.device) -> ModuleType | None:
     interpret = _interpreting()
     if device.type != "cuda" and not interpret:
         return None
+    if device.type == "cuda" and interpret:  # the interpreter would read device memory as the host's
+        raise RuntimeError(
+            "paddle_compat: TRITON_INTERPRET=1 runs Triton kernels on the host, which cannot read CUDA "
+            "tensors: unset TRITON_INTERPRET to step parameters on a GPU (or PADDLE_COMPAT_NATIVE=0 for "
+            "the per-tensor forms)"
+        )
     if interpret not in _modules:
         _modules[interpret] = _load(interpret)
     return _modules[interpret]
@@ -113,16 +122,21 @@ Kernels = ModuleType | Compiling  # what the launch functions below take
 class Launch:
     """The device tables of one kernel launch: rows (pointers as byte offsets from ``base``), the
     gradients' offsets apart (``grads``: new gradient tensors, as after ``zero_grad(set_to_none=True)``
-    or in a captured CUDA graph, rewrite only these, in place), per-tensor numbers, blocks; the
-    dtypes, whether every tensor is aligned for vector access, Adam's beta powers (the first ones,
-    the second ones), and which rows of the batch it launches (``members``)."""
+    or in a captured CUDA graph, rewrite only these, in place), per-tensor numbers (``per``: a new
+    rate rewrites its rate and decay columns in place), blocks; the dtypes, whether every tensor is
+    aligned for vector access, Adam's beta powers (the first ones, the second ones), and which rows
+    of the batch it launches (``members``)."""
 
-    __slots__ = ("aligned", "base", "blocks", "dtypes", "grads", "grid", "members", "per", "pows", "rows", "stale")
+    __slots__ = (
+        "aligned", "base", "blocks", "captured", "dtypes", "grads", "grid", "held", "members", "per", "pows", "rows",
+        "stale",
+    )
 
     def __init__(
         self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], aligned: bool, device: torch.device,
         members: list[int],
     ) -> None:
+        refuse_capture(device)
         count = len(rows) // _native.ROW
         self.base = torch.empty(16, dtype=torch.uint8, device=device)  # allocations are 16-byte aligned
         origin = self.base.data_ptr()
@@ -132,7 +146,7 @@ class Launch:
                 i = t * _native.ROW + slot
                 if relative[i]:
                     relative[i] -= origin
-        self.members, self.stale = members, False
+        self.members, self.stale, self.captured = members, False, False
         self.grads = _devices.upload(torch.tensor(relative[2 :: _native.ROW], dtype=torch.int64), device)
         # (tensor, block) for every block of every tensor, made with torch: a large model has
         # hundreds of thousands of blocks
@@ -146,32 +160,73 @@ class Launch:
         self.aligned = aligned
         self.rows = _devices.upload(torch.tensor(relative, dtype=torch.int64), device)
         self.per = _devices.upload(torch.tensor(per, dtype=torch.float32), device)
+        # the rate and decay columns the device holds (as bytes: a NaN decay equals itself there)
+        self.held = [array("d", per[column :: _native.PER]).tobytes() for column in _RATE_COLUMNS]
         self.blocks = _devices.upload(blocks, device)
         self.pows = ([a for a, _ in pows], [b for _, b in pows])
 
-    def point_grads(self, batch: _native.Batch) -> bool:
-        """Rewrite the gradient offsets from the batch's rows, in place on the device (one copy, no
-        host sync); ``False`` when a gradient lost the alignment the launch was made for.
+    def refresh(self, batch: _native.Batch, capturing: bool) -> bool:
+        """Rewrite the gradient offsets and (where they moved) the rate and decay columns from the
+        batch's rows, in place on the device, with no host sync; ``False`` when a gradient lost the
+        alignment the launch was made for.
 
-        A step being captured into a CUDA graph writes each offset with a fill kernel instead: the
-        value travels in the kernel's arguments, which the graph keeps, so no host memory is read at
-        replay. (A copy from pinned memory in a capture records an event in torch's pinned-memory
-        cache that later pinned allocations fail on: seen with torch 2.11 on an H100.)
+        A step being captured into a CUDA graph writes them with fill kernels instead: the values
+        travel in the kernels' arguments, which the graph keeps, so no host memory is read at
+        replay, and it writes them all, so that a replay does not read what an eager step left.
+        Once captured, the tables are rewritten at every eager step: a replay writes them unseen.
+        (A copy from pinned memory in a capture records an event in torch's pinned-memory cache
+        that later pinned allocations fail on: seen with torch 2.11 on an H100.)
         """
         addresses = [batch.rows[i * _native.ROW + 2] for i in self.members]
         if self.aligned and any(a % 16 for a in addresses):
             return False
         origin = self.base.data_ptr()
-        offsets = [a - origin for a in addresses]
-        if self.grads.device.type != "cuda":
-            self.grads.copy_(torch.tensor(offsets, dtype=torch.int64))
-        elif torch.cuda.is_current_stream_capturing():  # no host memory is read by a replay
-            for slot, offset in zip(self.grads, offsets):
-                slot.fill_(offset)
-        else:  # pinned by torch's caching host allocator, which keeps it until the copy is done
-            self.grads.copy_(torch.tensor(offsets, dtype=torch.int64).pin_memory(), non_blocking=True)
+        _write(self.grads, [a - origin for a in addresses], capturing)
+        columns = self.per.view(-1, _native.PER)
+        for index, column in enumerate(_RATE_COLUMNS):
+            values = array("d", (batch.per[i * _native.PER + column] for i in self.members))
+            held = values.tobytes()
+            if capturing or self.captured or held != self.held[index]:
+                _write(columns[:, column], values.tolist(), capturing)
+                self.held[index] = held
+        self.captured = self.captured or capturing
         self.stale = False
         return True
+
+
+class CaptureError(RuntimeError):
+    """A step inside a CUDA graph capture needs what a capture cannot record (see ``Launch``)."""
+
+
+def refuse_capture(device: torch.device) -> None:
+    """Raise ``CaptureError`` while work on ``device`` is captured: a new plan or new tables copy
+    from host memory (the rows, Adam's beta powers), which a replay would read again, and a copy
+    from pinned memory inside a capture breaks torch's pinned-memory cache (see ``Launch.refresh``)."""
+    if _devices.capturing(device):
+        raise CaptureError(
+            "paddle_compat: the GPU step's tables cannot be made inside a CUDA graph capture (they are "
+            "copied from host memory, which a replay would read again). Take one eager step before "
+            "capturing, and capture steps whose parameters, gradients' dtypes, sizes, states and options "
+            "are those of the eager step (a new rate or new gradient tensors are fine)."
+        )
+
+
+_RATE_COLUMNS = (0, 1)  # the per-tensor numbers a new rate rewrites (``_native.PER``: lr, decay)
+
+
+def _write(table: Tensor, values: list[Any], capturing: bool) -> None:
+    """Host values into a device table (or a strided view of one), in place, with no host sync:
+    through pinned memory, or in a capture with fill kernels (one for equal values)."""
+    if table.device.type != "cuda":
+        table.copy_(torch.tensor(values, dtype=table.dtype))
+    elif capturing:  # no host memory is read by a replay
+        if len(set(values)) == 1:
+            table.fill_(values[0])
+        else:
+            for slot, value in zip(table, values):
+                slot.fill_(value)
+    else:  # pinned by torch's caching host allocator, which keeps it until the copy is done
+        table.copy_(torch.tensor(values, dtype=table.dtype).pin_memory(), non_blocking=True)
 
 
 def _aligned(row: list[int]) -> bool:
@@ -181,9 +236,12 @@ def _aligned(row: list[int]) -> bool:
 
 def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
     """The batch's rows split by dtype combination and alignment, as device tables (kept on the
-    batch; after ``grads_moved`` only the gradients' offsets are rewritten)."""
+    batch; after ``rows_moved``, or in and after a capture, only the gradients' offsets and the
+    rate columns are rewritten)."""
     if batch.launches is not None:
-        if all(launch.point_grads(batch) for launch in batch.launches if launch.stale):
+        capturing = _devices.capturing(device)
+        redo = [launch for launch in batch.launches if capturing or launch.stale or launch.captured]
+        if all(launch.refresh(batch, capturing) for launch in redo):
             return batch.launches
         batch.launches = None  # a gradient lost its alignment: new tables
     groups: dict[tuple[int, bool], tuple[list[int], list[float], list[Any], list[int]]] = {}
@@ -201,8 +259,9 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
     return launches
 
 
-def grads_moved(batch: _native.Batch) -> None:
-    """The batch's rows point at new gradients: the next ``launches`` rewrites their offsets."""
+def rows_moved(batch: _native.Batch) -> None:
+    """The batch's rows point at new gradients, or hold a new rate: the next ``launches``
+    rewrites the gradients' offsets and the rate columns."""
     for launch in batch.launches or ():
         launch.stale = True
 

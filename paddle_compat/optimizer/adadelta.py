@@ -14,7 +14,7 @@ from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
 from .lr import LRScheduler
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option
 
 __all__ = ["Adadelta"]
 
@@ -31,6 +31,9 @@ class Adadelta(Optimizer):
     formulas run on CUDA (not compared with Paddle on a GPU); fp16/bf16 compute in float32 (Paddle has no CPU
     kernel for them). Differences from Paddle: non-finite hyper-parameters are refused.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _epsilon, _rho = paddle_option("epsilon"), paddle_option("rho")
 
     def __init__(
         self,
@@ -54,6 +57,9 @@ class Adadelta(Optimizer):
             if key in group:
                 _checks.required(key, group[key], f"{key} is not set.")
                 _checks.real(key, group[key])
+        # a negative epsilon or a rho above 1 makes the averages negative and their roots NaN
+        check_range(group, "epsilon")
+        check_range(group, "rho", 0.0, 1.0)
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         dtype = torch.float32 if self._uses_master(p) else p.dtype

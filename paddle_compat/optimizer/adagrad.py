@@ -14,7 +14,7 @@ from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
 from .lr import LRScheduler
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option
 
 __all__ = ["Adagrad"]
 
@@ -33,6 +33,10 @@ class Adagrad(Optimizer):
     Differences from Paddle: ``None`` for ``learning_rate`` or ``epsilon`` is a ``ValueError``
     (Paddle asserts); a non-finite ``epsilon`` is refused.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _epsilon = paddle_option("epsilon")
+    initial_accumulator_value = paddle_option("initial_accumulator_value")
 
     def __init__(
         self,
@@ -55,6 +59,8 @@ class Adagrad(Optimizer):
             if key in group:
                 _checks.required(key, group[key])
                 _checks.real(key, group[key])
+            # a negative accumulator (or epsilon) makes the root of the first step NaN
+            check_range(group, key)
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         dtype = torch.float32 if self._uses_master(p) else p.dtype

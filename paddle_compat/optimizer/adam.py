@@ -9,17 +9,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks, _devices, _native, _numerics
+from .. import _checks, _devices, _native, _numerics, _paddle_cpu
 from .._numerics import fma, fma_into, round_to, sqrt_rn, sqrt_rn_into
 from ..regularizer import WeightDecayRegularizer
 from . import _multi_tensor
 from ._engine import kernels_take
 from .lr import LRScheduler
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, TensorOption, _Item, compute_dtype, paddle_option, tensor_options
 
 __all__ = ["Adam"]
 
 _f32 = round_to(torch.float32)
+
+
+def _fused_profile() -> bool:
+    """Whether the float32 CPU update takes the fused form of Paddle's AVX-512F kernel (``_paddle_cpu``)."""
+    return _paddle_cpu.profile() == "avx512f"
 
 
 class Adam(Optimizer):
@@ -28,10 +33,11 @@ class Adam(Optimizer):
     The beta-power accumulators live on the CPU, start at ``beta1``/``beta2`` and are multiplied
     after each update, as in Paddle. Moments are float32 for fp16/bf16 parameters.
 
-    - CPU (bit-exact to Paddle 3.3.1 for fp32): ``lr_t = lr*(sqrt(1-b2^t)/(1-b1^t))`` and
-      ``eps_t = eps*sqrt(1-b2^t)`` in float32, then ``param - lr_t*m/(sqrt(v)+eps_t)``, with the
-      fused multiply-adds of Paddle's AVX-512 kernel on AVX-512F hosts, and separate roundings
-      elsewhere (Paddle's reference kernel, which also serves float64 everywhere: checked there).
+    - CPU (bit-exact to Paddle 3.3.1): ``lr_t = lr*(sqrt(1-b2^t)/(1-b1^t))`` and
+      ``eps_t = eps*sqrt(1-b2^t)`` in float32, then ``param - lr_t*m/(sqrt(v)+eps_t)`` as the host's
+      Paddle computes it (``paddle_compat._paddle_cpu``): on AVX-512F hosts with the fused multiply-adds
+      of Paddle's JIT kernel, elsewhere as its reference kernel (float32 moments, the parameter update
+      in double, rounded once), which also serves float64 on every host.
     - CUDA: Paddle's GPU form ``m/(sqrt(v)/sqrt(1-b2^t) + eps) * -(lr/(1-b1^t))`` with fused
       multiply-adds where nvcc contracts (not compared with Paddle on a GPU).
 
@@ -40,14 +46,18 @@ class Adam(Optimizer):
     with the per-tensor kernel: Paddle's merged CPU kernel rounds differently (last bits).
     """
 
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
+    _lazy_mode = paddle_option("lazy_mode")
+
     _host_state = ("beta1_pow_acc", "beta2_pow_acc")
 
     def __init__(
         self,
         learning_rate: float | LRScheduler = 0.001,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-8,
+        beta1: float | Tensor = 0.9,
+        beta2: float | Tensor = 0.999,
+        epsilon: float | Tensor = 1e-8,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | Tensor | WeightDecayRegularizer | None = None,  # a Tensor: AdamW's coefficient
         grad_clip: Any = None,
@@ -64,9 +74,11 @@ class Adam(Optimizer):
         self._amsgrad = _checks.flag("amsgrad", amsgrad)
         self._use_multi_tensor = _checks.flag("use_multi_tensor", use_multi_tensor)
         self._use_lowprecision_moment = False
+        _paddle_cpu.forced()  # a PADDLE_COMPAT_PADDLE_CPU that names no profile fails here, not at a step
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name, fused)
 
     def _check_group(self, group: dict[str, Any]) -> None:
+        tensor_options(group, "beta1", "beta2", "epsilon")
         for key in ("beta1", "beta2", "epsilon"):
             if key in group:
                 if group[key] is None:
@@ -90,8 +102,8 @@ class Adam(Optimizer):
         if self._amsgrad:
             state["moment2_max"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         pow_dtype = torch.float32 if low else p.dtype
-        state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=pow_dtype)
-        state["beta2_pow_acc"] = torch.full([1], group["beta2"], dtype=pow_dtype)
+        state["beta1_pow_acc"] = torch.full([1], pow_start(group, "beta1"), dtype=pow_dtype)
+        state["beta2_pow_acc"] = torch.full([1], pow_start(group, "beta2"), dtype=pow_dtype)
 
     def _decay_rate(self, param: Tensor, group: dict[str, Any], lr: float, rnd: Any) -> tuple[float | None, float]:
         """AdamW's decoupled decay: the rate applied to the parameter (``None``: no decay) and Adam's rate."""
@@ -122,14 +134,18 @@ class Adam(Optimizer):
         elif not (pows[0].is_cpu and pows[1].is_cpu):
             return None
         g, l2, fresh = self._grad_for_kernel(p, g, group)
+        lr_t, decay = self._row_rate(p, value, group, lr, gpu)
+        batch.add(value, g, p if master is not None else None, moments, pows, lr=lr_t, decay=decay, l2=l2)
+        return not (fresh or self._per_param_rates())
+
+    def _row_rate(
+        self, p: Tensor, value: Tensor, group: dict[str, Any], lr: float, gpu: bool
+    ) -> tuple[float, float]:
+        mt = compute_dtype(value)
         decay, lr_t = self._decay_rate(p, group, lr, round_to(mt))
         if gpu:  # Paddle's GPU kernel scales by a factor: 1 for none, which leaves the bits
-            decay = self._gpu_decay_factor(p, group, lr, mt)
-        batch.add(
-            value, g, p if master is not None else None, moments, pows, lr=lr_t,
-            decay=math.nan if decay is None else decay, l2=l2,
-        )
-        return not (fresh or self._per_param_rates())
+            return lr_t, self._gpu_decay_factor(p, group, lr, mt)
+        return lr_t, math.nan if decay is None else decay
 
     def _gpu_decay_factor(self, param: Tensor, group: dict[str, Any], lr: float, dtype: torch.dtype) -> float:
         """The factor Paddle's GPU kernel scales the parameter by before the update (AdamW's
@@ -142,8 +158,7 @@ class Adam(Optimizer):
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.adam(
-            batch.rows, batch.per, group["beta1"], group["beta2"], group["epsilon"],
-            _numerics.cpu_kernels_use_fma(), self._amsgrad,
+            batch.rows, batch.per, group["beta1"], group["beta2"], group["epsilon"], _fused_profile(), self._amsgrad,
         )
 
     def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
@@ -163,7 +178,7 @@ class Adam(Optimizer):
             b1p, b2p = state["beta1_pow_acc"].item(), state["beta2_pow_acc"].item()  # host tensors
             decay, lr = self._decay_rate(param, group, lr, rnd)
             # Paddle's AVX-512 kernel is float32 only; double and non-AVX-512 hosts use the reference one.
-            fused = mt == torch.float32 and _numerics.cpu_kernels_use_fma()
+            fused = mt == torch.float32 and _fused_profile()
             moments = [state[k] for k in ("moment1", "moment2", "moment2_max") if k in state]
             if self._same_layout(value, grad, *moments):
                 w = self._cpu_update(value, grad, state, mt, fused, b1, b2, eps, b1p, b2p, decay, lr, rnd)
@@ -226,8 +241,10 @@ class Adam(Optimizer):
         root = rnd(math.sqrt(rnd(1 - b2p)))
         lr_t = rnd(lr * rnd(root / rnd(1 - b1p)))
         eps_t = rnd(eps * root)
-        step = m / (sqrt_rn(v_used) + eps_t)
-        w = fma(step, -lr_t, w) if fused else w + step * -lr_t
+        if fused:
+            w = fma(m / (sqrt_rn(v_used) + eps_t), -lr_t, w)
+        else:  # the reference kernel's sqrt of a float is C's double sqrt: the update runs in double
+            w = (w.double() + (m.double() / (sqrt_rn(v_used.double()) + eps_t)) * -lr_t).to(mt)
         state["moment1"].copy_(m)
         state["moment2"].copy_(v)
         return w
@@ -273,12 +290,18 @@ class Adam(Optimizer):
                 # maximum(v, vmax), written over vmax itself when it has the compute dtype
                 v_used = torch.maximum(v, vmax.to(mt), out=vmax if vmax.dtype == mt else self._buffer(v, mt, "vmax"))
                 vmax.copy_(v_used)
-            step = sqrt_rn_into(tmp, v_used, wide).add_(eps_t)  # sqrt_rn(v) + eps_t
-            torch.div(m, step, out=step)  # m / (sqrt_rn(v) + eps_t)
             if fused:
+                step = sqrt_rn_into(tmp, v_used, wide).add_(eps_t)  # sqrt_rn(v) + eps_t
+                torch.div(m, step, out=step)  # m / (sqrt_rn(v) + eps_t)
                 fma_into(w, -lr_t, step, w, *scratch)  # fma(step, -lr_t, w)
-            else:
-                w.add_(step.mul_(-lr_t))  # w + step*(-lr_t)
+            elif wide is None:  # float64
+                step = sqrt_rn_into(tmp, v_used, None).add_(eps_t)  # sqrt_rn(v.double()) + eps_t
+                w.add_(torch.div(m, step, out=step).mul_(-lr_t))  # w + (m / ...) * -lr_t
+            else:  # float32, the update in double
+                step = sqrt_rn_into(wide, wide.copy_(v_used), None).add_(eps_t)  # sqrt_rn(v.double()) + eps_t
+                wide_m = self._buffer(w, torch.float64, "wide_m").copy_(m)
+                torch.div(wide_m, step, out=step).mul_(-lr_t)  # (m.double() / ...) * -lr_t
+                w.copy_(step.add_(wide_m.copy_(w)))  # (w.double() + ...).to(mt)
             for piece, result in zip((pieces[0], pieces[2], pieces[3]), (w, m, v)):
                 piece.copy_(result)  # no-op when the piece itself was updated
         return value
@@ -286,3 +309,14 @@ class Adam(Optimizer):
     def _working(self, t: Tensor, dtype: torch.dtype, slot: str) -> Tensor:
         """``t`` itself when it already has the compute dtype (updated in place), else a copy in a buffer."""
         return t if t.dtype == dtype else self._buffer(t, dtype, slot).copy_(t)
+
+
+# Where Adam's and Lamb's beta powers start when the beta came as a tensor (Paddle's defaults)
+_POW_START = {"beta1": 0.9, "beta2": 0.999}
+
+
+def pow_start(group: dict[str, Any], key: str) -> float:
+    """The first value of ``key``'s beta power: the beta, or 0.9/0.999 when it was given as a tensor
+    (Paddle's ``_add_moments_pows`` of Adam, AdamW and Lamb; the update itself uses the tensor's value)."""
+    beta = group[key]
+    return _POW_START[key] if isinstance(beta, TensorOption) else beta

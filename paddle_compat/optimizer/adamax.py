@@ -15,7 +15,7 @@ from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs
 from ._engine import cpu_row
 from .lr import LRScheduler
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option, tensor_options
 
 __all__ = ["Adamax"]
 
@@ -34,14 +34,17 @@ class Adamax(Optimizer):
     arguments are a ``ValueError`` (Paddle asserts); non-finite hyper-parameters are refused.
     """
 
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
+
     _host_state = ("beta1_pow_acc",)
 
     def __init__(
         self,
         learning_rate: float | LRScheduler = 0.001,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-8,
+        beta1: float | Tensor = 0.9,
+        beta2: float | Tensor = 0.999,
+        epsilon: float | Tensor = 1e-8,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | WeightDecayRegularizer | None = None,
         grad_clip: Any = None,
@@ -55,8 +58,6 @@ class Adamax(Optimizer):
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_betas(group)
-        if "epsilon" in group and not 0 <= group["epsilon"]:
-            raise ValueError("Invalid value of epsilon, expect epsilon >= 0.")
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         low = self._uses_master(p) or p.dtype in (torch.float16, torch.bfloat16)
@@ -105,7 +106,9 @@ class Adamax(Optimizer):
 
 
 def check_betas(group: dict[str, Any]) -> None:
-    """``beta1``/``beta2`` and ``epsilon`` set, finite floats; betas in [0, 1) (Paddle's message)."""
+    """``beta1``/``beta2`` and ``epsilon`` set, finite floats (or one-element tensors, taken as their
+    value); betas in [0, 1) and ``epsilon >= 0`` (Paddle's messages)."""
+    tensor_options(group, "beta1", "beta2", "epsilon")
     for key in ("beta1", "beta2", "epsilon"):
         if key in group:
             _checks.required(key, group[key])
@@ -113,3 +116,4 @@ def check_betas(group: dict[str, Any]) -> None:
     for key in ("beta1", "beta2"):
         if key in group and not 0 <= group[key] < 1:
             raise ValueError(f"Invalid value of {key}, expect {key} in [0,1).")
+    check_range(group, "epsilon")

@@ -12,6 +12,7 @@ from .. import _checks
 from .._numerics import fma_scalar, round_to
 from .adam import Adam
 from .lr import LRScheduler
+from .optimizer import paddle_option
 
 __all__ = ["AdamW"]
 
@@ -35,12 +36,15 @@ class AdamW(Adam):
     kernel's meaning (the ratio scales both the decay and the Adam step).
     """
 
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _weight_decay = paddle_option("weight_decay")  # the decay coefficient, a float
+
     def __init__(
         self,
         learning_rate: float | LRScheduler = 0.001,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-8,
+        beta1: float | Tensor = 0.9,
+        beta2: float | Tensor = 0.999,
+        epsilon: float | Tensor = 1e-8,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | Tensor = 0.01,
         use_lowprecision_moment: bool = False,

@@ -15,9 +15,10 @@ from .._numerics import round_f32, round_to, sqrt_rn_into
 from ..nn.clip import squared_l2_norm
 from ._eigen import adam_moments_, float_attrs
 from ._engine import cpu_row
+from .adam import pow_start
 from .adamax import check_betas
 from .lr import LRScheduler
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, compute_dtype, paddle_option
 
 __all__ = ["Lamb"]
 
@@ -47,15 +48,20 @@ class Lamb(Optimizer):
     hyper-parameters are refused.
     """
 
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
+    _lamb_weight_decay = paddle_option("lamb_weight_decay")
+    _exclude_from_weight_decay_fn = paddle_option("exclude_from_weight_decay_fn")
+
     _host_state = ("beta1_pow_acc", "beta2_pow_acc")
 
     def __init__(
         self,
         learning_rate: float | LRScheduler = 0.001,
         lamb_weight_decay: float = 0.01,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-6,
+        beta1: float | Tensor = 0.9,
+        beta2: float | Tensor = 0.999,
+        epsilon: float | Tensor = 1e-6,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         grad_clip: Any = None,
         exclude_from_weight_decay_fn: Callable[[Tensor], bool] | None = None,
@@ -97,8 +103,8 @@ class Lamb(Optimizer):
         dtype = compute_dtype(p)
         state["moment1"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
         state["moment2"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
-        state["beta1_pow_acc"] = torch.full([1], group["beta1"], dtype=dtype)
-        state["beta2_pow_acc"] = torch.full([1], group["beta2"], dtype=dtype)
+        state["beta1_pow_acc"] = torch.full([1], pow_start(group, "beta1"), dtype=dtype)
+        state["beta2_pow_acc"] = torch.full([1], pow_start(group, "beta2"), dtype=dtype)
 
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool

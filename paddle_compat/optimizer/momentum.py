@@ -14,7 +14,7 @@ from ..regularizer import L2Decay, WeightDecayRegularizer
 from . import _multi_tensor
 from ._engine import kernels_take
 from .lr import LRScheduler
-from .optimizer import Optimizer, _Item
+from .optimizer import Optimizer, _Item, paddle_option
 
 __all__ = ["Momentum"]
 
@@ -29,13 +29,30 @@ class Momentum(Optimizer):
     kernel (``grad + coeff * param``) as Paddle does; ``L1Decay`` is added to the gradient beforehand.
     Paddle's group quirks are kept: a group's own float/``L2Decay`` decay is fused *and* the
     optimizer's ``L1Decay`` (if any) still applies to it; a group with ``weight_decay=None`` drops the
-    optimizer's L2 decay but keeps its ``L1Decay``.
+    optimizer's L2 decay but keeps its ``L1Decay``; group dicts given as a list are rewritten, as
+    Paddle's are (``_rewrite_caller_groups``).
 
     CPU: every operation rounded separately and ``rescale_grad`` ignored, as Paddle's CPU kernel
     (bit-exact to Paddle 3.3.1 for fp32). CUDA: ``grad * rescale_grad`` and fused multiply-adds where
     nvcc contracts Paddle's kernel (not compared with Paddle on a GPU). Without ``multi_precision`` an fp16/bf16
     parameter's velocity and arithmetic stay in fp16/bf16, as in Paddle.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _momentum, _rescale_grad = paddle_option("momentum"), paddle_option("rescale_grad")
+    _use_nesterov = paddle_option("use_nesterov")
+
+    @property
+    def _regularization_method(self) -> str:
+        """Paddle's: ``"l2_decay"`` when the optimizer's decay is fused into the kernel (a float or
+        ``L2Decay``), else ``""``."""
+        return "l2_decay" if isinstance(self.defaults["weight_decay"], L2Decay) else ""
+
+    @property
+    def _regularization_coeff(self) -> float:
+        """Paddle's: the fused L2 decay's coefficient (0.0 without)."""
+        reg = self.defaults["weight_decay"]
+        return reg.coeff if isinstance(reg, L2Decay) else 0.0
 
     def __init__(
         self,
@@ -56,6 +73,8 @@ class Momentum(Optimizer):
         self._check_group(defaults)
         self._use_multi_tensor = _checks.flag("use_multi_tensor", use_multi_tensor)
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, multi_precision, defaults, name, fused)
+        if isinstance(parameters, list) and parameters and isinstance(parameters[0], dict):
+            _rewrite_caller_groups(parameters, weight_decay)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         if "momentum" in group:
@@ -142,3 +161,20 @@ class Momentum(Optimizer):
         else:
             torch.mul(velocity, lr, out=step)  # v*lr
         return w.sub_(step)
+
+
+def _rewrite_caller_groups(groups: list[dict[str, Any]], weight_decay: Any) -> None:
+    """Paddle's quirk, kept: its Momentum rewrites the caller's group dicts (given as a list), moving
+    each group's float/``L2Decay`` decay (or, without one, the optimizer's) into the keys of its
+    fused kernel: ``regularization_method`` (``"l2_decay"`` or ``""``) and ``regularization_coeff``,
+    and setting ``weight_decay`` to ``None`` (an ``L1Decay`` or ``None`` stays). A second optimizer
+    built from the same dicts then takes no L2 decay for them (PaddleScience builds Momentum twice
+    so). Done here after every check passed, so a refused construction leaves the dicts alone."""
+    for group in groups:
+        decay = group["weight_decay"] if "weight_decay" in group else weight_decay
+        if isinstance(decay, int) and not isinstance(decay, bool) and "weight_decay" not in group:
+            decay = float(decay)  # Paddle converts the optimizer's int decay, not a group's
+        fused = isinstance(decay, (L2Decay, float))
+        group["regularization_method"] = "l2_decay" if fused else ""
+        group["regularization_coeff"] = (decay.coeff if isinstance(decay, L2Decay) else decay) if fused else 0.0
+        group["weight_decay"] = None if fused else decay

@@ -13,7 +13,7 @@ from .._numerics import round_f32, round_to
 from ._eigen import adam_moments_, float_attrs, pow_like_libm, sqrt_like_eigen
 from ._engine import cpu_row
 from .lr import LRScheduler
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, compute_dtype, paddle_option, tensor_options
 
 __all__ = ["NAdam"]
 
@@ -35,14 +35,18 @@ class NAdam(Optimizer):
     hyper-parameters are refused.
     """
 
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
+    _momentum_decay = paddle_option("momentum_decay")
+
     _host_state = ("momentum_decay_pow", "beta2_pow", "mu_product")
 
     def __init__(
         self,
         learning_rate: float | LRScheduler = 0.002,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1.0e-8,
+        beta1: float | Tensor = 0.9,
+        beta2: float | Tensor = 0.999,
+        epsilon: float | Tensor = 1.0e-8,
         momentum_decay: float = 0.004,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | Any = None,
@@ -129,7 +133,9 @@ def check_learning_rate(learning_rate: Any) -> None:
 
 
 def check_adam_family(group: dict[str, Any]) -> None:
-    """``epsilon`` >= 0 and betas in [0, 1), with NAdam's and RAdam's messages."""
+    """``epsilon`` >= 0 and betas in [0, 1), with NAdam's and RAdam's messages (each may be a
+    one-element tensor, taken as its value)."""
+    tensor_options(group, "beta1", "beta2", "epsilon")
     for key in ("beta1", "beta2", "epsilon"):
         if key in group:
             _checks.required(key, group[key])

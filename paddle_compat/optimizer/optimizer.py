@@ -38,17 +38,18 @@ from .._numerics import round_to
 from .._stacklevel import user_stacklevel
 from ..amp import unscale
 from ..amp.compile_boundary import never_traced
-from ..amp.master_grad import clear_grads, grad_of
+from ..amp.master_grad import clear_grads, grad_of, main_grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _dcp, _multi_tensor, _torch_step
-from ._engine import Engine, Item, attr_ratio, optional_form, same_layout
+from ._engine import Engine, Item, attr_ratio, optional_form, place, same_layout
 from ._sharded import local_shards
 from .lr import LambdaDecay, LRScheduler
 
 __all__ = ["Optimizer"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+_GRAD_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 
 # (param, grad, state, master weight or None): what ``_compiled_row`` receives
 _Item = Item
@@ -56,6 +57,43 @@ _Item = Item
 def compute_dtype(value: Tensor) -> torch.dtype:
     """The dtype Paddle's kernels compute in (``MPType``): float32 for fp16/bf16, else the dtype itself."""
     return torch.float32 if value.dtype in _LOW_PRECISION else value.dtype
+
+
+class TensorOption(float):
+    """An option given as a one-element tensor (``beta1=paddle.to_tensor([0.9])``), held as its value.
+
+    Paddle takes the Adam family's ``beta1``, ``beta2`` and ``epsilon`` as tensors and reads their
+    value at each step, but Adam, AdamW and Lamb then start their beta powers at 0.9 and 0.999
+    whatever the tensor holds: this type remembers where the value came from (``tensor_options``).
+    """
+
+    __slots__ = ()
+
+
+def tensor_options(group: dict[str, Any], *keys: str) -> None:
+    """Replace a one-element floating tensor among ``group``'s ``keys`` by its value, a ``TensorOption``
+    (the value is then checked as a number would be). Paddle reads element 0 of a larger tensor;
+    that is refused here (``ValueError``), and so is a non-floating one (``TypeError``)."""
+    for key in keys:
+        value = group.get(key)
+        if not isinstance(value, Tensor):
+            continue
+        if not (value.is_floating_point() and not value.is_complex()):
+            raise TypeError(f"{key} given as a tensor should be floating point, but its dtype is {value.dtype}")
+        if value.numel() != 1:
+            raise ValueError(f"{key} given as a tensor should have one element, but it has shape {list(value.shape)}")
+        group[key] = TensorOption(value.item())
+
+
+def check_range(group: dict[str, Any], key: str, low: float | None = 0.0, high: float | None = None) -> None:
+    """``low <= group[key] <= high`` when ``group`` has ``key`` (``ValueError`` in Paddle's wording,
+    ``"Invalid value of rho, expect rho >= 0."``); ``None`` leaves that side open."""
+    if key not in group:
+        return
+    if low is not None and not group[key] >= low:
+        raise ValueError(f"Invalid value of {key}, expect {key} >= {low:g}.")
+    if high is not None and not group[key] <= high:
+        raise ValueError(f"Invalid value of {key}, expect {key} <= {high:g}.")
 
 
 def _is_lr_scheduler(obj: object) -> bool:
@@ -78,8 +116,14 @@ _TORCH_KEYWORDS = {
 
 
 def _refusing_torch_keywords(init: Callable[..., None]) -> Callable[..., None]:
-    """Wrap a constructor so that torch.optim's spelling of an argument names Paddle's (``TypeError``)."""
-    own = set(inspect.signature(init).parameters)
+    """Wrap a constructor so that torch.optim's spelling of an argument names Paddle's (``TypeError``).
+
+    The wrapper shows the constructor's own signature to ``inspect.signature`` and also to
+    ``inspect.getfullargspec``, which does not follow ``__wrapped__``: Paddle programs read it
+    (PaddleVideo's ``build_optimizer`` tests ``"multi_precision" in getfullargspec(...).args``).
+    """
+    signature = inspect.signature(init)
+    own = set(signature.parameters)
 
     @functools.wraps(init)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -91,7 +135,22 @@ def _refusing_torch_keywords(init: Callable[..., None]) -> Callable[..., None]:
                 )
         init(self, *args, **kwargs)
 
+    wrapper.__signature__ = signature  # type: ignore[attr-defined]
     return wrapper
+
+
+def paddle_option(key: str) -> Any:
+    """Paddle's private attribute of the option ``key`` (``Adam._beta1``: ``paddle_option("beta1")``),
+    read-only: the optimizer's value, as given to the constructor (a tensor's value for a tensor).
+
+    Paddle sets these attributes to each group's options in turn while it steps, so after a step
+    with groups they hold the last group's; here they always hold the optimizer's own.
+    """
+
+    def get(self: Any) -> Any:
+        return self.defaults[key]
+
+    return property(get, doc=f"Paddle's ``_{key}``: the optimizer's ``{key}``.")
 
 
 class Optimizer(torch.optim.Optimizer):
@@ -186,12 +245,25 @@ class Optimizer(torch.optim.Optimizer):
             **defaults,
         }
         super().__init__(params, defaults)
+        # the options each group holds and a step reads (torch adds its own keys to ``defaults``)
+        self._compat_options = tuple(defaults)
         self._step_supports_amp_scaling = fused
         _drive_by(scheduler, self)
 
     # --- parameter groups ----------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """torch's ``add_param_group``, checking Paddle's group options first."""
+        """torch's ``add_param_group``, checking Paddle's group options first.
+
+        A group without ``"params"`` is a ``ValueError`` naming the key (torch: ``KeyError``; Paddle
+        asserts), as is a missing required argument.
+        """
+        if not isinstance(param_group, dict):
+            raise TypeError(f"a parameter group should be a dict, but received {type(param_group).__name__}")
+        if "params" not in param_group:
+            raise ValueError(
+                f"parameter group {len(self.param_groups)} has no 'params': each group dict lists its "
+                "parameters under 'params'"
+            )
         group = dict(param_group)
         if "weight_decay" in group:
             group["weight_decay"] = self._check_weight_decay(group["weight_decay"])
@@ -205,10 +277,19 @@ class Optimizer(torch.optim.Optimizer):
             raise TypeError("'grad_clip' should be an instance of GradientClipBase's derived class")
         params = group.get("params")
         for index, p in enumerate([params] if isinstance(params, Tensor) else params or []):
+            name, p = p if isinstance(p, tuple) and len(p) == 2 else (None, p)  # named_parameters()
+            where = f"parameter {index}" + (f" ({name!r})" if isinstance(name, str) else "")
+            where += f" of parameter group {len(self.param_groups)}"
             if isinstance(p, Tensor) and p.layout != torch.strided:
                 raise TypeError(
-                    f"parameter {index} of parameter group {len(self.param_groups)} is a {p.layout} tensor: "
-                    "paddle_compat optimizers update dense (strided) parameters"
+                    f"{where} is a {p.layout} tensor: paddle_compat optimizers update dense (strided) parameters"
+                )
+            # Paddle's CPU kernels have none for them: complex ones would be updated silently or
+            # fail mid-step (Adam, Lamb, Rprop), integer ones fail at the first step.
+            if isinstance(p, Tensor) and not p.is_floating_point():
+                raise TypeError(
+                    f"{where} is a {p.dtype} tensor: paddle_compat optimizers update floating-point "
+                    "(float16, bfloat16, float32, float64) parameters"
                 )
         self._check_group(group)
         super().add_param_group(group)
@@ -380,6 +461,43 @@ class Optimizer(torch.optim.Optimizer):
         rnd = round_to(torch.float64 if self._dtype == torch.float64 else torch.float32)
         return rnd(group_lr * rnd(ratio))
 
+    def _check_param_rates(self) -> None:
+        """Refuse, before a step changes anything, a per-parameter rate ``_param_lr`` could not use:
+        ``p.optimize_attr`` not a dict (or ``None``), or its ``'learning_rate'`` not a number (a
+        bool, ``None``, a string, a tensor of several elements: ``TypeError``) or not finite and
+        >= 0 in the learning rate's dtype (NaN, inf, -1.0, 1e39 for float32: ``ValueError``). Paddle
+        applies NaN, infinite, negative and huge rates, and ``True`` as 1, and fails on the others
+        mid-step. Only the rates the step reads are checked: a plain list of parameters' (with
+        groups the group's ratio counts)."""
+        if self._compat_grouped or len(self.param_groups) != 1:
+            return
+        rnd = round_to(torch.float64 if self._dtype == torch.float64 else torch.float32)
+        group = self.param_groups[0]
+        for index, p in enumerate(group["params"]):
+            attr = getattr(p, "optimize_attr", None)
+            if attr is None:
+                continue
+            name = group["param_names"][index] if "param_names" in group else getattr(p, "name", None)
+            where = f"parameter {index}" + (f" ({name!r})" if isinstance(name, str) else "")
+            if not isinstance(attr, dict):
+                raise TypeError(
+                    f"optimize_attr of {where} should be a dict such as {{'learning_rate': 1.0}}, "
+                    f"but received {type(attr).__name__}"
+                )
+            ratio = attr.get("learning_rate", 1.0)
+            if isinstance(ratio, Tensor) and ratio.numel() == 1 and not ratio.dtype == torch.bool:
+                ratio = ratio.item()
+            if not _checks.is_real(ratio):
+                raise TypeError(
+                    f"optimize_attr['learning_rate'] of {where} should be a float, but received "
+                    + (f"a tensor of shape {list(ratio.shape)}" if isinstance(ratio, Tensor) else type(ratio).__name__)
+                )
+            if not (_is_valid_lr(ratio) and math.isfinite(rnd(ratio))):
+                raise ValueError(
+                    f"optimize_attr['learning_rate'] of {where} should be a finite number >= 0 "
+                    f"(in the learning rate's dtype), but received {ratio!r}"
+                )
+
     # --- the step ------------------------------------------------------------------------------
     @_torch_step.bypassing
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -449,6 +567,7 @@ class Optimizer(torch.optim.Optimizer):
         # Autograd must not record the update. This is the switch torch.no_grad() sets, set
         # directly: its Python context manager costs as much as the rest of a small step's
         # bookkeeping.
+        self._check_param_rates()
         grad_enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
@@ -462,8 +581,8 @@ class Optimizer(torch.optim.Optimizer):
                     for p, _ in pairs:
                         self._prepare_state(p, group)
                 return work
+            work = self._work(selected)  # checks the gradients first: a refused one changes nothing
             self._read_lr_scheduler()
-            work = self._work(selected)
             skip, device_flag = self._scaler_handover()
             if skip:
                 _clip_skipped(work)
@@ -485,9 +604,29 @@ class Optimizer(torch.optim.Optimizer):
             for _, g in pairs:
                 if g.is_sparse:
                     raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
+            # torch checks what is assigned to .grad (shape, dtype, device); a main_grad is ours to check
+            for p, g in pairs:
+                if g is main_grad_of(p) and (g.shape != p.shape or g.device != p.device or g.dtype not in _GRAD_DTYPES):
+                    self._refuse_grad(group, p, g)
             if pairs:
                 work.append((group, pairs))
         return work
+
+    def _compat_check_grads(self) -> None:
+        """Refuse (as ``step`` would) a gradient the step could not take: called by a GradScaler
+        before it reads or unscales any of them."""
+        self._work(None)
+
+    def _refuse_grad(self, group: dict[str, Any], p: Tensor, g: Tensor) -> None:
+        """Raise for a ``main_grad`` of another shape (``ValueError``), device or dtype (``TypeError``)
+        than its parameter takes, naming both, before the step changes anything: the torch forms
+        would broadcast a smaller one, and the kernels read the parameter's size at its address."""
+        where = f"{type(self).__name__}: the main_grad of {place(self, group, p)}"
+        if g.dtype not in _GRAD_DTYPES:
+            raise TypeError(f"{where} has dtype {g.dtype}; a gradient is float16, bfloat16, float32 or float64")
+        if g.device != p.device:
+            raise TypeError(f"{where} is on {g.device}, but the parameter is on {p.device}")
+        raise ValueError(f"{where} has shape {list(g.shape)}, but the parameter has shape {list(p.shape)}")
 
     @never_traced
     def _skipped_step(self) -> None:
@@ -562,6 +701,16 @@ class Optimizer(torch.optim.Optimizer):
         the kernels cannot take it, else whether the row may be kept for the next step. Needed by
         both kernel forms below."""
         return None
+
+    def _row_rate(
+        self, p: Tensor, value: Tensor, group: dict[str, Any], lr: float, gpu: bool
+    ) -> tuple[float, float | None]:
+        """The numbers a kernel row of ``value`` (``p``'s, or its master weight) takes from the rate
+        ``lr`` (``_param_lr``'s): its rate and, where it follows the rate too, its decay term
+        (``None``: the decay is not the rate's). A ``_compiled_row`` writes these; when only the rate
+        moves (a scheduler), the engine rewrites them in the rows it keeps, computed once for all
+        rows of one value dtype and rate ratio: they may depend on nothing else of the parameter."""
+        return lr, None
 
     @optional_form
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
@@ -769,8 +918,17 @@ class Optimizer(torch.optim.Optimizer):
 
     def _check_saved_group(self, where: str, saved: dict[str, Any]) -> dict[str, Any]:
         """A saved group's options, checked as the constructor checks them (``TypeError`` or
-        ``ValueError`` naming the entry), its clip and regularizer rebuilt by their constructors."""
+        ``ValueError`` naming the entry; ``ValueError`` when one is missing), its clip and
+        regularizer rebuilt by their constructors."""
         group = {key: _decode(value, f"{where}[{key!r}]") for key, value in saved.items()}
+        # torch takes the saved groups whole: an option missing there (another optimizer's state
+        # dict: SGD's into Lamb) would be a KeyError at every step
+        missing = [key for key in self._compat_options if key not in group]
+        if missing:
+            raise ValueError(
+                f"{where} lacks the options {missing} of {type(self).__name__} "
+                "(is it the state dict of another optimizer?)"
+            )
         try:
             if "weight_decay" in group:
                 group["weight_decay"] = self._check_weight_decay(group["weight_decay"])
@@ -831,7 +989,9 @@ _TAG = "paddle_compat_object"
 
 
 def _encode(value: Any) -> Any:
-    """A clip or regularizer object as a plain dict (other values as they are)."""
+    """A clip or regularizer object, or a ``TensorOption``, as a plain dict (other values as they are)."""
+    if isinstance(value, TensorOption):
+        return {_TAG: "Tensor", "value": float(value)}
     if isinstance(value, (ClipGradBase, WeightDecayRegularizer)):
         return {_TAG: type(value).__name__, **vars(value)}
     return value
@@ -845,6 +1005,8 @@ def _decode(value: Any, where: str) -> Any:
     known: dict[str, type[Any]] = {c.__name__: c for c in (*_subclasses(ClipGradBase), L1Decay, L2Decay)}
     fields = dict(value)
     name = fields.pop(_TAG)
+    if name == "Tensor" and set(fields) == {"value"} and _checks.is_real(fields["value"]):
+        return TensorOption(fields["value"])
     if name not in known:
         raise ValueError(f"{where}: unknown object in the optimizer state dict: {name!r}")
     try:  # the constructors take the fields ``_encode`` saved, by name (``_coeff``: ``coeff``)
@@ -883,8 +1045,8 @@ def _check_lr_value(value: float) -> None:
 
 def _listed(item: Any) -> Any:
     """A parameter group with its ``params`` turned into a list (a generator would be consumed)."""
-    if isinstance(item, dict) and not isinstance(item.get("params"), (Tensor, set)):
-        return {**item, "params": list(item.get("params", []))}
+    if isinstance(item, dict) and "params" in item and not isinstance(item["params"], (Tensor, set)):
+        return {**item, "params": list(item["params"])}
     return item
 
 

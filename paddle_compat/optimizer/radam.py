@@ -15,7 +15,7 @@ from ._eigen import adam_moments_, float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
 from .lr import LRScheduler
 from .nadam import check_adam_family, check_learning_rate, init_powers_and_moments
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, compute_dtype, paddle_option
 
 __all__ = ["RAdam"]
 
@@ -35,14 +35,17 @@ class RAdam(Optimizer):
     regularizer or a float (Paddle also lists a Tensor); non-finite hyper-parameters are refused.
     """
 
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _beta1, _beta2, _epsilon = paddle_option("beta1"), paddle_option("beta2"), paddle_option("epsilon")
+
     _host_state = ("beta1_pow", "beta2_pow", "rho")
 
     def __init__(
         self,
         learning_rate: float | LRScheduler = 0.001,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1.0e-8,
+        beta1: float | Tensor = 0.9,
+        beta2: float | Tensor = 0.999,
+        epsilon: float | Tensor = 1.0e-8,
         parameters: Iterable[Tensor] | Iterable[dict[str, Any]] | None = None,
         weight_decay: float | Any = None,
         grad_clip: Any = None,

@@ -14,7 +14,7 @@ from ..regularizer import WeightDecayRegularizer
 from ._eigen import float_attrs, sqrt_like_eigen
 from ._engine import cpu_row
 from .lr import LRScheduler
-from .optimizer import Optimizer, _Item, compute_dtype
+from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option
 
 __all__ = ["RMSProp"]
 
@@ -34,6 +34,10 @@ class RMSProp(Optimizer):
     they compute in float32 (with master weights under ``multi_precision``, which ``decorate``
     switches on). Differences from Paddle: non-finite hyper-parameters are refused.
     """
+
+    # Paddle's private attributes of the options (PaddleSpeech reads them)
+    _rho, _epsilon = paddle_option("rho"), paddle_option("epsilon")
+    _momentum, _centered = paddle_option("momentum"), paddle_option("centered")
 
     def __init__(
         self,
@@ -59,9 +63,9 @@ class RMSProp(Optimizer):
             if key in group:
                 _checks.required(key, group[key], f"{key} is not set.")
                 _checks.real(key, group[key])
-        for key in ("epsilon", "momentum", "rho"):
-            if key in group and not 0.0 <= group[key]:
-                raise ValueError(f"Invalid value of {key}, expect {key} >= 0.")
+        for key in ("epsilon", "momentum"):
+            check_range(group, key)
+        check_range(group, "rho", 0.0, 1.0)  # above 1 the mean square turns negative, its root NaN
         if "centered" in group:
             group["centered"] = _checks.flag("centered", group["centered"])
 

@@ -69,13 +69,18 @@ class Rprop(Optimizer):
         self._learning_rate_range = tuple(float(v) for v in learning_rate_range)
         self._etas = tuple(float(v) for v in etas)
         super().__init__(learning_rate, parameters, None, grad_clip, multi_precision, {}, name, fused)
-        # Paddle rounds the range and etas to the dtype of the first parameter it updates, once.
+        # Paddle rounds the range and etas to the dtype of the first parameter it updates, once:
+        # that dtype is noted at the first step, the values rounded at their first use.
         self._compat_bounds: tuple[float, ...] | None = None
+        self._compat_bounds_dtype: torch.dtype | None = None
 
     def _regularizer(self, group: dict[str, Any]) -> WeightDecayRegularizer:
         # Paddle's Rprop gives its base weight_decay=0.0: an L2Decay(0.0), unless a group sets its own
         reg = group["weight_decay"]
         return reg if reg is not None else _NO_DECAY
+
+    def _check_param_rates(self) -> None:
+        """Nothing to check: Rprop reads no ``optimize_attr`` (its rate is only the initial step size)."""
 
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["prevs"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -87,7 +92,7 @@ class Rprop(Optimizer):
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         p, _, state, master = item
-        self._round_bounds(p)
+        self._note_bounds_dtype(p)
         states = (state["prevs"], state["learning_rates"])
         # float32/float64 accumulators (bfloat16/float16 ones compute in their own dtype: torch form)
         value = master if master is not None else p
@@ -96,24 +101,31 @@ class Rprop(Optimizer):
         return cpu_row(self, item, group, lr, batch, states)
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
-        assert self._compat_bounds is not None
-        kern.rprop(batch, *self._compat_bounds)
+        kern.rprop(batch, *self._bounds())
 
-    def _round_bounds(self, param: Tensor) -> None:
-        """Paddle's range and etas, rounded to the dtype of the first parameter updated (once)."""
+    def _note_bounds_dtype(self, param: Tensor) -> None:
+        """Note the dtype of the first parameter updated (its dtype only: no tensor is read here,
+        so that a FakeTensor parameter reaches the kernels' check and the per-tensor form, which
+        names it, rather than failing on a value it cannot give)."""
+        if self._compat_bounds_dtype is None:
+            self._compat_bounds_dtype = param.dtype
+
+    def _bounds(self) -> tuple[float, ...]:
+        """Paddle's range and etas, rounded to the dtype noted by ``_note_bounds_dtype`` (once)."""
         if self._compat_bounds is None:
-            values = torch.tensor(self._learning_rate_range + self._etas, dtype=param.dtype)
+            values = torch.tensor(self._learning_rate_range + self._etas, dtype=self._compat_bounds_dtype)
             self._compat_bounds = tuple(values.tolist())
+        return self._compat_bounds
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
     ) -> Tensor:
-        self._round_bounds(param)
-        assert self._compat_bounds is not None
+        self._note_bounds_dtype(param)
+        bounds = self._bounds()
         # The kernel's dtype is the accumulators' (the parameter's, also with master weights).
         dtype = state["learning_rates"].dtype
         # each exactly representable in the dtype (a bfloat16 eta is bfloat16's)
-        lo, hi, eta_minus, eta_plus = (torch.tensor(v, dtype=dtype).item() for v in self._compat_bounds)
+        lo, hi, eta_minus, eta_plus = (torch.tensor(v, dtype=dtype).item() for v in bounds)
         g = grad.to(dtype)
         prevs, rates = state["prevs"], state["learning_rates"]
         product = torch.mul(g, prevs, out=self._buffer(g, dtype, "tmp"))

@@ -51,11 +51,16 @@ class SGD(Optimizer):
         value = master if master is not None else p
         if not kernels_take(value, g, lr, gpu, p):
             return None
-        # on the CPU, the rate as Paddle's kernel casts it to the dtype
-        rate = lr if gpu or value.dtype == torch.float64 else torch.tensor(lr, dtype=value.dtype).item()
+        rate = self._row_rate(p, value, group, lr, gpu)[0]
         g, l2, fresh = self._grad_for_kernel(p, g, group)
         batch.add(value, g, p if master is not None else None, lr=rate, l2=l2)
         return not fresh
+
+    def _row_rate(
+        self, p: Tensor, value: Tensor, group: dict[str, Any], lr: float, gpu: bool
+    ) -> tuple[float, float | None]:
+        # on the CPU, the rate as Paddle's kernel casts it to the dtype
+        return (lr if gpu or value.dtype == torch.float64 else torch.tensor(lr, dtype=value.dtype).item()), None
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.sgd(batch.rows, batch.per)

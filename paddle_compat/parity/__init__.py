@@ -28,7 +28,7 @@ from .convert import (
     torch_to_paddle,
     unregister_rule,
 )
-from .layer_diff import LayerDiff, diff_layers
+from .layer_diff import LayerDiff, LayerDivergence, diff_layers
 from .optimizer_state import (
     lr_scheduler_state_to_paddle,
     lr_scheduler_state_to_torch,
@@ -45,6 +45,7 @@ __all__ = [
     "Comparison",
     "Divergence",
     "LayerDiff",
+    "LayerDivergence",
     "Plan",
     "RecordingError",
     "TensorMetrics",

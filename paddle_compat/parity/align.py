@@ -67,9 +67,11 @@ def kind_of(layer: Any) -> str:
 class Call:
     """One call of one layer during the step, on one side.
 
-    ``args``/``kwargs`` are what the layer was called with (tensors as detached copies);
-    ``output`` its (first) output and ``grad`` the gradient that flowed back into it, as numpy
-    arrays; ``site`` where it was called (``file:line``, torch side).
+    ``args``/``kwargs`` are what the layer was called with (tensors as detached copies, inside
+    tuples and lists too); ``flows`` the paths (``(position or keyword, index, ...)``) of the
+    arguments a gradient flowed into (activations, not masks or ids); ``output`` its (first)
+    output and ``grad`` the gradient that flowed back into it, as numpy arrays; ``site`` where it
+    was called (``file:line``, torch side).
     """
 
     path: str
@@ -82,6 +84,7 @@ class Call:
     output: np.ndarray | None = None
     grad: np.ndarray | None = None
     site: str | None = None
+    flows: tuple[tuple[Any, ...], ...] = ()
 
     @property
     def key(self) -> str:

@@ -3,7 +3,8 @@
     python -m paddle_compat.parity record -o traces/paddle paddle_side.py --steps 40
     python -m paddle_compat.parity compare traces/paddle traces/port --exact
     python -m paddle_compat.parity report traces/paddle traces/port -o parity-report
-    python -m paddle_compat.parity run paddle_train.py port_train.py -o traces --tolerance 1e-4
+    python -m paddle_compat.parity run paddle_train.py port_train.py -o traces --tolerance 1e-4 -- --steps 40
+    python -m paddle_compat.parity layers models.py:paddle_model models.py:port --input batch.npz
 
 Exit status: 0 when the runs agree (within tolerance, or bitwise with ``--exact``) or the recording
 succeeded; 1 when they diverge (the first divergence is printed) or the recorded script failed;
@@ -13,9 +14,14 @@ succeeded; 1 when they diverge (the first divergence is printed) or the recorded
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import inspect
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .compare import Comparison, compare
 from .record import RecordingError, record_script
@@ -45,6 +51,22 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("script", help="the Python script (it calls TraceRecorder.save() with no path)")
     rec.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
 
+    lay = sub.add_parser(
+        "layers",
+        help="one step of a Paddle model and its port, layer by layer (diff_layers)",
+        description="Each model is FILE.py:NAME or module:NAME, a function returning the model (or the model "
+        "itself); the input is a .npy file, or a .npz whose arrays are the positional inputs in order.",
+    )
+    lay.add_argument("paddle_model", help="FILE.py:NAME or module:NAME giving the Paddle layer")
+    lay.add_argument("port", help="FILE.py:NAME or module:NAME giving the torch port")
+    lay.add_argument("--input", required=True, help="a .npy file, or a .npz of the positional inputs in order")
+    lay.add_argument("--load", choices=("paddle", "none"), default="paddle", help="'none': weights already loaded")
+    lay.add_argument("--chained", action="store_true", help="compare the natural runs (not single-step)")
+    lay.add_argument("--rtol", type=float, help="norm-relative tolerance (default 1e-6)")
+    lay.add_argument("--ignore", default="", help="comma-separated glob patterns of layer paths not to compare")
+    lay.add_argument("--depth", type=int, help="compare layers at most this deep")
+    lay.add_argument("--json", metavar="FILE", help="also write the full result as JSON")
+
     commands = (
         ("compare", "compare two traces"),
         ("report", f"compare and write a report ({', '.join(FORMATS)})"),
@@ -59,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
                            help="the traces' folder, the scripts' output kept there as paddle.log and port.log "
                            "(default: %(default)s)")
             p.add_argument("--timeout", type=float, help="seconds before a script is stopped")
+            p.epilog = "arguments after -- go to both scripts (run a.py b.py -o traces -- --steps 40)"
         else:
             p.add_argument("reference", help="the reference trace (Paddle)")
             p.add_argument("candidate", help="the candidate trace (the port)")
@@ -132,6 +155,78 @@ def _formats(requested: str | None) -> list[str]:
     return formats
 
 
+def _object(spec: str) -> Any:
+    """``FILE.py:NAME`` or ``module:NAME``: the object, called when it is a function or a class."""
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name:
+        raise _Usage(f"{spec!r}: give FILE.py:NAME or module:NAME")
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise _Usage(f"{spec!r}: no file {where}")
+            loader = importlib.util.spec_from_file_location(path.stem, path)
+            if loader is None or loader.loader is None:
+                raise _Usage(f"{spec!r}: cannot import {where}")
+            module = importlib.util.module_from_spec(loader)
+            sys.path.insert(0, str(path.resolve().parent))  # the file's own imports, as when run as a script
+            try:
+                loader.loader.exec_module(module)
+            finally:
+                sys.path.remove(str(path.resolve().parent))
+        else:
+            module = importlib.import_module(where)
+        found = getattr(module, name)
+    except (ImportError, AttributeError) as e:
+        raise _Usage(f"{spec!r}: {e}") from e
+    # a function or a class builds the model; anything else is the model itself
+    return found() if inspect.isfunction(found) or isinstance(found, type) else found
+
+
+def _inputs(path: str) -> Any:
+    import numpy as np
+
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise _Usage(f"--input: cannot read {path}: {e}") from e
+    if isinstance(loaded, np.ndarray):
+        return loaded
+    with loaded:
+        return tuple(loaded[k] for k in loaded.files)
+
+
+def _layers(args: argparse.Namespace) -> int:
+    from .layer_diff import diff_layers
+
+    paddle_model, port = _object(args.paddle_model), _object(args.port)
+    kwargs: dict[str, Any] = {}
+    if args.rtol is not None:
+        kwargs["rtol"] = args.rtol
+    if args.depth is not None:
+        kwargs["depth"] = args.depth
+    try:
+        result = diff_layers(
+            paddle_model,
+            port,
+            _inputs(args.input),
+            load=None if args.load == "none" else "paddle",
+            single_step=not args.chained,
+            ignore=[g.strip() for g in args.ignore.split(",") if g.strip()],
+            **kwargs,
+        )
+    except (TypeError, ValueError) as e:
+        raise _Usage(str(e)) from e
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(result.to_dict(), indent=1))
+        except OSError as e:
+            raise _Usage(f"--json: cannot write {args.json}: {e.strerror or e}") from e
+    print(result.summary())
+    print(result.tree())
+    return 0 if result.ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line (``python -m paddle_compat.parity``); returns the exit status.
 
@@ -142,8 +237,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         status = main(["compare", "traces/paddle", "traces/port", "--exact"])
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if argv[:1] == ["run"] and "--" in argv:  # the scripts' own arguments
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1 :]
     args = _parser().parse_args(argv)
     try:
+        if args.command == "layers":
+            return _layers(args)
         if args.command == "record":
             try:
                 trace = record_script(args.script, args.out, args=args.args, python=args.python, timeout=args.timeout,
@@ -160,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for side, script in (("paddle", args.reference), ("port", args.candidate)):
                 print(f"recording the {side} script ({script}):", flush=True)
                 try:
-                    record_script(script, out / side, timeout=args.timeout, echo=sys.stdout)
+                    record_script(script, out / side, args=script_args, timeout=args.timeout, echo=sys.stdout)
                 except FileNotFoundError as e:
                     raise _Usage(str(e)) from e
                 except RecordingError as e:

@@ -82,7 +82,8 @@ class TensorMetrics:
 @dataclasses.dataclass
 class Divergence:
     """Where the two runs first part: ``name`` is a scalar (``"scale"``) or a tensor
-    (``"param/0.weight"``); ``index`` the first differing element (of the tensor's shape)."""
+    (``"param/0.weight"``); ``index`` the first differing element (of the tensor's shape). (A layer
+    diff's first difference, a layer and a phase, is :class:`.layer_diff.LayerDivergence`.)"""
 
     step: int
     name: str
@@ -449,6 +450,24 @@ def _causes(d: Divergence, ref: Trace, cand: Trace, at_step: list[TensorMetrics]
     return out
 
 
+def _check_baseline(base: Trace, ref: Trace) -> None:
+    """A baseline is a second run of the reference: the same tensors, of the same shapes (a trace of
+    another model would lend its noise to names it does not share, or to other shapes)."""
+    only = sorted(set(base.series) ^ set(ref.series))
+    if only:
+        side = "baseline" if only[0] in base.series else "reference"
+        raise ValueError(
+            f"the baseline does not record the reference's tensors ({len(only)} differ; the {side} alone has "
+            f"{only[0]!r}): a baseline is a second run of the reference model"
+        )
+    for name, series in ref.series.items():
+        if base.series[name].shape != series.shape:
+            raise ValueError(
+                f"the baseline's {name!r} has shape {list(base.series[name].shape)}, the reference's "
+                f"{list(series.shape)}: a baseline is a second run of the reference model"
+            )
+
+
 def bound_for(table: Mapping[str, float], name: str, group: str) -> float | None:
     """The most specific bound in ``table`` for ``name``: its exact key, else the longest glob matching
     it, else its ``group`` (a trace's category, a layer diff's phase), else ``"*"``; ``None``: none.
@@ -466,10 +485,45 @@ def bound_for(table: Mapping[str, float], name: str, group: str) -> float | None
     return table.get(group, table.get("*"))
 
 
+# The least bound a baseline gives, in machine epsilons of the tensor's dtype (float32: 16 eps =
+# 1.9e-6), for what the two frameworks' kernels compute: they sum in other orders and round exp,
+# tanh or sqrt otherwise, so a clean port may differ by a few ulps of a tensor's scale even where
+# the baseline run happened to match the reference bit for bit (a BatchNorm makes an ulp's nudge of
+# the weights before it vanish from the loss; Adam's first step is lr times a sign). Without this
+# floor the baseline's distance 0 became a bound of 0. The scheduler's rate and the scaler's scale
+# and counters are computed the same way on both sides: no floor, they must agree exactly.
+KERNEL_NOISE_EPS = 16
+_KERNEL_CATEGORIES = frozenset(
+    {"act", "actgrad", "loss", "grad", "pre_clip_norm", "grad_norm", "clip_factor", "param", "opt"}
+)
+_EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
+
+
+def kernel_floor(name: str, dtype: str = "float32") -> float | None:
+    """The least norm-relative bound a baseline gives ``name`` (``None``: none, it must agree exactly).
+
+    Example::
+
+        kernel_floor("grad/fc.weight")   # 1.9e-06: 16 float32 epsilons
+        kernel_floor("lr")               # None
+    """
+    if _category(name) not in _KERNEL_CATEGORIES:
+        return None
+    return KERNEL_NOISE_EPS * _EPS.get(dtype, _EPS["float32"])
+
+
+def named_explicitly(table: Mapping[str, float], name: str) -> bool:
+    """Whether ``table`` names ``name`` itself or by a glob (not by its category or ``"*"``)."""
+    return name in table or any(
+        k != "*" and any(ch in k for ch in "*?[") and fnmatch.fnmatchcase(name, k) for k in table
+    )
+
+
 class _Bounds:
     """The norm-relative bound of each tensor or scalar: from ``tolerance`` (an exact name, then the
     longest matching glob, then its category, then ``"*"``), raised to ``factor`` times the
-    baseline's own distance from the reference where a baseline is given."""
+    baseline's own distance from the reference where a baseline is given, and never below the
+    kernels' floor (:func:`kernel_floor`) there."""
 
     def __init__(self, tolerance: Tolerance | None, baseline: Trace | None, reference: Trace, factor: float) -> None:
         self.table = {"*": float(tolerance)} if isinstance(tolerance, (int, float)) else dict(tolerance or {})
@@ -514,7 +568,9 @@ class _Bounds:
         noise = self.noise(step, name)
         if noise is None:
             return configured
-        return max(configured or 0.0, self.factor * noise)
+        series = self.reference.series.get(name)
+        floor = kernel_floor(name, series.dtype if series is not None else "float32") or 0.0
+        return max(configured or 0.0, self.factor * noise, floor)
 
 
 # Layers a torch port computes without calling a submodule (the reason a one-sided act/ tensor has).
@@ -606,6 +662,8 @@ def compare(
         )
     if base is not None and base.meta.get("layout") != lr:
         raise ValueError(f"the baseline's layout is {base.meta.get('layout')!r}, the reference's {lr!r}")
+    if base is not None:
+        _check_baseline(base, ref)
     bounds = _Bounds(tolerance, base, ref, float(baseline_factor))
     notes: list[str] = []
     if steps is not None:
@@ -643,12 +701,14 @@ def compare(
     if {ref.meta.get("framework"), cand.meta.get("framework")} == {"paddle", "torch"}:
         unbiased = {f"param/{k}" for t in (ref, cand) for k in t.meta.get("unbiased_running_var", [])}
         unbiased &= set(names)
-        if unbiased and not any(bounds.configured(k) is not None for k in unbiased):
+        # only a tolerance naming them (exactly or by a glob) compares them: a single number, "*" or
+        # the "param" category is meant for the rest, and would call the known difference a bug
+        if unbiased and not any(named_explicitly(bounds.table, k) for k in unbiased):
             one_sided |= unbiased
             notes.append(
                 f"{', '.join(sorted(unbiased))} not compared: torch's BatchNorm updates its running variance "
                 "with the unbiased batch variance, Paddle's with the biased one (n/(n-1) apart, a known "
-                "difference; diff_layers checks the rule itself); give a tolerance for them to compare anyway"
+                "difference; diff_layers checks the rule itself); name them in tolerance= to compare anyway"
             )
     by_cat: dict[str, list[str]] = {}
     for k in names:

@@ -7,7 +7,11 @@ its parameters' gradients).
 
 In **single-step mode** (the default) each torch layer is replayed on the Paddle layer's own input,
 and its backward on the Paddle layer's own output gradient, so that an error does not build up
-through the model: the first layer reported is the one that computes differently. A layer whose
+through the model: the first layer reported is the one that computes differently. Its inputs are
+matched by what they are: the activations (what a gradient flows into, nested in tuples too) are
+Paddle's, while masks and ids may keep the port's own form (torch's ``[B, L]`` padding mask for
+Paddle's additive ``[B, 1, 1, L]``). A layer that cannot be fed so is said to be not isolated, and
+is never blamed for the backward. A layer whose
 sublayers all agree but which itself does not is reported with that remark: the difference is in
 its own forward code (functional calls between sublayers). Without single-step mode (``chained``)
 the natural runs are compared, as PaDiff does by default.
@@ -23,14 +27,13 @@ Paddle is imported by :func:`diff_layers` when it runs, never when this module i
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import importlib
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,13 +41,13 @@ import torch
 
 from .. import _checks
 from ._arrays import closeness, copy_of
-from .align import Call, Pair, align, kind_of, layer_types
+from .align import Call, Pair, _matches, align, kind_of, layer_types
 from .compare import bound_for
 from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
 from .hooks import first_tensor as _first_tensor
 from .hooks import named_layers, wants_grad
 
-__all__ = ["LayerDiff", "LayerResult", "diff_layers"]
+__all__ = ["LayerDiff", "LayerDivergence", "LayerResult", "diff_layers"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -97,6 +100,8 @@ class _Recorder:
             return x.detach().clone()
         if _is_tensor(x):
             return copy_of(x)
+        if isinstance(x, (tuple, list)):
+            return _rebuilt(x, [self._keep(item) for item in x])
         return x
 
     def _pre(self, path: str) -> Callable[..., None]:
@@ -114,6 +119,7 @@ class _Recorder:
                 tuple(self._keep(a) for a in args),
                 {k: self._keep(v) for k, v in (kwargs or {}).items()},
                 site=_caller_site() if self.side == "torch" else None,
+                flows=tuple(path for path, t in _slots(args, kwargs or {}) if wants_grad(t)),
             )
             self._stack.append((layer, call))
 
@@ -192,6 +198,8 @@ class LayerResult:
     forward: list[Check] = dataclasses.field(default_factory=list)
     backward: list[Check] = dataclasses.field(default_factory=list)
     remark: str | None = None
+    isolated: bool = True  # single-step mode fed it Paddle's inputs (False: compared as chained)
+    judged: bool = True  # False: it contains an ignored layer, its checks are left out
 
     @property
     def forward_ok(self) -> bool:
@@ -203,9 +211,11 @@ class LayerResult:
 
 
 @dataclasses.dataclass
-class Divergence:
+class LayerDivergence:
     """Where a layer diff first finds a difference: ``phase`` is ``"load"`` (parameters after
-    loading), ``"forward"`` or ``"backward"``."""
+    loading), ``"forward"`` or ``"backward"``, ``layer`` the torch layer, ``check`` the failing
+    :class:`Check`. (A trace comparison's first divergence, a step and a tensor, is
+    :class:`.compare.Divergence`.)"""
 
     phase: str
     layer: str
@@ -236,27 +246,38 @@ class LayerDiff:
     single_step: bool
     layers: list[LayerResult]
     params: list[tuple[str, Check]]
-    first_load: Divergence | None
-    first_forward: Divergence | None
-    first_backward: Divergence | None
+    first_load: LayerDivergence | None
+    first_forward: LayerDivergence | None
+    first_backward: LayerDivergence | None
     notes: list[str]
     model: torch.nn.Module = dataclasses.field(repr=False)
 
     @property
-    def first(self) -> Divergence | None:
+    def first(self) -> LayerDivergence | None:
         return self.first_load or self.first_forward or self.first_backward
 
     @property
+    def not_isolated(self) -> list[LayerResult]:
+        """Layers single-step mode could not feed Paddle's inputs (each says why in its ``remark``)."""
+        return [r for r in self.layers if not r.isolated]
+
+    @property
     def ok(self) -> bool:
-        return self.first is None
+        return self.first is None and all(r.backward_ok for r in self.not_isolated)
 
     def summary(self) -> str:
-        """The verdict, the first divergence of each phase, and the notes."""
+        """The verdict, the first divergence of each phase, the layers not isolated, and the notes."""
         mode = "single-step" if self.single_step else "chained"
         lines = [f"{len(self.layers)} layers compared ({mode}): " + ("equal within noise" if self.ok else "DIVERGED")]
         for d in (self.first_load, self.first_forward, self.first_backward):
             if d is not None:
                 lines.append(d.describe())
+        if self.not_isolated:
+            keys = ", ".join(r.key + ("" if r.backward_ok else " (its backward differs)") for r in self.not_isolated)
+            lines.append(
+                f"{len(self.not_isolated)} layers not isolated, compared as chained and never blamed for "
+                f"the backward: {keys}; the first: {self.not_isolated[0].remark}"
+            )
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -274,6 +295,8 @@ class LayerDiff:
             results = by_path.get(path if path else "(model)", [])
             if not results:
                 status = "-"
+            elif not any(r.judged for r in results):
+                status = "not judged (contains ignored layers)"
             else:
                 bad = [("fwd" if not r.forward_ok else "") + (" bwd" if not r.backward_ok else "") for r in results]
                 status = "ok" if not any(b for b in bad) else "DIFFERS " + ",".join(b.strip() for b in bad if b)
@@ -296,7 +319,7 @@ class LayerDiff:
                 "reason": c.reason,
             }
 
-        def div(d: Divergence | None) -> dict[str, Any] | None:
+        def div(d: LayerDivergence | None) -> dict[str, Any] | None:
             return None if d is None else {"phase": d.phase, "layer": d.layer, "site": d.site, **check(d.check)}
 
         return {
@@ -318,6 +341,8 @@ class LayerDiff:
                     "forward": [check(c) for c in r.forward],
                     "backward": [check(c) for c in r.backward],
                     "remark": r.remark,
+                    "isolated": r.isolated,
+                    "judged": r.judged,
                 }
                 for r in self.layers
             ],
@@ -351,26 +376,18 @@ class _Judge:
         return Check(what, m, noise, tol, m["nonfinite"] == 0 and m["rel_l2"] <= tol)
 
 
-@contextlib.contextmanager
-def _paused(*recorders: _Recorder) -> Iterator[None]:
-    saved = [r.active for r in recorders]
-    for r in recorders:
-        r.active = False
-    try:
-        yield
-    finally:
-        for r, s in zip(recorders, saved, strict=True):
-            r.active = s
-
-
 def _torch_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: b.detach().clone() for k, b in module.named_buffers()}
 
 
 def _paddle_buffers(layer: Any) -> dict[str, np.ndarray]:
+    """The layer's non-trainable state, to put back after the step. Paddle's RNNs hold a
+    ``_dropout_state`` buffer declared with shape ``[]`` but never filled (its array has 0
+    elements): there is nothing to restore, and ``set_value`` refuses the empty copy, so such
+    buffers are left out."""
     out = {k: copy_of(p) for k, p in layer.named_parameters() if p.stop_gradient}
     out.update((k, copy_of(b)) for k, b in layer.named_buffers())
-    return out
+    return {k: a for k, a in out.items() if a.size > 0}
 
 
 def _restore_torch_buffers(module: torch.nn.Module, saved: Mapping[str, torch.Tensor]) -> None:
@@ -384,58 +401,136 @@ def _restore_paddle_buffers(layer: Any, saved: Mapping[str, np.ndarray]) -> None
     held = dict(layer.named_parameters())
     held.update(layer.named_buffers())
     for k, arr in saved.items():
-        if k in held:
+        if k in held and list(held[k].shape) == list(arr.shape):
             held[k].set_value(arr)
 
 
-def _tensor_slots(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str | int, Any]]:
-    slots: list[tuple[str | int, Any]] = [(i, a) for i, a in enumerate(args) if _is_tensor(a)]
-    slots += [(k, v) for k, v in kwargs.items() if _is_tensor(v)]
-    return slots
+# A call's tensor arguments are addressed by paths: ``(position,)`` or ``(keyword,)``, then the
+# indices inside tuples and lists (an LSTM's ``(h0, c0)``).
+Path = tuple[Any, ...]
 
 
-def _fed_args(torch_call: Call, paddle_inputs: list[np.ndarray]) -> tuple[list[Any], dict[str, Any]] | None:
-    """The torch call's arguments with its tensors replaced by the Paddle call's, or ``None`` when
-    they do not correspond (count or shapes)."""
-    slots = _tensor_slots(torch_call.args, torch_call.kwargs)
-    same = len(slots) > 1 and all(torch.equal(v, slots[0][1]) for _, v in slots)
-    if len(paddle_inputs) == 1 and same:  # the same tensor passed several times
-        paddle_inputs = paddle_inputs * len(slots)
-    if len(paddle_inputs) < len(slots):
-        paddle_inputs = paddle_inputs + [None] * (len(slots) - len(paddle_inputs))  # type: ignore[list-item]
-    args, kwargs = list(torch_call.args), dict(torch_call.kwargs)
-    for (slot, own), fed in zip(slots, paddle_inputs):
-        if fed is None:
-            continue
-        if tuple(fed.shape) != tuple(own.shape):
-            return None
-        value = torch.from_numpy(np.array(fed, copy=True)).to(own.dtype)
-        if isinstance(slot, int):
-            args[slot] = value
-        else:
-            kwargs[slot] = value
+def _rebuilt(like: tuple[Any, ...] | list[Any], items: list[Any]) -> Any:
+    if isinstance(like, list):
+        return items
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)  # namedtuples too
+
+
+def _slots(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[Path, Any]]:
+    """Every tensor (torch, Paddle or a recorded numpy array) among a call's arguments, with its path."""
+    out: list[tuple[Path, Any]] = []
+
+    def walk(path: Path, x: Any) -> None:
+        if isinstance(x, (tuple, list)):
+            for i, item in enumerate(x):
+                walk((*path, i), item)
+        elif isinstance(x, np.ndarray) or _is_tensor(x):
+            out.append((path, x))
+
+    for i, a in enumerate(args):
+        walk((i,), a)
+    for k, v in kwargs.items():
+        walk((k,), v)
+    return out
+
+
+def _replaced(args: list[Any], kwargs: dict[str, Any], values: Mapping[Path, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments with the tensors at these paths replaced."""
+
+    def put(x: Any, rest: Path, value: Any) -> Any:
+        if not rest:
+            return value
+        items = list(x)
+        items[rest[0]] = put(items[rest[0]], rest[1:], value)
+        return _rebuilt(x, items)
+
+    args, kwargs = list(args), dict(kwargs)
+    for path, value in values.items():
+        holder: Any = args if isinstance(path[0], int) else kwargs
+        holder[path[0]] = put(holder[path[0]], path[1:], value)
     return args, kwargs
+
+
+def _slot_name(path: Path) -> str:
+    head = f"argument {path[0]}" if isinstance(path[0], int) else repr(path[0])
+    return head + "".join(f"[{i}]" for i in path[1:])
+
+
+@dataclasses.dataclass
+class _Feed:
+    """How a torch call is replayed on the Paddle call's inputs: ``args``/``kwargs`` with Paddle's
+    activations in place of the port's; ``groups``: per Paddle input a gradient flows into, the
+    torch paths fed it (several when torch passes one tensor where Paddle passes it once); ``kept``:
+    the port's own arguments kept (masks and ids in the port's own form); ``summed``: Paddle passes
+    one tensor several times where torch passes it once (``attn(x, x, x)`` against ``attn(x)``),
+    so torch's input gradient is the sum of Paddle's."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    groups: list[list[Path]]
+    kept: list[str]
+    summed: bool = False
+
+
+def _fed_args(t: Call, p: Call) -> _Feed | str:
+    """The torch call's arguments with the activations (the tensors a gradient flows into) replaced
+    by the Paddle call's, or why they cannot be (counts or shapes).
+
+    Masks, ids and other tensors no gradient flows into may take another form in the port (torch's
+    ``key_padding_mask`` ``[B, L]`` for Paddle's additive ``[B, 1, 1, L]`` mask): they are Paddle's
+    where Paddle passes the same shape at the same place among them, the port's own otherwise. They
+    come from the model's inputs, not from the layers before, so keeping them isolates the layer all
+    the same."""
+    t_slots, p_slots = _slots(t.args, t.kwargs), dict(_slots(p.args, p.kwargs))
+    t_flow = [(path, v) for path, v in t_slots if path in t.flows]
+    p_flow = [p_slots[path] for path in p.flows if path in p_slots]
+    groups: list[list[Path]] = [[path] for path, _ in t_flow]
+    if len(p_flow) == 1 and len(t_flow) > 1 and all(torch.equal(v, t_flow[0][1]) for _, v in t_flow):
+        groups = [[path for path, _ in t_flow]]  # one tensor passed several times (query, key, value)
+    summed = len(groups) == 1 and len(p_flow) > 1 and all(np.array_equal(v, p_flow[0]) for v in p_flow)
+    if summed:  # the other way round: Paddle passes it several times, torch once
+        p_flow = p_flow[:1]
+    if len(p_flow) != len(groups):
+        return (
+            f"it takes {len(groups)} input(s) a gradient flows into, Paddle's layer {len(p_flow)}: "
+            "it cannot be fed Paddle's"
+        )
+    values: dict[Path, Any] = {}
+    own = dict(t_slots)
+    for group, fed in zip(groups, p_flow):
+        mine = own[group[0]]
+        if tuple(fed.shape) != tuple(mine.shape):
+            return f"its input {_slot_name(group[0])} is {list(mine.shape)}, Paddle's {list(fed.shape)}"
+        for path in group:
+            values[path] = torch.from_numpy(np.array(fed, copy=True)).to(mine.dtype)
+    p_rest = [v for path, v in _slots(p.args, p.kwargs) if path not in p.flows]
+    kept = []
+    for j, (path, mine) in enumerate((path, v) for path, v in t_slots if path not in t.flows):
+        fed = p_rest[j] if j < len(p_rest) else None
+        if fed is not None and tuple(fed.shape) == tuple(mine.shape):
+            values[path] = torch.from_numpy(np.array(fed, copy=True)).to(mine.dtype)
+        else:
+            kept.append(_slot_name(path))
+    args, kwargs = _replaced(list(t.args), dict(t.kwargs), values)
+    return _Feed(args, kwargs, groups, kept, summed)
 
 
 def _replay_torch(
     module: torch.nn.Module,
     args: list[Any],
     kwargs: dict[str, Any],
+    groups: list[list[Path]],
     out_grad: np.ndarray | None,
     buffers: Mapping[str, torch.Tensor],
 ) -> tuple[np.ndarray | None, list[np.ndarray | None], dict[str, np.ndarray]]:
     """``module`` on these arguments, from these buffers; backward from ``out_grad``: ``(output,
-    input gradients, parameter gradients)``. Leaves the module's buffers and gradients as they were."""
+    gradients of the inputs in ``groups`` (one leaf per group), parameter gradients)``. Leaves the
+    module's buffers and gradients as they were."""
     saved_buffers = _torch_buffers(module)
     saved_grads = {k: p.grad for k, p in module.named_parameters()}
-    args = [
-        a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
-    ]
-    kwargs = {
-        k: v.detach().clone().requires_grad_(v.is_floating_point()) if isinstance(v, torch.Tensor) else v
-        for k, v in kwargs.items()
-    }
-    leaves = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    own = dict(_slots(args, kwargs))
+    leaves = [own[group[0]].detach().clone().requires_grad_(True) for group in groups]
+    args, kwargs = _replaced(args, kwargs, {path: leaf for group, leaf in zip(groups, leaves) for path in group})
     try:
         _restore_torch_buffers(module, buffers)
         for p in module.parameters():
@@ -458,18 +553,14 @@ def _replay_torch(
 def _replay_paddle(
     layer: Any, call: Call, out_grad: np.ndarray | None, buffers: Mapping[str, np.ndarray]
 ) -> tuple[list[np.ndarray | None], dict[str, np.ndarray]]:
-    """The Paddle layer's own input and parameter gradients for this call alone."""
+    """The Paddle layer's own input gradients (of the inputs a gradient flowed into, in order) and
+    parameter gradients for this call alone."""
     paddle = importlib.import_module("paddle")
     saved = _paddle_buffers(layer)
-
-    def fresh(x: Any) -> Any:
-        if isinstance(x, np.ndarray):
-            return paddle.to_tensor(x, stop_gradient=not _is_float_array(x))
-        return x
-
-    args = [fresh(a) for a in call.args]
-    kwargs = {k: fresh(v) for k, v in call.kwargs.items()}
-    leaves = [a for a in args + list(kwargs.values()) if _is_tensor(a)]
+    slots = _slots(call.args, call.kwargs)
+    fresh = {path: paddle.to_tensor(x, stop_gradient=path not in call.flows) for path, x in slots}
+    args, kwargs = _replaced(list(call.args), dict(call.kwargs), fresh)
+    leaves = [fresh[path] for path in call.flows if path in fresh]
     params = [(k, p) for k, p in layer.named_parameters() if not p.stop_gradient]
     saved_grads = {k: copy_of(p.grad) for k, p in params if p.grad is not None}
     try:
@@ -492,8 +583,7 @@ def _replay_paddle(
 
 def _noise(
     module: torch.nn.Module,
-    args: list[Any],
-    kwargs: dict[str, Any],
+    feed: _Feed,
     out_grad: np.ndarray | None,
     buffers: Mapping[str, torch.Tensor],
     out32: np.ndarray,
@@ -505,6 +595,8 @@ def _noise(
     def widen(x: Any) -> Any:
         return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
+    args, kwargs = _replaced(feed.args, feed.kwargs, {p: widen(v) for p, v in _slots(feed.args, feed.kwargs)})
+
     try:
         shadow = copy.deepcopy(module).double()
     except (TypeError, RuntimeError, copy.Error):  # a module that cannot be copied or widened: no noise floor
@@ -512,9 +604,7 @@ def _noise(
     buffers64 = {k: widen(v) for k, v in buffers.items()}
     g64 = None if out_grad is None else out_grad.astype(np.float64)
     try:
-        out64, gin64, gp64 = _replay_torch(
-            shadow, [widen(a) for a in args], {k: widen(v) for k, v in kwargs.items()}, g64, buffers64
-        )
+        out64, gin64, gp64 = _replay_torch(shadow, args, kwargs, feed.groups, g64, buffers64)
     except (TypeError, RuntimeError, ValueError):  # a layer with float32 hard-wired inside
         return None, [None] * len(grads32), {}
     return (
@@ -609,8 +699,26 @@ def _chained_noise(
     return {id(c): (_rounding(c.output, w.output), _rounding(c.grad, w.grad)) for c, w in zip(calls, rec.calls)}
 
 
-def _paddle_param_grads_as_torch(pair: Pair, grads: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return Plan.of(pair.torch.layer).to_torch(dict(grads), partial=True, what=f"Paddle {pair.paddle.key} grads")
+def _relative_name_map(name_map: NameMap | None, torch_path: str, paddle_path: str) -> dict[str, str]:
+    """The model-level ``name_map`` as seen from one layer pair: its entries inside the torch layer,
+    both sides' names made relative to the two layers (the model's own parameters, such as a
+    position table, are renamed at the root)."""
+    out = {}
+    for k, v in (name_map or {}).items():
+        if torch_path and not k.startswith(torch_path + "."):
+            continue
+        if paddle_path and not v.startswith(paddle_path + "."):
+            continue
+        out[k[len(torch_path) + 1 if torch_path else 0 :]] = v[len(paddle_path) + 1 if paddle_path else 0 :]
+    return out
+
+
+def _paddle_param_grads_as_torch(
+    pair: Pair, grads: Mapping[str, np.ndarray], name_map: NameMap | None
+) -> dict[str, np.ndarray]:
+    names = _relative_name_map(name_map, pair.torch.path, pair.paddle.path)
+    plan = Plan.of(pair.torch.layer, names)
+    return plan.to_torch(dict(grads), partial=True, what=f"Paddle {pair.paddle.key} grads")
 
 
 def _load_checks(
@@ -674,11 +782,16 @@ def diff_layers(
             is the port's own loader (checked too), ``None``: the weights are already loaded.
         name_map: torch names -> Paddle names where they differ (as for state conversion).
         layer_map: ``{paddle_sublayer: torch_submodule}`` where layer paths differ.
-        ignore: glob patterns of layer paths not to compare (with what is inside them).
-        ignore_types: classes or class names not to compare (with what is inside them).
+        ignore: glob patterns of layer paths not to compare (with what is inside them); the
+            port's layers containing an ignored one are not judged either (unlike PaDiff), so a
+            deliberately different layer does not fail the run.
+        ignore_types: classes or class names not to compare (as ``ignore``).
         depth: compare layers at most this deep (the model is 0).
         single_step: feed each torch layer the Paddle layer's input and output gradient
-            (default); ``False``: compare the two natural runs (errors build up).
+            (default): its activations are Paddle's, its masks and ids Paddle's where they have
+            the same shape, the port's own otherwise; a layer whose activations cannot be fed
+            (other counts or shapes) is compared as chained, listed in ``not_isolated`` and never
+            blamed for the backward. ``False``: compare the two natural runs (errors build up).
         rtol: the norm-relative tolerance, or ``{key: rtol}``: the most specific key applies, a
             layer's path, else the longest glob matching it, else its phase (``"forward"``,
             ``"backward"``), else ``"*"`` (else 1e-6), as for :func:`.compare`'s ``tolerance``.
@@ -726,11 +839,23 @@ def diff_layers(
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in layer_map.items())
     ):
         raise TypeError("layer_map must be a dict of Paddle layer paths to torch module paths (strings)")
+    if layer_map:  # a typo would map nothing, silently
+        p_paths = {path for path, _ in paddle_model.named_sublayers(include_self=True)}
+        t_paths = {path for path, _ in torch_model.named_modules()}
+        for p_path, t_path in layer_map.items():
+            if p_path not in p_paths:
+                raise ValueError(f"layer_map[{p_path!r}]: the Paddle model has no layer {p_path!r}")
+            if t_path not in t_paths:
+                raise ValueError(f"layer_map[{p_path!r}]: the torch model has no module {t_path!r}")
     ignore = string_list(ignore, "ignore", "glob patterns")
     ignore_types = layer_types(ignore_types, "ignore_types")
     if depth is not None:
         _checks.at_least("depth", _checks.integer("depth", depth), 0)
     _checks.flag("single_step", single_step)
+    if isinstance(rtol, Mapping):
+        for key in rtol:
+            if not isinstance(key, str):
+                raise TypeError(f"rtol keys should be layer paths, globs or phases (strings), but received {key!r}")
     bounds = {f"rtol[{k!r}]": v for k, v in rtol.items()} if isinstance(rtol, Mapping) else {"rtol": rtol}
     for name, value in {**bounds, "noise_factor": noise_factor}.items():
         _checks.at_least(name, _checks.real(name, value), 0)
@@ -774,6 +899,10 @@ def diff_layers(
         if p_out is None:
             raise ValueError("the Paddle model returned no tensor")
         g = grad_output
+        if g is not None and tuple(g.shape) != tuple(p_out.shape):  # before Paddle's backward asserts
+            raise ValueError(
+                f"grad_output has shape {list(g.shape)}, but the models' (first) output has shape {list(p_out.shape)}"
+            )
         if g is None:
             g = np.random.default_rng(seed).standard_normal(tuple(p_out.shape)).astype(copy_of(p_out).dtype)
         p_out.backward(paddle.to_tensor(g))
@@ -802,9 +931,11 @@ def diff_layers(
                 p_buffers.get(pair.paddle.path, {}),
                 t_buffers.get(pair.torch.path, {}),
                 chained_noise.get(id(pair.torch)),
+                name_map,
             )
             for pair in pairs
         ]
+        _unjudge_ancestors(results, t_rec.calls, ignore, ignore_types)
         if load_note:
             notes.insert(0, load_note)
     finally:
@@ -819,7 +950,7 @@ def diff_layers(
             p.clear_gradient(False)
     first_load = next(
         (
-            Divergence("load", k.rpartition(".")[0] or "(model)", c, remark="the port's weights are not Paddle's")
+            LayerDivergence("load", k.rpartition(".")[0] or "(model)", c, remark="the port's weights are not Paddle's")
             for k, c in params
             if not c.ok
         ),
@@ -844,6 +975,7 @@ def _diff_pair(
     p_buffers: Mapping[str, np.ndarray],
     t_buffers: Mapping[str, torch.Tensor],
     chained_noise: tuple[float | None, float | None] | None,
+    name_map: NameMap | None = None,
 ) -> LayerResult:
     p, t = pair.paddle, pair.torch
     res = LayerResult(t.key, p.key, t.kind, pair.how, t.site)
@@ -852,23 +984,27 @@ def _diff_pair(
     if p.output is None or t.output is None:
         res.remark = "returns no tensor on one side: not compared"
         return res
-    p_inputs = [a for a in list(p.args) + list(p.kwargs.values()) if isinstance(a, np.ndarray)]
-    fed = _fed_args(t, p_inputs) if single_step else None
-    if not single_step or fed is None:
-        if single_step:
-            res.remark = "its inputs do not correspond to Paddle's (count or shapes): compared as chained"
+    feed = _fed_args(t, p) if single_step else None
+    if not isinstance(feed, _Feed):
+        if feed is not None:  # single-step mode, and this layer could not be isolated
+            res.isolated = False
+            res.remark = f"not isolated ({feed}): compared as chained, its backward never blamed"
         n_out, n_grad = chained_noise or (None, None)
         res.forward.append(judge.check(t.key, "forward", "output", p.output, t.output, n_out))
         if p.grad is not None and t.grad is not None:
             res.backward.append(judge.check(t.key, "backward", "output grad", p.grad, t.grad, n_grad))
         return res
-    args, kwargs = fed
-    out, gin, gp = _replay_torch(t.layer, args, kwargs, p.grad, t_buffers)
+    if feed.kept:
+        res.remark = f"fed Paddle's activations, the port's own {', '.join(feed.kept)} (another form than Paddle's)"
+    out, gin, gp = _replay_torch(t.layer, feed.args, feed.kwargs, feed.groups, p.grad, t_buffers)
     if out is None:
         res.remark = "returns no tensor when replayed: not compared"
         return res
     pgin, pgp = _replay_paddle(p.layer, p, p.grad, p_buffers)
-    n_out, n_in, n_p = _noise(t.layer, args, kwargs, p.grad, t_buffers, out, gin, gp)
+    grads = [g for g in pgin if g is not None]
+    if feed.summed and grads and len(grads) == len(pgin):
+        pgin = [np.sum(grads, axis=0, dtype=np.float64).astype(grads[0].dtype)]
+    n_out, n_in, n_p = _noise(t.layer, feed, p.grad, t_buffers, out, gin, gp)
     res.forward.append(judge.check(t.key, "forward", "output", p.output, out, n_out))
     if p.grad is None:
         return res
@@ -878,21 +1014,41 @@ def _diff_pair(
                 judge.check(t.key, "backward", f"input grad {i}", a, b, n_in[i] if i < len(n_in) else None)
             )
     try:
-        ref_p = _paddle_param_grads_as_torch(pair, pgp)
+        ref_p = _paddle_param_grads_as_torch(pair, pgp, name_map)
     except (ValueError, TypeError) as e:
-        res.remark = f"parameter gradients not compared: {e}"
         ref_p = {}
+        res.remark = (res.remark + "; " if res.remark else "") + f"parameter gradients not compared: {e}"
     for k, ref in ref_p.items():
         if k in gp:
             res.backward.append(judge.check(t.key, "backward", f"grad {k}", ref, gp[k], n_p.get(k)))
+    missed = sorted(k for k in gp if k not in ref_p)
+    if missed and ref_p:  # never silently: a gradient the port has and Paddle's names did not give
+        res.remark = (res.remark + "; " if res.remark else "") + (
+            f"gradients of {', '.join(missed)} not compared: no Paddle counterpart by name (give name_map)"
+        )
     return res
+
+
+def _unjudge_ancestors(
+    results: list[LayerResult], calls: list[Call], ignore: Sequence[str], types: Sequence[Any]
+) -> None:
+    """A layer containing an ignored layer the port calls is not judged: its difference would be the
+    ignored layer's (a deliberately different activation). PaDiff's ``ignore`` leaves such parents
+    compared; here a run whose only difference is an ignored layer passes."""
+    ignored = sorted({c.path for c in calls if _matches(c, ignore, types)})
+    for r in results:
+        own = r.key.split("#")[0]
+        inside = sorted({p for p in ignored if p != own and _inside(p, own)})
+        if inside:
+            r.judged, r.forward, r.backward = False, [], []
+            r.remark = f"not judged: it contains ignored layers ({', '.join(inside)})"
 
 
 def _inside(child: str, parent: str) -> bool:
     return parent == "(model)" or child.startswith(parent + ".")
 
 
-def _first_forward(results: list[LayerResult], calls: list[Call]) -> Divergence | None:
+def _first_forward(results: list[LayerResult], calls: list[Call]) -> LayerDivergence | None:
     compared = {r.key for r in results}
     for r in results:  # torch call order: children complete before their parents
         if not r.forward_ok:
@@ -904,16 +1060,18 @@ def _first_forward(results: list[LayerResult], calls: list[Call]) -> Divergence 
                 remark = "its sublayers agree: the difference is in its own forward code" + (
                     f" or in sublayers not compared ({', '.join(unseen)})" if unseen else ""
                 )
-            return Divergence("forward", r.key, check, r.site, remark)
+            return LayerDivergence("forward", r.key, check, r.site, remark)
     return None
 
 
-def _first_backward(results: list[LayerResult]) -> Divergence | None:
-    bad = [r for r in results if not r.backward_ok]
+def _first_backward(results: list[LayerResult]) -> LayerDivergence | None:
+    # a layer single-step mode could not isolate is never blamed: its gradients carry the error of
+    # every layer after it (the summary lists it apart)
+    bad = [r for r in results if not r.backward_ok and r.isolated]
     # the deepest ones (no diverging layer inside them), the last to run forward runs first backward
     leaves = [r for r in bad if not any(x is not r and _inside(x.key, r.key) for x in bad)]
     if not leaves:
         return None
     r = leaves[-1]
     check = next(c for c in r.backward if not c.ok)
-    return Divergence("backward", r.key, check, r.site)
+    return LayerDivergence("backward", r.key, check, r.site)

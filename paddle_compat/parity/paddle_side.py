@@ -26,6 +26,7 @@ from ._arrays import copy_of
 from .convert import NameMap, Plan, paddle_to_torch, torch_to_paddle
 
 __all__ = [
+    "copy_buffers",
     "copy_grads",
     "copy_params",
     "copy_params_to_paddle",
@@ -173,6 +174,35 @@ def copy_grads(port: torch.nn.Module, layer: Any, *, name_map: NameMap | None = 
             p.grad = paddle.to_tensor(converted[name])
         else:
             p.clear_gradient(False)
+
+
+def copy_buffers(port: torch.nn.Module, layer: Any, *, name_map: NameMap | None = None) -> None:
+    """Give the Paddle layer the port's buffers (BatchNorm's running statistics, any state a forward
+    in train mode moves), converted to Paddle's names; Paddle's trainable parameters are untouched.
+
+    In the CPU method Paddle's forward never runs, so without this its running statistics stay
+    where they started while the port's move: the first divergence of any model with BatchNorm in
+    train mode is then ``param/bn.running_mean`` at step 0. Call it after the port's forward,
+    before recording. Paddle's ``_variance`` then holds torch's running variance (updated with the
+    unbiased batch variance): what the port itself holds, so the traces agree.
+
+    Args:
+        port: the torch port, after its forward.
+        layer: the Paddle layer.
+        name_map: torch names -> Paddle names where they differ.
+
+    Example::
+
+        loss = loss_fn(twin(x), y)                  # the port's forward, in train mode
+        paddle_side.copy_buffers(twin, layer)       # its running statistics, into Paddle's layer
+    """
+    buffers = {k: copy_of(b) for k, b in port.named_buffers()}
+    converted = Plan.of(port, name_map).to_paddle(buffers, partial=True)
+    held = dict(layer.named_buffers())
+    held.update((k, p) for k, p in layer.named_parameters() if p.stop_gradient)
+    for name, value in converted.items():
+        if name in held:
+            held[name].set_value(value)
 
 
 def copy_params(layer: Any, port: torch.nn.Module, *, name_map: NameMap | None = None) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .compare import Comparison, fmt_ulps
+from .compare import Comparison, TensorMetrics, fmt_ulps
 from .convert import string_list
 
 __all__ = ["FORMATS", "available_formats", "plot", "to_json", "to_markdown", "write_report"]
@@ -194,22 +194,20 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
         if finite:
             bottom.plot([s for s, _ in finite], [u for _, u in finite], marker=".", label=label, color=f"C{i}")
         bad = [s for s, u in zip(steps, values, strict=True) if u is not None and not math.isfinite(u)]
-        if bad:  # a NaN against a number: a mark, not a value
-            bottom.scatter(
-                bad,
-                [0.96] * len(bad),
-                transform=edge,
-                marker="X",
-                s=60,
-                color=f"C{i}",
-                zorder=4,
-                label=f"{label}: inf/NaN against a number",
-            )
+        zero = _zero_reference_steps(c, prefix, norm)
+        # marks at the top edge, not values: finite on both sides against an all-zero reference
+        # (infinitely many ulps), or a NaN/inf against a number
+        marks = (([s for s in bad if s in zero], "^", "against an all-zero reference"),
+                 ([s for s in bad if s not in zero], "X", "inf/NaN against a number"))
+        for where, marker, what in marks:
+            if where:
+                bottom.scatter(where, [0.96] * len(where), transform=edge, marker=marker, s=60, color=f"C{i}",
+                               zorder=4, label=f"{label}: {what}")
     bottom.set_xlabel("step")
     if norm:
         bottom.set_yscale("symlog", linthresh=1e-9)
         bottom.set_ylabel("max norm-relative error")
-        bottom.set_title("Largest norm-relative error per step (X = inf/NaN against a number)")
+        bottom.set_title("Largest norm-relative error per step (X = inf/NaN against a number, ^ = all-zero reference)")
     else:
         bottom.set_yscale("symlog", linthresh=1)
         bottom.set_ylim(bottom=0)
@@ -231,33 +229,52 @@ def plot(comparison: Comparison, path: str | os.PathLike[str]) -> Path:
     return out
 
 
-def _layer_rows(c: Comparison) -> list[tuple[str, float | None, bool]]:
+def _zero_reference(m: TensorMetrics, value: float | None) -> bool:
+    """An infinite distance between finite values: the norm-relative error against an all-zero
+    reference (an inf or NaN on either side makes ``max_abs`` infinite)."""
+    return value is not None and math.isinf(value) and m.max_abs is not None and math.isfinite(m.max_abs)
+
+
+def _zero_reference_steps(c: Comparison, prefix: str, norm: bool) -> set[int]:
+    """The steps whose infinite distance for these tensors comes only from all-zero references."""
+    zero: set[int] = set()
+    nonfinite: set[int] = set()
+    for m in c.tensors:
+        value = m.rel_l2 if norm else m.max_ulps
+        if m.name.startswith(prefix) and value is not None and not math.isfinite(value):
+            (zero if _zero_reference(m, value) else nonfinite).add(m.step)
+    return zero - nonfinite
+
+
+def _layer_rows(c: Comparison) -> list[tuple[str, float | None, bool, bool]]:
     """At the first diverging step (else the last), each layer's output in forward order, then the
-    gradients flowing back: ``(name, distance, ok)``; the distance is the norm-relative error where
-    it was judged by the norm, else the largest ulp distance (``inf``: a NaN against a number)."""
+    gradients flowing back: ``(name, distance, ok, against an all-zero reference)``; the distance is
+    the norm-relative error where it was judged by the norm, else the largest ulp distance (``inf``:
+    a NaN against a number, or a zero reference)."""
     step = c.first_divergence.step if c.first_divergence is not None else c.steps - 1
     rows = []
     for m in c.tensors:
         if m.step == step and m.name.split("/", 1)[0] in ("act", "actgrad"):
             value = m.rel_l2 if m.bound is not None else m.max_ulps
-            rows.append((m.name, value, m.ok))
+            rows.append((m.name, value, m.ok, _zero_reference(m, value)))
     return rows
 
 
-def _plot_layers(ax: Any, rows: list[tuple[str, float | None, bool]], step: int) -> None:
-    names = [n for n, _, _ in rows]
-    finite = [v for _, v, _ in rows if v is not None and math.isfinite(v)]
+def _plot_layers(ax: Any, rows: list[tuple[str, float | None, bool, bool]], step: int) -> None:
+    names = [row[0] for row in rows]
+    finite = [v for _, v, _, _ in rows if v is not None and math.isfinite(v)]
     top = max(finite, default=1.0) or 1.0
     ys = list(range(len(rows)))
-    for y, (_, v, ok) in zip(ys, rows, strict=True):
+    for y, (_, v, ok, zero) in zip(ys, rows, strict=True):
         color = "C2" if ok else "C3"
         if v is None:
             continue
         if math.isfinite(v):
             ax.barh(y, v, color=color)
         else:  # inf or NaN: a mark at the edge, not a bar a billion billion long
-            ax.scatter([top * 1.5], [y], marker="X", s=60, color="C3", zorder=3)
-            ax.annotate("inf/NaN", (top * 1.5, y), xytext=(6, -3), textcoords="offset points", fontsize=7)
+            ax.scatter([top * 1.5], [y], marker="^" if zero else "X", s=60, color="C3", zorder=3)
+            text = "all-zero reference" if zero else "inf/NaN"
+            ax.annotate(text, (top * 1.5, y), xytext=(6, -3), textcoords="offset points", fontsize=7)
     ax.set_yticks(ys, [n.split("/", 1)[1] + (" (grad)" if n.startswith("actgrad/") else "") for n in names], fontsize=6)
     ax.invert_yaxis()
     ax.set_xscale("symlog", linthresh=1e-9)

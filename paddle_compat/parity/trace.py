@@ -647,7 +647,7 @@ class _ScalerReader:
 
 
 def _environment() -> dict[str, Any]:
-    from .. import _numerics
+    from .. import _paddle_cpu
 
     env = {
         "python": platform.python_version(),
@@ -655,7 +655,7 @@ def _environment() -> dict[str, Any]:
         "numpy": np.__version__,
         "torch": torch.__version__,
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cpu_fma": _numerics.cpu_kernels_use_fma(),
+        "paddle_cpu": _paddle_cpu.profile(),  # the Paddle CPU profile the port's Adam/AdamW bits follow
     }
     from .. import __version__
 

@@ -98,6 +98,12 @@ def ulps(a: torch.Tensor, b: torch.Tensor) -> int:
     )
 
 
+def ulps_of_the_largest(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest difference, in ulps of ``b``'s largest magnitude."""
+    largest = b.abs().max()
+    return float((a - b).abs().max() / (torch.nextafter(largest, torch.tensor(float("inf"))) - largest))
+
+
 @pytest.mark.parametrize("case", PADDLE_ON_SHARDS)
 def test_paddle_optimizers_step_fsdp2_shards_bitwise_as_one_process(gloo_2, case):
     """Each rank updates its shards; gathered, they are one process's tensors after the same
@@ -133,7 +139,10 @@ def test_global_norm_clip_sums_every_shard_on_every_rank(gloo_2):
         assert ulps(sharded, whole) <= 4  # the partial sums add up in another order than one process's
         assert abs(local_only - float(whole)) > 0.1 * float(whole)  # this rank's shards alone: a wrong norm
         for p, q in zip(run["params"], run["reference"]["params"], strict=True):
-            assert ulps(p, q) <= 4
+            # The norms' few ulps move every update by a few ulps of its size (lr), not of each
+            # element: measured at the tensor's largest magnitude (an element near 0 counts 79 ulps
+            # of its own for a difference of 1 ulp of the largest, on an AVX2 host).
+            assert ulps_of_the_largest(p, q) <= 4
 
 
 @pytest.mark.parametrize("kind", ["ddp", "sharded", "sharded_paddle"])

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from paddle_compat.parity import diff_layers, paddle_to_torch
+from paddle_compat.parity import Divergence, LayerDivergence, diff_layers, paddle_to_torch
 
 from .twin_models import (
     PaddleCNN,
@@ -72,6 +72,7 @@ def test_injected_bug_is_named_at_its_layer(model, bug):
     result = _run(model, bug)
     layer, loaded = EXPECTED[(model, bug)]
     assert not result.ok
+    assert type(result.first_forward) is LayerDivergence and LayerDivergence is not Divergence  # two clear names
     assert result.first_forward.layer == layer, result.summary()
     assert result.first_backward.layer == layer, result.summary()  # single-step: no build-up backward either
     if loaded is None:
@@ -174,10 +175,14 @@ def test_ports_with_other_names_align(how):
 def test_ignore_and_depth():
     result = _run("transformer", "gelu", ignore=["blocks.1.act"])
     assert "blocks.1.act" not in [r.key for r in result.layers]
-    assert result.first_forward.layer == "blocks.1"  # the block's own forward now shows it
-    assert result.first_forward.remark.endswith("or in sublayers not compared (blocks.1.act)")
+    assert result.ok, result.summary()  # the deliberately different layer, ignored: the run passes
+    block = next(r for r in result.layers if r.key == "blocks.1")  # would only repeat its sublayer's difference
+    assert not block.judged and block.remark == "not judged: it contains ignored layers (blocks.1.act)"
+    assert "    1 (TorchBlock): not judged (contains ignored layers)" in result.tree()
+    assert next(r for r in result.layers if r.key == "blocks.1.fc2").forward  # the layers around it: compared
     by_type = _run("transformer", "gelu", ignore_types=[nn.GELU, "GELU"])
     assert not any(r.kind == "gelu" for r in by_type.layers)
+    assert by_type.ok
     shallow = _run("transformer", "gelu", depth=1)
     assert {r.key for r in shallow.layers} == {"(model)", "emb", "norm", "head"}  # blocks is a LayerList: never called
     assert shallow.first_forward.layer == "(model)"
@@ -223,6 +228,12 @@ def test_arguments_are_checked():
         ({"ignore_types": "GELU"}, TypeError, "ignore_types must be a list of classes or class names, got 'GELU'"),
         ({"load": "torch"}, ValueError, "load must be 'paddle', a callable or None"),
         ({"layer_map": {"a": 1}}, TypeError, "layer_map must be a dict"),
+        ({"layer_map": {"nonexistent": "conv1"}}, ValueError,
+         r"^layer_map\['nonexistent'\]: the Paddle model has no layer 'nonexistent'$"),
+        ({"layer_map": {"conv1": "conv_1"}}, ValueError,
+         r"^layer_map\['conv1'\]: the torch model has no module 'conv_1'$"),
+        ({"rtol": {1: 0.1}}, TypeError,
+         r"^rtol keys should be layer paths, globs or phases \(strings\), but received 1$"),
         ({"single_step": "yes"}, TypeError, "single_step should be a bool"),
     ]:
         with pytest.raises(err, match=msg):
@@ -237,6 +248,15 @@ def test_arguments_are_checked():
         diff_layers(tm, tm, x)
     with pytest.raises(ValueError, match="paddle_model is in train mode, torch_model in eval mode: put both in"):
         diff_layers(pm, TorchCNN().eval(), x)
+
+
+def test_a_grad_output_of_the_wrong_shape_is_refused_before_the_backward():
+    pm, tm = PaddleCNN(), TorchCNN()
+    message = r"^grad_output has shape \[3\], but the models' \(first\) output has shape \["
+    with pytest.raises(ValueError, match=message):
+        diff_layers(pm, tm, cnn_input(), grad_output=np.ones(3, np.float32))
+    assert all(p.grad is None for p in tm.parameters())
+    assert all(p.grad is None for p in pm.parameters()) and not pm.conv1._forward_post_hooks
 
 
 class MyDense(nn.Module):
@@ -285,3 +305,42 @@ def test_models_are_left_as_they_were():
     with pytest.raises(ValueError, match="the models' outputs differ in shape"):
         diff_layers(pm, flat, cnn_input(), load=None)
     assert not flat[0].conv1._forward_hooks and not pm.conv1._forward_post_hooks  # also after an error
+
+
+class PaddlePositions(paddle.nn.Layer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos_table = self.create_parameter([4, 3])
+        self.proj = paddle.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.proj(x + self.pos_table)
+
+
+class PortPositions(nn.Module):
+    """Paddle's ``pos_table`` and ``proj`` under other names; ``bug``: the table's gradient doubled."""
+
+    def __init__(self, bug: bool = False) -> None:
+        super().__init__()
+        self.pos = nn.Parameter(torch.zeros(4, 3))
+        self.fc = nn.Linear(3, 3)
+        self.bug = bug
+
+    def forward(self, x):
+        pos = 2 * self.pos - self.pos.detach() if self.bug else self.pos  # the same value, twice the gradient
+        return self.fc(x + pos)
+
+
+def test_name_map_covers_the_models_own_parameter_gradients():
+    """A model-level parameter renamed by name_map has its gradient compared at the model."""
+    x = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)
+    names = {"pos": "pos_table", "fc": "proj"}
+    paddle.seed(0)
+    clean = diff_layers(PaddlePositions(), PortPositions(), x, name_map=names)
+    assert clean.ok, clean.summary()
+    root = next(r for r in clean.layers if r.key == "(model)")
+    assert "grad pos" in [c.what for c in root.backward]
+    paddle.seed(0)
+    buggy = diff_layers(PaddlePositions(), PortPositions(bug=True), x, name_map=names)
+    assert buggy.first_forward is None
+    assert (buggy.first_backward.layer, buggy.first_backward.check.what) == ("(model)", "grad pos")

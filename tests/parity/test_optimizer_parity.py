@@ -157,6 +157,9 @@ def run_parity(cfg: Config) -> None:
             ref.opt.set_lr(cfg.set_lr_at[step])
         ours.step(step, overflow)
         ref.step(step, overflow)
+        for side in (ours, ref):  # a scheduler driving the rate steps after every step, as in a training loop
+            if not isinstance(side.opt._learning_rate, float):
+                side.opt._learning_rate.step()
         before, (mine, theirs) = mine, (ours.values(), ref.values())
         if overflow:  # the scaler skipped the step: nothing moved
             assert all(np.array_equal(bits(before[n]), bits(mine[n])) for n in SHAPES)

@@ -28,13 +28,17 @@ def test_relu_turns_nan_into_zero_in_paddle_on_cpu_and_keeps_it_in_torch():
     assert np.isnan(paddle.nn.functional.relu6(paddle.to_tensor(x)).numpy()[0])
 
 
-def test_gelu_of_inf_is_inf_in_paddle_and_nan_in_torchs_vectorised_cpu_float32_kernel():
+def test_gelu_of_inf_is_inf_in_paddle_and_nan_in_torchs_avx512_cpu_float32_kernel():
     inf = float("inf")
     gelu = torch.nn.functional.gelu
     for n in (1, 2, 64):
         np.testing.assert_array_equal(paddle.nn.functional.gelu(paddle.full([n], inf)).numpy(), np.full(n, np.inf))
     assert gelu(torch.full((1,), inf)).item() == inf
-    assert torch.isnan(gelu(torch.full((2,), inf))).all() and torch.isnan(gelu(torch.full((64,), inf))).all()
+    vectorised = torch.cat([gelu(torch.full((2,), inf)), gelu(torch.full((64,), inf))])
+    if torch.backends.cpu.get_cpu_capability() == "AVX512":  # its vectorised erf
+        assert torch.isnan(vectorised).all()
+    else:
+        assert vectorised.eq(inf).all()
     assert gelu(torch.full((64,), inf, dtype=torch.float64)).eq(inf).all()
     assert gelu(torch.full((64,), inf), approximate="tanh").eq(inf).all()
 
