@@ -84,12 +84,15 @@ def test_each_verdict_is_printed_as_it_comes(monkeypatch: pytest.MonkeyPatch, ca
         return True
 
     monkeypatch.setattr(selfcheck, "_same_bits", same_bits)
+    monkeypatch.setattr(selfcheck, "_recorded_checks", lambda: [same_bits(None, None) and selfcheck.Result(
+        "Paddle's recorded bits", selfcheck.PASS, "pretended")])
     monkeypatch.setattr(selfcheck, "_scaler_check", lambda device: same_bits(None, None) and selfcheck.Result(
         "GradScaler trajectory with injected overflow", selfcheck.PASS, "pretended"))
     assert selfcheck.main(["--device", "cpu"]) == 0
     assert shown[0].startswith("versions") and "\ncompiled CPU kernels" in shown[0]  # the environment's
     assert shown[1:] == ["SGD [fp32]  PASS  compiled kernels vs torch forms\n",
-                         "SGD [fp64]  PASS  compiled kernels vs torch forms\n"]
+                         "SGD [fp64]  PASS  compiled kernels vs torch forms\n",
+                         "Paddle's recorded bits  PASS  pretended\n"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
