@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from paddle_compat import _native_build
+from paddle_compat import _native, _native_build
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPILER = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc") or shutil.which("clang")
@@ -114,7 +114,7 @@ def test_every_install_command_works_without_a_c_compiler(tmp_path: Path, comman
     assert warned == [
         "RuntimeWarning paddle_compat: the compiled CPU optimizer kernels are not used: they were not built when "
         "paddle_compat was installed (no C compiler then?); reinstalling it where a C compiler is found builds them. "
-        "The optimizers run their torch forms (the same results, slower). paddle_compat.native_status() tells which "
+        f"The optimizers run their torch forms ({_native.FALLBACK}). paddle_compat.native_status() tells which "
         "kernels run; PADDLE_COMPAT_NATIVE=0 chooses the torch forms without this warning."]
 
 
