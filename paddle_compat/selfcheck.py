@@ -196,8 +196,6 @@ def _optimizer_checks(device: str) -> Iterator[Result]:
 @contextlib.contextmanager
 def _profile(name: str) -> Iterator[None]:
     """Paddle's CPU profile ``name`` forced (``PADDLE_COMPAT_PADDLE_CPU``) for a while."""
-    import os
-
     saved = os.environ.get(_paddle_cpu.ENV)
     os.environ[_paddle_cpu.ENV] = name
     try:
