@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import ctypes
-import sys
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 import paddle_compat.optimizer as popt
+from paddle_compat import _native
 from paddle_compat.amp import GradScaler
 from paddle_compat.optimizer import lr as plr
 
@@ -245,8 +245,8 @@ def test_pow_is_the_c_librarys_powf_not_numpys() -> None:
         x = np.float32(x * np.float32(0.96))
     ours = _eigen.pow_like_libm(float(x), float(np.float32(0.004)), torch.float32)
     assert np.float32(ours) == np.float32(float(x) ** float(np.float32(0.004)))  # correctly rounded here
-    if sys.platform.startswith("linux"):  # the C library's own powf (NumPy's float32 power differs on some hosts)
-        powf = ctypes.CDLL("libm.so.6").powf
+    powf = _native.libm_function("powf")  # the C library's own (NumPy's float32 power differs on some hosts)
+    if powf is not None:
         powf.restype, powf.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
         assert np.float32(ours) == np.float32(powf(float(x), float(np.float32(0.004))))
 

@@ -38,7 +38,7 @@ from .._numerics import round_to
 from .._stacklevel import user_stacklevel
 from ..amp import unscale
 from ..amp.compile_boundary import never_traced
-from ..amp.master_grad import clear_grads, grad_of, main_grad_of
+from ..amp.master_grad import clear_grads, main_grad_of
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _dcp, _multi_tensor, _torch_step
@@ -598,16 +598,20 @@ class Optimizer(torch.optim.Optimizer):
         """Each group with its ``(param, grad)`` pairs to step (only ``selected`` params if given)."""
         work = []
         for group in self.param_groups:
-            pairs = [(p, g) for p in group["params"] if p.requires_grad and (g := grad_of(p)) is not None]
-            if selected is not None:
-                pairs = [(p, g) for p, g in pairs if id(p) in selected]
-            for _, g in pairs:
+            pairs = []
+            for p in group["params"]:  # one pass: this runs at every step, for every parameter
+                if not p.requires_grad or (selected is not None and id(p) not in selected):
+                    continue
+                main = main_grad_of(p)  # grad_of's choice, with the main_grad kept for its check
+                g = main if main is not None else p.grad
+                if g is None:
+                    continue
                 if g.is_sparse:
                     raise RuntimeError("paddle_compat optimizers do not support sparse gradients")
-            # torch checks what is assigned to .grad (shape, dtype, device); a main_grad is ours to check
-            for p, g in pairs:
-                if g is main_grad_of(p) and (g.shape != p.shape or g.device != p.device or g.dtype not in _GRAD_DTYPES):
+                # torch checks what is assigned to .grad (shape, dtype, device); a main_grad is ours to check
+                if main is not None and (g.shape != p.shape or g.device != p.device or g.dtype not in _GRAD_DTYPES):
                     self._refuse_grad(group, p, g)
+                pairs.append((p, g))
             if pairs:
                 work.append((group, pairs))
         return work
