@@ -20,6 +20,17 @@ from . import optim_db
 from .test_optimizer_kernels import keep_hardware_rsqrt, needs_compiler, same_bits, spy, use_native
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def fresh_python(code: str, cwd: Path, timeout: int, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a fresh process (where a crash kills the child only), with this checkout's
+    package and the compiled kernels as a user has them (``PADDLE_COMPAT_NATIVE`` unset); it must exit 0."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    environ.pop("PADDLE_COMPAT_NATIVE", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          env=environ, cwd=cwd)
+    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
 CLASSES = optim_db.CLASSES  # every optimizer of the case table
 
 
@@ -125,11 +136,7 @@ _DTENSOR_STEP = textwrap.dedent("""
 def test_dtensor_parameters_never_crash_the_process(tmp_path: Path) -> None:
     """A DTensor shard (FSDP2's parameters) handed to the compiled kernels killed the process; it
     must step through the torch forms or raise naming the parameter."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("PADDLE_COMPAT_NATIVE", None)
-    proc = subprocess.run([sys.executable, "-c", _DTENSOR_STEP], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=tmp_path)
-    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    proc = fresh_python(_DTENSOR_STEP, tmp_path, 300)
     lines = proc.stdout.splitlines()
     assert len(lines) == len(CLASSES)
     for line in lines:

@@ -8,9 +8,6 @@ it steps on new rows, with the same kernels, so the bits must agree.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -21,6 +18,7 @@ import paddle_compat.optimizer as popt
 from paddle_compat import _devices, _native
 from paddle_compat.optimizer import _multi_tensor
 from tests.optim_db import CLASSES, new
+from tests.test_kernel_door import fresh_python
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (5, 300, 7)
@@ -122,11 +120,7 @@ _OFFLOADED = textwrap.dedent("""
 def test_a_state_tensor_given_other_memory_is_followed() -> None:
     """The rows kept the freed memory of the moment's old storage (written there: a crash), in a
     subprocess for that reason."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    env.pop("PADDLE_COMPAT_NATIVE", None)
-    proc = subprocess.run([sys.executable, "-c", _OFFLOADED], capture_output=True, text=True, timeout=600,
-                          env=env, cwd=ROOT)
-    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    proc = fresh_python(_OFFLOADED, ROOT, 600, PYTHONWARNINGS="ignore")
     assert proc.stdout.splitlines() == [f"{cls.__name__} followed" for cls in STATEFUL]
 
 
@@ -203,11 +197,7 @@ _BAD_GRADS = textwrap.dedent("""
 def test_a_gradient_of_another_size_device_or_dtype_is_refused_by_name(tmp_path: Path) -> None:
     """A main_grad of another size read at the parameter's size crashed the process (or was read
     past its end, or broadcast): each must be refused naming the parameter, with nothing changed."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("PADDLE_COMPAT_NATIVE", None)
-    proc = subprocess.run([sys.executable, "-c", _BAD_GRADS], capture_output=True, text=True, timeout=600,
-                          env=env, cwd=ROOT)
-    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    proc = fresh_python(_BAD_GRADS, ROOT, 600)
     lines = proc.stdout.splitlines()
     assert len(lines) == len(CLASSES) * 2 * 4 * 2
     expected = {
