@@ -65,11 +65,13 @@ def assert_bitwise_equal(ours, paddles, what: str = "") -> None:
 
 
 def paddle_params_like(torch_params) -> list:
-    """Paddle parameters with the same shapes and exactly the same float32 values."""
+    """Paddle parameters with the same shapes and exactly the same values: float64 ones stay float64,
+    the others are float32."""
     out = []
     for tp in torch_params:
-        arr = to_numpy(tp).astype(np.float32, copy=True)
-        pp = paddle.create_parameter(list(arr.shape), "float32")
+        arr = to_numpy(tp)
+        arr = arr.astype(np.float64 if arr.dtype == np.float64 else np.float32, copy=True)
+        pp = paddle.create_parameter(list(arr.shape), str(arr.dtype))
         pp.set_value(arr)
         out.append(pp)
     return out

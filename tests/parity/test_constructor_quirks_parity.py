@@ -24,7 +24,7 @@ import torch
 import paddle_compat.optimizer as popt
 
 from ..optim_db import CLASSES, OURS, cases, ids
-from .paddle_oracle import assert_bitwise_equal
+from .paddle_oracle import assert_bitwise_equal, paddle_params_like
 
 _UNIQUE = itertools.count()  # Paddle refuses to reuse a parameter name
 
@@ -34,12 +34,7 @@ def twin_params(dtype: str, shapes: tuple[tuple[int, ...], ...] = ((10, 10), (10
     rng = np.random.default_rng(seed)
     values = [(rng.standard_normal(s) * 0.3).astype(dtype) for s in shapes]
     ours = [torch.nn.Parameter(torch.from_numpy(v.copy())) for v in values]
-    paddles = []
-    for v in values:
-        p = paddle.create_parameter(list(v.shape), dtype, name=f"quirk_{next(_UNIQUE)}")
-        p.set_value(v)
-        paddles.append(p)
-    return ours, paddles
+    return ours, paddle_params_like(ours)
 
 
 def linear_grads(step: int, params: list[torch.Tensor]) -> list[torch.Tensor]:
