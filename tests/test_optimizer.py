@@ -401,9 +401,10 @@ def test_the_profiler_sees_zero_grad() -> None:
 
 @pytest.mark.parametrize("cls", OPTIMIZERS)
 def test_torch_compile_runs_the_update_eagerly_with_the_same_bits(cls: type) -> None:
-    """A compiled training step breaks its graph at the update and nowhere inside it (Dynamo
+    """A compiled training step breaks its graph once at the update and nowhere inside it (Dynamo
     cannot trace the kernels' ctypes calls or the plans keyed on addresses), and steps as eager."""
     import torch._dynamo
+    from torch._dynamo.utils import counters
 
     def train_step(x: torch.Tensor, model: torch.nn.Module, opt: popt.Optimizer) -> torch.Tensor:
         loss = model(x).square().mean()
@@ -413,6 +414,7 @@ def test_torch_compile_runs_the_update_eagerly_with_the_same_bits(cls: type) -> 
         return loss
 
     torch._dynamo.reset()
+    counters.clear()
     models = [torch.nn.Linear(4, 3) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())
     opts = [cls(0.1, parameters=list(m.parameters())) for m in models]
@@ -422,6 +424,10 @@ def test_torch_compile_runs_the_update_eagerly_with_the_same_bits(cls: type) -> 
         compiled(x, models[0], opts[0])
         train_step(x, models[1], opts[1])
     assert all(_same(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
+    # two breaks: at backward(), and at step() (the call into _torch_step.run, none inside it)
+    backward, step = sorted(counters["graph_break"], key=lambda reason: "backward" not in reason)
+    assert "backward" in backward and "<function run at" in step
+    assert sum(counters["graph_break"].values()) == 2
     explained = torch._dynamo.explain(train_step)(x, models[0], opts[0])
     reasons = [str(b.reason).splitlines()[0] for b in explained.break_reasons]
     assert reasons and all("backward" in r for r in reasons), reasons

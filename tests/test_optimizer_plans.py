@@ -19,6 +19,7 @@ from paddle_compat import _devices, _native
 from paddle_compat.optimizer import _multi_tensor
 from tests.optim_db import CLASSES, new
 from tests.test_kernel_door import fresh_python
+from tests.test_optimizer_kernels import interpreted_gpu_path  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (5, 300, 7)
@@ -271,14 +272,11 @@ def test_set_lr_is_followed_by_the_kept_rows() -> None:
 
 
 # --- the GPU tables after a CUDA graph capture (the host side, on the CPU) ---------------------------
-def test_an_eager_step_after_a_replay_rewrites_the_gradient_table(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_eager_step_after_a_replay_rewrites_the_gradient_table(
+    interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A replay rewrites the tables to the captured gradients unseen by the host: an eager step
     after it must write its own, even when its gradients are where the host last wrote them."""
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
-    if _multi_tensor.kernels(torch.device("cpu")) is None:
-        pytest.skip("this Triton cannot interpret the kernels")
 
     def run(replayed: bool) -> list[torch.Tensor]:
         params = [torch.nn.Parameter(torch.ones(8)) for _ in range(2)]

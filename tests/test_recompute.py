@@ -22,6 +22,7 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 from paddle_compat.amp import auto_cast
 from paddle_compat.distributed.fleet.recompute import recompute_sequential
 from paddle_compat.distributed.fleet.utils import recompute
+from tests.torch_release import needs_compile_support
 
 _GENERATOR = "_checkpoint_without_reentrant_generator"
 CASES = [("O1", "float16"), ("O1", "bfloat16"), ("O2", "float16"), ("O2", "bfloat16"),
@@ -290,6 +291,7 @@ def test_torchs_other_checkpoint_entries_recompute_under_the_forward_state(api):
         del APIS["other"]
 
 
+@needs_compile_support
 @pytest.mark.parametrize("use_reentrant", [True, False])
 def test_fleet_recompute_inside_torch_compile(use_reentrant):
     expected = _grads("plain", "O1", "float16")

@@ -6,6 +6,11 @@ a forward and backward pass leave), as much as a small step's whole update. ``Op
 marked ``hooked`` so that torch leaves it alone (``bypassing``), and ``run`` takes torch's own
 wrapper itself when a profiler records or a hook is registered: the hooks then run and the range
 opens exactly as for torch's optimizers. ``run_selected`` does the same for ``minimize``.
+
+Neither is traced by ``torch.compile`` (``never_traced``): Dynamo can trace neither the checks for
+a profiler (a torch call that returns a bool) nor the update (ctypes calls, plans keyed on
+addresses), so a compiled function that calls ``step`` or ``minimize`` breaks its graph once, at
+that call, and the whole step runs eagerly.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.optim.optimizer as _torch_optimizer
+
+from ..amp.compile_boundary import never_traced
 
 if TYPE_CHECKING:
     from .optimizer import Optimizer
@@ -31,6 +38,7 @@ def bypassing(step: _F) -> _F:
     return step
 
 
+@never_traced
 def run(opt: Optimizer, closure: Callable[[], Any] | None) -> Any:
     """One step of ``opt``, through torch.optim's wrapper when ``_watched``."""
     if _watched(opt):
@@ -39,6 +47,7 @@ def run(opt: Optimizer, closure: Callable[[], Any] | None) -> Any:
     return _step(opt, closure)
 
 
+@never_traced
 def run_selected(opt: Optimizer, selected: set[int] | None) -> list[tuple[dict[str, Any], Any]]:
     """A step of the ``selected`` parameters (``minimize``), through torch.optim's wrapper when a
     profiler records or a hook is registered, its hooks seeing the arguments of a ``step()`` call;

@@ -452,3 +452,28 @@ def test_clips_on_dtensor_gradients(one_rank):
         with pytest.raises(ValueError, match="is a DTensor with a Partial placement"):
             clip([(params[0], partial)])
     assert torch.equal(partial.to_local(), grads[0])
+
+
+@pytest.mark.parametrize(
+    ("name", "ask", "says"),
+    [
+        ("_init_optim_state", "creating_state", "Adam's beta powers advance"),
+        ("_load_optim_state_dict", "loading_state", "'LR_Scheduler' entry"),
+    ],
+)
+def test_a_torch_without_the_checkpoint_calls_we_recognise_is_told_once(no_launcher, monkeypatch, name, ask, says):
+    """The calls torch.distributed.checkpoint is recognised by are private to torch: this torch has
+    them (the tests above depend on it), and a release that renames one gets a warning, once."""
+    import torch.distributed.checkpoint.state_dict as dcp_state_dict
+
+    from paddle_compat.optimizer import _dcp
+
+    assert callable(getattr(dcp_state_dict, name))
+    monkeypatch.delattr(dcp_state_dict, name)
+    monkeypatch.setattr(_dcp, "_warned", set())
+    with pytest.warns(RuntimeWarning, match=f"has no {name}.*{re.escape(says)}") as record:
+        assert getattr(_dcp, ask)() is False
+    assert record[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert getattr(_dcp, ask)() is False
