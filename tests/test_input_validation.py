@@ -480,6 +480,13 @@ def test_clear_grad_and_group_name_refuse_the_wrong_type() -> None:
         (lambda: amp.auto_cast(enable_=False), "auto_cast() got an unexpected keyword argument 'enable_'"),
         (lambda: popt.AdamW(parameters=torch.nn.Linear(2, 2)), "`parameters` should be an iterable of Tensors "
          "(or of parameter-group dicts), but got the Linear module itself: pass model.parameters()"),
+        *[
+            (lambda cls=cls: cls(torch.nn.Linear(2, 2).parameters(), lr=popt.lr.StepDecay(0.1, 2)),
+             "a Paddle learning-rate scheduler (StepDecay) is not a number: a torch.optim optimizer takes a "
+             "float as lr= (and torch's schedulers); pass this one as learning_rate= to a "
+             "paddle_compat.optimizer optimizer, or call it for its current rate")
+            for cls in (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
+        ],
     ],
 )
 def test_a_newcomers_slip_says_what_to_write(call, message):

@@ -168,6 +168,17 @@ class LRScheduler(_TorchLRScheduler):
         """The current learning rate (``last_lr``)."""
         return self.last_lr
 
+    def __lt__(self, other: object) -> bool:
+        """Refused: a scheduler is not a rate. Met where a ``torch.optim`` optimizer checks the
+        ``lr=`` it was given (torch's own message would be ``'<' not supported ...``)."""
+        raise TypeError(
+            f"a Paddle learning-rate scheduler ({type(self).__name__}) is not a number: a torch.optim "
+            "optimizer takes a float as lr= (and torch's schedulers); pass this one as learning_rate= "
+            "to a paddle_compat.optimizer optimizer, or call it for its current rate"
+        )
+
+    __le__ = __gt__ = __ge__ = __lt__
+
     @_sets_groups
     def step(self, epoch: int | None = None) -> None:
         """Move to the next epoch (``epoch=None``) or to ``epoch``, and compute its rate.
