@@ -631,3 +631,42 @@ def test_cuda_adamw_step_can_be_captured_in_a_graph() -> None:
         graph.replay()
     torch.cuda.synchronize()
     assert_same_run((graphed, graphed_opt), (eager, eager_opt))
+
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("name", ["SGD", "Momentum", "Adam", "AdamW"])
+def test_cuda_replays_of_a_captured_step_follow_the_scheduler(name: str) -> None:
+    """A scheduler of ours stepped between replays: each replay steps at its rate, as eager steps do."""
+    if _multi_tensor.kernels(torch.device("cuda")) is None:
+        pytest.skip("no Triton")
+    gen = torch.Generator().manual_seed(0)
+    inits = [torch.randn(n, generator=gen) for n in (1000, 33)]
+    grads = [torch.randn(n, generator=gen).cuda() for n in (1000, 33)]
+
+    def build():
+        params = [torch.nn.Parameter(v.cuda()) for v in inits]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        sched = popt.lr.CosineAnnealingDecay(0.01, T_max=10)
+        return params, getattr(popt, name)(sched, parameters=params), sched
+
+    eager, eager_opt, eager_sched = build()
+    graphed, graphed_opt, graphed_sched = build()
+    for opt, sched in ((eager_opt, eager_sched), (graphed_opt, graphed_sched)):
+        opt.step()  # warm-up: state, device tables
+        sched.step()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            graphed_opt.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(4):
+        eager_opt.step()
+        eager_sched.step()
+        graph.replay()
+        graphed_sched.step()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(graphed, eager))

@@ -322,6 +322,68 @@ def test_a_plan_is_never_made_inside_a_capture(monkeypatch: pytest.MonkeyPatch) 
     assert all(torch.equal(p.detach(), b) for p, b in zip(params, before))
 
 
+def _replay(opt: popt.Optimizer, captured: list[torch.Tensor]) -> None:
+    """What a replay of a captured step does: the captured gradients' offsets back in the tables
+    (the capture's fill kernels), the kernels launched on the tables as the device holds them, and
+    none of the host's Python."""
+    plan = opt._compat_engine._plans[id(opt.param_groups[0])]
+    ((device, (batch, _)),) = plan.multi_tensor.items()
+    for launch in batch.launches:
+        origin = launch.base.data_ptr()
+        launch.grads.copy_(torch.tensor([captured[i].data_ptr() - origin for i in launch.members]))
+        opt._multi_tensor_call(plan.kernels[device], launch, opt.param_groups[0], None)
+
+
+@pytest.mark.parametrize("cls", [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW], ids=lambda c: c.__name__)
+def test_a_replayed_step_follows_the_scheduler(cls, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheduler of ours stepped between replays writes its rate to the device tables, where the
+    replayed kernels read it: the replays step as eager steps at the scheduler's rates do."""
+
+    def run(replayed: bool) -> list[torch.Tensor]:
+        params = [torch.nn.Parameter(torch.linspace(-1.0, 1.0, 8)) for _ in range(2)]
+        sched = popt.lr.CosineAnnealingDecay(0.25, T_max=10)
+        opt = cls(sched, parameters=params, weight_decay=0.1) if cls is popt.AdamW else cls(sched, parameters=params)
+        for p in params:
+            p.grad = torch.full((8,), 0.5)
+        opt.step()  # eager: the plan and its tables
+        sched.step()
+        captured = [torch.full((8,), 2.0) for _ in params]
+        for p, g in zip(params, captured):
+            p.grad = g
+        monkeypatch.setattr(_devices, "capturing", lambda device: True)
+        opt.step()  # "captured" (it runs here, as the first replay)
+        monkeypatch.setattr(_devices, "capturing", lambda device: False)
+        for _ in range(2):
+            sched.step()
+            if replayed:
+                _replay(opt, captured)
+            else:
+                opt.step()
+        return [p.detach().clone() for p in params]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(True), run(False)))
+
+
+def test_a_new_rate_inside_a_capture_is_refused(interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rate set inside a capture could not be recorded (the tables' rates are written eagerly):
+    refused, by a scheduler's step and by a step, with nothing written."""
+    params = _params()
+    _grads(params, 0)
+    sched = popt.lr.StepDecay(0.01, step_size=1)
+    opt = popt.Adam(sched, parameters=params)
+    opt.step()
+    monkeypatch.setattr(_devices, "capturing", lambda device: True)
+    opt.step()  # the same rate: fine
+    before = [p.detach().clone() for p in params]
+    with pytest.raises(_multi_tensor.CaptureError, match="a new learning rate inside a CUDA graph capture"):
+        sched.step()
+    opt.param_groups[0]["lr"] = 0.5  # as torch's schedulers set it
+    opt._compat_lr_scheduler = None
+    with pytest.raises(_multi_tensor.CaptureError, match="a new learning rate inside a CUDA graph capture"):
+        opt.step()
+    assert all(torch.equal(p.detach(), b) for p, b in zip(params, before))
+
+
 # --- a GPU-only run, and Triton's interpreter with CUDA tensors -------------------------------------
 def test_a_gpu_only_step_never_looks_for_the_cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parameters all on a GPU (stood for by the GPU formulas on CPU tensors, without the Triton

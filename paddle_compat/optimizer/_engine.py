@@ -373,6 +373,26 @@ class Engine:
                 master.copy_(new)
             p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
 
+    def rate_moved(self, opt: Optimizer) -> None:
+        """The groups' rates moved between steps (a scheduler of ours stepped, or ``set_lr``): write
+        them to the GPU tables now. A replay of a captured step runs none of this Python and reads
+        its rate from the device, so it follows the scheduler; an eager step finds them written.
+        (The compiled CPU rows are rewritten by the step itself.)"""
+        for group in opt.param_groups:
+            plan = self._plans.get(id(group))
+            if plan is None or not plan.multi_tensor:
+                continue
+            lr = opt._group_lr(group)
+            if lr == plan.lr:
+                continue
+            for device in plan.multi_tensor:
+                _multi_tensor.refuse_new_rate(device)
+            if not plan.set_rate(opt, group, lr):
+                self._plans.pop(id(group))  # the next step makes a new plan
+                continue
+            for device, (batch, _) in plan.multi_tensor.items():
+                _multi_tensor.write_rates(batch, device)
+
     def _plan(
         self, opt: Optimizer, key: tuple[Any, ...], group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None
     ) -> _Plan:

@@ -31,7 +31,8 @@ from torch import Tensor
 from .. import _devices, _native
 
 __all__ = [
-    "BLOCK", "CaptureError", "Compiling", "Launch", "disable", "kernels", "launches", "refuse_capture", "rows_moved",
+    "BLOCK", "CaptureError", "Compiling", "Launch", "disable", "kernels", "launches", "refuse_capture",
+    "refuse_new_rate", "rows_moved", "write_rates",
 ]
 
 logger = logging.getLogger("paddle_compat")
@@ -170,28 +171,44 @@ class Launch:
         batch's rows, in place on the device, with no host sync; ``False`` when a gradient lost the
         alignment the launch was made for.
 
-        A step being captured into a CUDA graph writes them with fill kernels instead: the values
-        travel in the kernels' arguments, which the graph keeps, so no host memory is read at
-        replay, and it writes them all, so that a replay does not read what an eager step left.
-        Once captured, the tables are rewritten at every eager step: a replay writes them unseen.
-        (A copy from pinned memory in a capture records an event in torch's pinned-memory cache
-        that later pinned allocations fail on: seen with torch 2.11 on an H100.)
+        A step being captured into a CUDA graph writes the gradients' offsets with fill kernels
+        instead: the values travel in the kernels' arguments, which the graph keeps, so no host
+        memory is read at replay, and it writes them all, so that a replay does not read what an
+        eager step left. Once captured, the offsets are rewritten at every eager step: a replay
+        writes them unseen. The rate columns are never written inside a capture: a replay reads
+        them where an eager write (``write_rates``: the step before, or a scheduler's step between
+        replays) left them, so a replayed step follows the scheduler; a rate that moved since then
+        is refused there (``CaptureError``). (A copy from pinned memory in a capture records an
+        event in torch's pinned-memory cache that later pinned allocations fail on: seen with torch
+        2.11 on an H100.)
         """
         addresses = [batch.rows[i * _native.ROW + 2] for i in self.members]
         if self.aligned and any(a % 16 for a in addresses):
             return False
         origin = self.base.data_ptr()
         _write(self.grads, [a - origin for a in addresses], capturing)
-        columns = self.per.view(-1, _native.PER)
-        for index, column in enumerate(_RATE_COLUMNS):
-            values = array("d", (batch.per[i * _native.PER + column] for i in self.members))
-            held = values.tobytes()
-            if capturing or self.captured or held != self.held[index]:
-                _write(columns[:, column], values.tolist(), capturing)
-                self.held[index] = held
+        if not capturing:
+            self.write_rates(batch)
         self.captured = self.captured or capturing
         self.stale = False
         return True
+
+    def _rates(self, batch: _native.Batch) -> list[array]:
+        """The batch's rate and decay columns for this launch's rows (``_RATE_COLUMNS``)."""
+        return [array("d", (batch.per[i * _native.PER + column] for i in self.members)) for column in _RATE_COLUMNS]
+
+    def rates_moved(self, batch: _native.Batch) -> bool:
+        """Whether the batch's rate or decay columns differ from what the device holds."""
+        return any(values.tobytes() != held for values, held in zip(self._rates(batch), self.held))
+
+    def write_rates(self, batch: _native.Batch) -> None:
+        """Write the rate and decay columns that moved to the device, eagerly (no host sync)."""
+        columns = self.per.view(-1, _native.PER)
+        for index, values in enumerate(self._rates(batch)):
+            held = values.tobytes()  # as bytes: a NaN decay equals itself
+            if held != self.held[index]:
+                _write(columns[:, _RATE_COLUMNS[index]], values.tolist(), False)
+                self.held[index] = held
 
 
 class CaptureError(RuntimeError):
@@ -207,7 +224,19 @@ def refuse_capture(device: torch.device) -> None:
             "paddle_compat: the GPU step's tables cannot be made inside a CUDA graph capture (they are "
             "copied from host memory, which a replay would read again). Take one eager step before "
             "capturing, and capture steps whose parameters, gradients' dtypes, sizes, states and options "
-            "are those of the eager step (a new rate or new gradient tensors are fine)."
+            "are those of the eager step (new gradient tensors are fine, and a rate a scheduler sets "
+            "between replays)."
+        )
+
+
+def refuse_new_rate(device: torch.device) -> None:
+    """Raise ``CaptureError`` for a rate set while work on ``device`` is captured: a replay reads
+    the rate the device holds (``Launch.write_rates``), which only an eager write can set."""
+    if _devices.capturing(device):
+        raise CaptureError(
+            "paddle_compat: a new learning rate inside a CUDA graph capture cannot be recorded (a replay "
+            "reads the rate from the device, where it is written eagerly): step the scheduler, or set "
+            "the rate, outside the captured region; each replay then runs at the rate last set."
         )
 
 
@@ -241,6 +270,8 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
     if batch.launches is not None:
         capturing = _devices.capturing(device)
         redo = [launch for launch in batch.launches if capturing or launch.stale or launch.captured]
+        if capturing and any(launch.rates_moved(batch) for launch in redo):
+            refuse_new_rate(device)  # before anything is written
         if all(launch.refresh(batch, capturing) for launch in redo):
             return batch.launches
         batch.launches = None  # a gradient lost its alignment: new tables
@@ -257,6 +288,14 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
     launches = [Launch(r, p, w, aligned, device, m) for (_, aligned), (r, p, w, m) in groups.items()]
     batch.launches = launches
     return launches
+
+
+def write_rates(batch: _native.Batch, device: torch.device) -> None:
+    """Write the batch's new rates to its launches' tables now, eagerly (see ``Engine.rate_moved``)."""
+    if batch.launches and any(launch.rates_moved(batch) for launch in batch.launches):
+        refuse_new_rate(device)
+        for launch in batch.launches:
+            launch.write_rates(batch)
 
 
 def rows_moved(batch: _native.Batch) -> None:

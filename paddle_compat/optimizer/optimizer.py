@@ -330,6 +330,7 @@ class Optimizer(torch.optim.Optimizer):
         self._compat_lr_scheduler = None
         for group in self.param_groups:
             group["lr"] = float(value)
+        self._compat_engine.rate_moved(self)
 
     @property
     def _param_groups(self) -> list[Any]:
@@ -434,6 +435,8 @@ class Optimizer(torch.optim.Optimizer):
         lr = _scheduled_lr(scheduler)
         for group in self.param_groups:
             group["lr"] = lr
+        if not at_step:
+            self._compat_engine.rate_moved(self)  # a captured step's replays read it on the device
 
     def _group_lr(self, group: dict[str, Any]) -> float:
         """The value of Paddle's LR tensor for this group, exactly representable in its dtype.
