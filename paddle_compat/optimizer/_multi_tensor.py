@@ -193,7 +193,7 @@ class Launch:
         self.stale = False
         return True
 
-    def _rates(self, batch: _native.Batch) -> list[array]:
+    def _rates(self, batch: _native.Batch) -> list[array[float]]:
         """The batch's rate and decay columns for this launch's rows (``_RATE_COLUMNS``)."""
         return [array("d", (batch.per[i * _native.PER + column] for i in self.members)) for column in _RATE_COLUMNS]
 
