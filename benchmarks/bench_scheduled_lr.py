@@ -1,10 +1,11 @@
 """One AdamW step with a learning-rate scheduler stepped at every step, against a constant rate.
 
     python benchmarks/bench_scheduled_lr.py [--tensors 200] [--numel 4096] [--rounds 21]
-                                            [--block 5] [--threads 1]
+                                            [--block 5] [--threads 1] [--device cpu|cuda]
 
-Float32 CPU tensors (``--tensors`` of ``--numel`` elements), gradients set once. Variants, each
-with its own parameters and state:
+Float32 tensors (``--tensors`` of ``--numel`` elements) on ``--device``, gradients set once. On CUDA
+each timed step ends with a synchronize (the host's time and the kernels'). Variants, each with
+its own parameters and state:
 
 - ``constant``: our AdamW at a constant rate;
 - ``scheduled``: our AdamW driven by ``lr.CosineAnnealingDecay``, ``scheduler.step()`` after
@@ -31,13 +32,20 @@ import torch
 
 import paddle_compat.optimizer as popt
 
+DEVICE = torch.device("cpu")
+
 
 def _params(n: int, numel: int, seed: int) -> list[torch.nn.Parameter]:
     gen = torch.Generator().manual_seed(seed)
-    params = [torch.nn.Parameter(torch.randn(numel, generator=gen)) for _ in range(n)]
+    params = [torch.nn.Parameter(torch.randn(numel, generator=gen).to(DEVICE)) for _ in range(n)]
     for p in params:
-        p.grad = torch.randn(numel, generator=gen) * 1e-2
+        p.grad = (torch.randn(numel, generator=gen) * 1e-2).to(DEVICE)
     return params
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def ours(n: int, numel: int, scheduled: bool) -> Callable[[], None]:
@@ -74,7 +82,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
     torch.set_num_threads(args.threads)
     variants = {
         "constant": ours(args.tensors, args.numel, False),
@@ -91,12 +102,14 @@ def main() -> None:
         for name in order:
             step = variants[name]
             step()  # untimed: the first of the block
+            _sync()
             for _ in range(args.block - 1):
                 start = time.perf_counter()
                 step()
+                _sync()
                 times[name].append(time.perf_counter() - start)
     med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
-    print(f"AdamW, {args.tensors} x {args.numel} float32, {args.threads} thread(s), "
+    print(f"AdamW, {args.tensors} x {args.numel} float32 on {args.device}, {args.threads} thread(s), "
           f"{args.rounds} rounds x {args.block - 1} timed steps; median ms per step:")
     for name, value in med.items():
         print(f"  {name:13s} {value:7.3f}")
