@@ -231,7 +231,7 @@ class _Plan:
         for address, slot in zip(addresses, self.slots):
             if slot is not None:
                 batch, row = slot
-                batch.rows[row * _native.ROW + 2] = address
+                batch.rows[row * _native.ROW + _native.S_G] = address
                 _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their gradient offsets
         self.grads = addresses
 
@@ -244,9 +244,9 @@ class _Plan:
             if rates.gpu and _numerics.round_f32(rate) != rate:
                 return False
             for batch, row in rates.rows:
-                batch.per[row * _native.PER] = rate
+                batch.per[row * _native.PER + _native.P_LR] = rate
                 if decay is not None:
-                    batch.per[row * _native.PER + 1] = decay
+                    batch.per[row * _native.PER + _native.P_DECAY] = decay
                 if rates.gpu:
                     _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their rate columns
         self.lr = lr
