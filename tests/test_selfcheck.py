@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from paddle_compat import _native, selfcheck
+from paddle_compat.optimizer import _cases
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,6 +33,18 @@ def test_the_cpu_battery_passes_in_a_fresh_process(tmp_path: Path) -> None:
             assert checks[f"{name} [{label}]"] == "PASS"
     assert checks["GradScaler trajectory with injected overflow"] == "PASS"
     assert "0 failed" in proc.stdout
+
+
+def test_the_battery_runs_every_configuration_of_the_optimizers_table() -> None:
+    """Every optimizer of the package (the table of ``optimizer/_cases``), each of its
+    configurations, on the CPU; on a GPU those with GPU kernels."""
+    names = [entry.title(config) for entry in _cases.TABLE for config in entry.configs]
+    assert list(selfcheck.CONFIGS) == names
+    params = [torch.nn.Parameter(torch.ones(3)) for _ in range(2)]
+    built = [type(make(params, False)) for make in selfcheck.CONFIGS.values()]
+    assert set(built) == {entry.cls for entry in _cases.TABLE}
+    gpu = {type(make(params, False)) for make in selfcheck.CONFIGS.values() if make.gpu}
+    assert gpu == {entry.cls for entry in _cases.TABLE if entry.gpu_kernels}
 
 
 def test_without_the_compiled_kernels_the_cpu_comparisons_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
