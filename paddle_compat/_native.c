@@ -32,9 +32,13 @@
 #include <omp.h>
 #endif
 
+/* The row layout, declared in _native.py (same names; tests/test_native.py checks they agree). */
 enum dtype { DT_F32 = 0, DT_F64 = 1, DT_BF16 = 2, DT_F16 = 3, DT_NONE = 15 };
 enum slot { S_N, S_W, S_G, S_P, S_S1, S_S2, S_S3, S_POW1, S_POW2, S_DT, ROW };
-enum per { P_LR, P_DECAY, P_L2, PER = 4 }; /* P_DECAY, P_L2: NaN when absent */
+enum per { P_LR, P_DECAY, P_L2, P_SPARE, PER }; /* P_DECAY, P_L2: NaN when absent */
+/* the packed dtypes of slot S_DT: DT_BITS bits per operand, at these shifts */
+enum dtype_field { DT_W = 0, DT_G = 4, DT_P = 8, DT_S = 12, DT_BITS = 4 };
+#define DT_MASK ((1 << DT_BITS) - 1)
 
 #define CHUNK 1024
 #define BLOCK 4096          /* elements per loop call on float32 operands used in place */
@@ -109,10 +113,10 @@ static void store_f(void *base, int dt, int64_t off, int64_t len, const float *r
     }
 }
 
-static inline int dt_w(int64_t packed) { return (int)(packed & 15); }
-static inline int dt_g(int64_t packed) { return (int)((packed >> 4) & 15); }
-static inline int dt_p(int64_t packed) { return (int)((packed >> 8) & 15); }
-static inline int dt_s(int64_t packed) { return (int)((packed >> 12) & 15); }
+static inline int dt_w(int64_t packed) { return (int)((packed >> DT_W) & DT_MASK); }
+static inline int dt_g(int64_t packed) { return (int)((packed >> DT_G) & DT_MASK); }
+static inline int dt_p(int64_t packed) { return (int)((packed >> DT_P) & DT_MASK); }
+static inline int dt_s(int64_t packed) { return (int)((packed >> DT_S) & DT_MASK); }
 #define ROW_PTR(rows, t, s) ((void *)(intptr_t)(rows)[(t) * ROW + (s)])
 #define PTR(t, s) ROW_PTR(c->rows, t, s)
 
@@ -1185,7 +1189,7 @@ int pc_lamb(int64_t count, const int64_t *rows, const double *per, void *buf, in
     memcpy(quiet, rows, (size_t)count * ROW * sizeof(int64_t));
     for (int64_t t = 0; t < count; t++) {
         int64_t *dt = &quiet[t * ROW + S_DT];
-        *dt = (*dt & ~((int64_t)15 << 8)) | ((int64_t)DT_NONE << 8);
+        *dt = (*dt & ~((int64_t)DT_MASK << DT_P)) | ((int64_t)DT_NONE << DT_P);
         void *p1 = ROW_PTR(rows, t, S_POW1), *p2 = ROW_PTR(rows, t, S_POW2);
         double *s = scalars + t * SCRATCH;
         if (dt_w(rows[t * ROW + S_DT]) == DT_F64) {

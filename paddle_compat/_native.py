@@ -46,16 +46,47 @@ from ._devices import addressable
 from ._stacklevel import user_stacklevel
 
 __all__ = [
-    "DTYPE", "FALLBACK", "NO_DTYPE", "PER", "ROOTS_DIFFER", "ROW", "Batch", "Kernels", "NativeStatus", "enabled",
-    "kernels", "status",
+    "DTYPE", "DT_BF16", "DT_BITS", "DT_F16", "DT_F32", "DT_F64", "DT_G", "DT_NONE", "DT_P", "DT_S", "DT_W",
+    "FALLBACK", "NO_DTYPE", "PER", "POINTERS", "P_DECAY", "P_L2", "P_LR", "P_SPARE", "ROOTS_DIFFER", "ROW",
+    "S_DT", "S_G", "S_N", "S_P", "S_POW1", "S_POW2", "S_S1", "S_S2", "S_S3", "S_W", "Batch", "Kernels",
+    "NativeStatus", "enabled", "kernels", "packed_dtypes", "status",
 ]
 
-# Row layout shared with _native.c (enum slot, enum per, enum dtype).
-ROW = 10  # n, w, g, p, state1, state2, state3, pow1, pow2, dtypes
-PER = 4  # lr, decay, l2, (unused)
-DTYPE = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
-NO_DTYPE = 15
-_ONLY_VALUE = NO_DTYPE << 4 | NO_DTYPE << 8 | NO_DTYPE << 12  # a row's dtypes past the value's: none
+# The layout of the rows the optimizers hand to the kernels, declared here once. _native.c spells
+# it with the same names (enum slot, enum per, enum dtype, enum dtype_field), the Triton kernels
+# (optimizer/_triton_kernels.py) take these values as constexprs; tests/test_native.py checks
+# that all three agree.
+#
+# A row: ROW int64 values per tensor.
+S_N = 0  # element count
+S_W = 1  # the value updated: the parameter, or its float32 master weight
+S_G = 2  # the gradient
+S_P = 3  # the low-precision parameter refreshed from the master weight (0: none)
+S_S1, S_S2, S_S3 = 4, 5, 6  # up to three state tensors, of one dtype (0: absent)
+S_POW1, S_POW2 = 7, 8  # one-element powers (Adam's beta powers; the third is Batch.pow3)
+S_DT = 9  # the dtypes, packed: DT_BITS bits each, at the shifts DT_W, DT_G, DT_P, DT_S
+ROW = 10
+POINTERS = range(S_W, S_DT)  # the slots holding addresses
+# The per-tensor numbers: PER float64 values per tensor.
+P_LR = 0  # the rate
+P_DECAY = 1  # the decoupled decay (NaN when absent)
+P_L2 = 2  # the L2 coefficient (NaN when absent)
+P_SPARE = 3
+PER = 4
+# The dtype codes, and where each operand's code sits in the packed slot S_DT.
+DT_F32, DT_F64, DT_BF16, DT_F16 = 0, 1, 2, 3
+DT_NONE = 15  # no such operand
+NO_DTYPE = DT_NONE
+DT_BITS = 4
+DT_W, DT_G, DT_P, DT_S = 0, 4, 8, 12  # value, gradient, parameter, states
+DTYPE = {torch.float32: DT_F32, torch.float64: DT_F64, torch.bfloat16: DT_BF16, torch.float16: DT_F16}
+_ONLY_VALUE = DT_NONE << DT_G | DT_NONE << DT_P | DT_NONE << DT_S  # a row's dtypes past the value's: none
+
+
+def packed_dtypes(packed: int) -> tuple[int, int, int, int]:
+    """The dtype codes of a row's slot ``S_DT``: value, gradient, parameter, states."""
+    mask = (1 << DT_BITS) - 1
+    return packed >> DT_W & mask, packed >> DT_G & mask, packed >> DT_P & mask, packed >> DT_S & mask
 
 # The optimizers whose float32 CPU updates differ from Paddle's without the kernels (see above).
 ROOTS_DIFFER = ("RMSProp", "Adagrad", "Adadelta", "NAdam", "RAdam")
@@ -166,9 +197,9 @@ class Kernels:
         float32 value."""
         count = len(tensors)
         rows = array("q", bytes(8 * ROW * count))  # built column by column: this runs every step
-        rows[0::ROW] = array("q", map(torch.Tensor.numel, tensors))
-        rows[1::ROW] = array("q", map(torch.Tensor.data_ptr, tensors))
-        rows[ROW - 1 :: ROW] = array("q", [DTYPE[tensors[0].dtype] | _ONLY_VALUE]) * count
+        rows[S_N::ROW] = array("q", map(torch.Tensor.numel, tensors))
+        rows[S_W::ROW] = array("q", map(torch.Tensor.data_ptr, tensors))
+        rows[S_DT::ROW] = array("q", [DTYPE[tensors[0].dtype] << DT_W | _ONLY_VALUE]) * count
         bad = ctypes.c_int(0)
         _check(self._nonfinite(count, _addr(rows), inv, torch.get_num_threads(), ctypes.byref(bad)))
         return bool(bad.value)
@@ -221,22 +252,29 @@ class Batch:
         kernels: the CPU).
         """
         slots = [s for s in states if s is not None]
+        if len(slots) > 3 or len(pows) > 3:
+            raise ValueError("a row holds up to three states and three powers")
         if not all(addressable(t) for t in (value, grad, *slots, *pows, *([param] if param is not None else []))):
             raise TypeError("the compiled kernels read only plain dense tensors (see _devices.addressable)")
-        state_ptrs = [s.data_ptr() for s in slots] + [0] * (3 - len(slots))
-        pow_ptrs = [t.data_ptr() for t in pows] + [0] * (3 - len(pows))
-        dtypes = (
-            DTYPE[value.dtype]
-            | DTYPE[grad.dtype] << 4
-            | (DTYPE[param.dtype] if param is not None else NO_DTYPE) << 8
-            | (DTYPE[slots[0].dtype] if slots else NO_DTYPE) << 12
+        row = [0] * ROW
+        row[S_N], row[S_W], row[S_G] = value.numel(), value.data_ptr(), grad.data_ptr()
+        if param is not None:
+            row[S_P] = param.data_ptr()
+        for slot, tensor in zip((S_S1, S_S2, S_S3), slots):
+            row[slot] = tensor.data_ptr()
+        for slot, tensor in zip((S_POW1, S_POW2), pows):
+            row[slot] = tensor.data_ptr()
+        row[S_DT] = (
+            DTYPE[value.dtype] << DT_W
+            | DTYPE[grad.dtype] << DT_G
+            | (DTYPE[param.dtype] if param is not None else DT_NONE) << DT_P
+            | (DTYPE[slots[0].dtype] if slots else DT_NONE) << DT_S
         )
-        self.rows.extend(
-            (value.numel(), value.data_ptr(), grad.data_ptr(), param.data_ptr() if param is not None else 0,
-             *state_ptrs, *pow_ptrs[:2], dtypes)
-        )
-        self.pow3.append(pow_ptrs[2])
-        self.per.extend((lr, decay, l2, 0.0))
+        self.rows.extend(row)
+        self.pow3.append(pows[2].data_ptr() if len(pows) > 2 else 0)
+        numbers = [0.0] * PER
+        numbers[P_LR], numbers[P_DECAY], numbers[P_L2] = lr, decay, l2
+        self.per.extend(numbers)
         self.grads.append(grad)
         self.tensors += [value, *slots, *pows] + ([param] if param is not None else [])
         if pows:

@@ -4,6 +4,11 @@ Each ``OptimizerInfo`` describes one optimizer class: its configurations (``Opti
 marked with the suites that run it, and the facts those suites need. Every optimizer test module
 reads its cases from ``OPTIM_DB``, so a new optimizer needs its module and one entry here.
 
+The table is built on the package's own (``paddle_compat.optimizer._cases``, which the selfcheck
+runs): the same optimizers in the same order, with the facts about each (``eigen_sqrt``,
+``decay_arg``, ...) and the rate of the family's cases read from there. A new optimizer needs its
+entry there first.
+
 A configuration is written once for both APIs: ``build(api, params, **extra)`` calls ``api.optimizer``,
 ``api.nn`` and ``api.regularizer``, where ``api`` is ``OURS`` (paddle_compat) or the ``paddle`` module
 itself (the parity tests). ``extra`` are keyword arguments a suite adds (``multi_precision``).
@@ -40,6 +45,7 @@ import torch
 import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
 import paddle_compat.regularizer as pregularizer
+from paddle_compat.optimizer import _cases
 
 OURS = SimpleNamespace(optimizer=popt, nn=pnn, regularizer=pregularizer)
 
@@ -63,28 +69,22 @@ class OptimizerInput:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerInfo:
-    """One optimizer class and what its tests need to know of it."""
+    """One optimizer class and what its tests need to know of it: its facts are its entry's in the
+    package's table (``_cases.Entry``: ``info.eigen_sqrt`` is ``info.entry.eigen_sqrt``)."""
 
     cls: type
     inputs: tuple[OptimizerInput, ...]
-    # Paddle's float32 CPU kernel depends on the host: the profiles of paddle_compat._paddle_cpu
-    cpu_profiles: bool = False
-    # ``weight_decay`` is the decoupled decay coefficient (named so in errors), not a regularizer
-    decoupled_decay: bool = False
     # Paddle's GPU kernel in NumPy, ``(param, grad, state, lr) -> param``, for the ``gpu_formula`` inputs
     gpu_reference: Callable[..., Any] | None = None
-    # Paddle's constructor takes ``multi_precision`` (else ``decorate`` switches ``_multi_precision`` on)
-    takes_multi_precision: bool = True
-    # the constructor's weight-decay argument (Lamb's own decoupled one; None: there is none, Rprop)
-    decay_arg: str | None = "weight_decay"
-    # float32 updates take Eigen's fast sqrt: bitwise to Paddle only with the CPU's rsqrt (compiled kernels)
-    eigen_sqrt: bool = False
-    # accumulators keep the parameter's dtype under multi_precision, as Paddle's (ASGD, Rprop)
-    state_in_param_dtype: bool = False
-    # state a skipped step still changes (Paddle's _finish_update: Adamax's beta power)
-    changed_when_skipped: tuple[str, ...] = ()
-    # the rate is only the initial step size (Rprop): schedulers, set_lr and rate ratios change nothing
-    rate_is_initial_step: bool = False
+
+    @property
+    def entry(self) -> _cases.Entry:
+        return _cases.entry_of(self.cls)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or "cls" not in self.__dict__:  # (copies and pickles look before init)
+            raise AttributeError(name)
+        return getattr(self.entry, name)
 
 
 def _groups_by_name(params: list, weight_decay: Any) -> list[dict]:
@@ -244,7 +244,6 @@ OPTIM_DB: list[OptimizerInfo] = [
             _in("adam_float64_set_lr", lambda api, ps, **kw: api.optimizer.Adam(
                 0.01, parameters=ps, grad_clip=api.nn.ClipGradByGlobalNorm(0.5), **kw), "parity", **F64_SET_LR),
         ),
-        cpu_profiles=True,
         gpu_reference=_adam_gpu,
     ),
     OptimizerInfo(
@@ -275,18 +274,17 @@ OPTIM_DB: list[OptimizerInfo] = [
             _in("adamw_float64_set_lr", lambda api, ps, **kw: api.optimizer.AdamW(
                 0.01, parameters=ps, weight_decay=0.1, **kw), "parity", **F64_SET_LR),
         ),
-        cpu_profiles=True,
-        decoupled_decay=True,
         gpu_reference=lambda p, g, st, lr: _adam_gpu(p, g, st, lr, coeff=0.1),
     ),
 ]
 
 # --- the rest of paddle.optimizer (CPU kernels only in Paddle's CPU build: no GPU form here) --------
-def _family(name: str, lr: float, *inputs: tuple[str, dict[str, Any], tuple[str, ...], dict[str, Any]],
-            **info: Any) -> OptimizerInfo:
+def _family(name: str, *inputs: tuple[str, dict[str, Any], tuple[str, ...], dict[str, Any]]) -> OptimizerInfo:
     """An ``OptimizerInfo`` of ``paddle.optimizer.<name>``: each input is (desc, constructor keyword
     arguments, suites, options); ``clip``/``regularizer``/``groups`` arguments name what to build per
-    API: ``("ClipGradByNorm", 0.3)``, ``("L1Decay", 0.001)``, and a group ``weight_decay``."""
+    API: ``("ClipGradByNorm", 0.3)``, ``("L1Decay", 0.001)``, and a group ``weight_decay``. The rate
+    is the table's (``_cases.Entry.learning_rate``) unless an input gives one."""
+    lr = _cases.entry_of(getattr(popt, name)).learning_rate
 
     def build(kwargs: dict[str, Any]) -> Callable[..., Any]:
         def make(api: Any, ps: Any, **kw: Any) -> Any:
@@ -310,7 +308,6 @@ def _family(name: str, lr: float, *inputs: tuple[str, dict[str, Any], tuple[str,
     return OptimizerInfo(
         getattr(popt, name),
         tuple(_in(desc, build(kwargs), *suites, **options) for desc, kwargs, suites, options in inputs),
-        **info,
     )
 
 
@@ -324,7 +321,7 @@ L2 = ("L2Decay", 0.02)
 
 OPTIM_DB += [
     _family(
-        "Lamb", 0.01,
+        "Lamb",
         ("lamb", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("lamb_decay_globalnorm_scaler", {"lamb_weight_decay": 0.05, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-5,
                                           "grad_clip": GLOBAL}, ("parity", "handover", "forms"), SCALER),
@@ -334,10 +331,9 @@ OPTIM_DB += [
         ("lamb_no_decay", {"lamb_weight_decay": 0.0}, ("parity", "forms"), {}),
         ("lamb_bynorm", {"grad_clip": ("ClipGradByNorm", 0.3)}, ("parity",), {}),
         ("lamb_float64_set_lr", {}, ("parity",), F64_SET_LR),
-        decay_arg="lamb_weight_decay",
     ),
     _family(
-        "RMSProp", 0.01,
+        "RMSProp",
         ("rmsprop", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("rmsprop_cosine", {"learning_rate": ("CosineAnnealingDecay", {"learning_rate": 0.01, "T_max": 4})},
          ("parity",), {}),
@@ -349,10 +345,9 @@ OPTIM_DB += [
         ("rmsprop_groups_byvalue", {"momentum": 0.5, "weight_decay": L1, "groups": 0.03,
                                     "grad_clip": ("ClipGradByValue", 0.2)}, ("parity",), {}),
         ("rmsprop_float64_set_lr", {}, ("parity",), F64_SET_LR),
-        takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(
-        "Adagrad", 0.1,
+        "Adagrad",
         ("adagrad", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("adagrad_init_l2_globalnorm_scaler", {"epsilon": 1e-5, "initial_accumulator_value": 0.1,
                                                "weight_decay": 0.01, "grad_clip": GLOBAL},
@@ -361,10 +356,9 @@ OPTIM_DB += [
         ("adagrad_l1_groups_bynorm", {"weight_decay": L1, "groups": L2, "grad_clip": ("ClipGradByNorm", 0.3)},
          ("parity",), {}),
         ("adagrad_float64_set_lr", {}, ("parity",), F64_SET_LR),
-        takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(
-        "Adamax", 0.01,
+        "Adamax",
         ("adamax", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("adamax_l2_globalnorm_scaler", {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6, "weight_decay": 0.01,
                                          "grad_clip": GLOBAL}, ("parity", "handover", "forms"), SCALER),
@@ -372,10 +366,9 @@ OPTIM_DB += [
         ("adamax_groups_byvalue", {"weight_decay": L1, "groups": 0.02, "grad_clip": ("ClipGradByValue", 0.2)},
          ("parity",), {}),
         ("adamax_float64_set_lr", {}, ("parity",), F64_SET_LR),
-        takes_multi_precision=False, changed_when_skipped=("beta1_pow_acc",),
     ),
     _family(
-        "Adadelta", 1.0,
+        "Adadelta",
         ("adadelta", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("adadelta_l2_bynorm_scaler", {"epsilon": 1e-5, "rho": 0.9, "weight_decay": 0.01,
                                        "grad_clip": ("ClipGradByNorm", 0.3)}, ("parity", "handover", "forms"), SCALER),
@@ -383,10 +376,9 @@ OPTIM_DB += [
         ("adadelta_groups_l1", {"learning_rate": 0.5, "weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("adadelta_float64_set_lr", {}, ("parity",), F64_SET_LR),
         ("adadelta_cosine", {"learning_rate": COSINE}, ("parity", "copies"), {}),
-        takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(
-        "NAdam", 0.01,
+        "NAdam",
         ("nadam", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("nadam_l2_globalnorm_scaler", {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6, "momentum_decay": 0.01,
                                         "weight_decay": 0.01, "grad_clip": GLOBAL},
@@ -394,10 +386,9 @@ OPTIM_DB += [
         ("nadam_l1", {"weight_decay": L1, "momentum_decay": 0.5}, FORMS, {}),
         ("nadam_groups_l1", {"weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("nadam_float64_set_lr", {}, ("parity",), F64_SET_LR),
-        takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(
-        "RAdam", 0.01,
+        "RAdam",
         ("radam", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("radam_l2_globalnorm_scaler", {"beta1": 0.8, "beta2": 0.9, "epsilon": 1e-6, "weight_decay": 0.01,
                                         "grad_clip": GLOBAL}, ("parity", "handover", "forms"), SCALER),
@@ -407,10 +398,9 @@ OPTIM_DB += [
         ("radam_groups_bynorm", {"weight_decay": L1, "groups": L2, "grad_clip": ("ClipGradByNorm", 0.3)},
          ("parity",), {}),
         ("radam_float64_set_lr", {}, ("parity",), F64_SET_LR),
-        takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(
-        "ASGD", 0.05,
+        "ASGD",
         ("asgd", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("asgd_batches_l2_globalnorm_scaler", {"batch_num": 4, "weight_decay": 0.01, "grad_clip": GLOBAL},
          ("parity", "handover", "forms"), SCALER),
@@ -418,10 +408,9 @@ OPTIM_DB += [
         ("asgd_batches_l1", {"batch_num": 2, "weight_decay": L1}, FORMS, {"steps": 5}),
         ("asgd_groups_l1", {"batch_num": 3, "weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("asgd_float64_set_lr", {}, ("parity",), F64_SET_LR),
-        state_in_param_dtype=True,
     ),
     _family(
-        "Rprop", 0.01,
+        "Rprop",
         ("rprop", {}, ("parity", "copies", "forms", "nonfinite"), {}),
         ("rprop_range_etas_globalnorm_scaler", {"learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3),
                                                 "grad_clip": GLOBAL}, ("parity", "handover"), SCALER),
@@ -431,11 +420,13 @@ OPTIM_DB += [
         ("rprop_float64", {}, ("parity",), F64),
         # Paddle's CPU build has a bf16 Rprop kernel (bf16 arithmetic, no master weights)
         ("rprop_bf16", {}, ("parity",), {"dtype": torch.bfloat16}),
-        decay_arg=None, state_in_param_dtype=True, rate_is_initial_step=True,
     ),
 ]
 
 CLASSES = [info.cls for info in OPTIM_DB]
+assert CLASSES == [entry.cls for entry in _cases.TABLE], "OPTIM_DB follows the package's table, in its order"
+# the rest of paddle.optimizer, after SGD, Momentum, Adam and AdamW: no GPU kernels (Paddle's CPU kernels only)
+FAMILY = [entry.cls for entry in _cases.TABLE if not entry.gpu_kernels]
 
 
 def info_of(cls: type) -> OptimizerInfo:
@@ -446,15 +437,8 @@ def new(cls: type, learning_rate: Any, params: Any, *, multi_precision: bool = F
         **kwargs: Any) -> Any:
     """``cls(learning_rate, parameters=params, **kwargs)``, with ``multi_precision`` and
     ``weight_decay`` given as ``cls`` takes them (none for Rprop; Lamb's ``lamb_weight_decay``)."""
-    info = info_of(cls)
-    if weight_decay is not None and info.decay_arg is not None:
-        kwargs[info.decay_arg] = weight_decay
-    if multi_precision and info.takes_multi_precision:
-        kwargs["multi_precision"] = True
-    opt = cls(learning_rate, parameters=params, **kwargs)
-    if multi_precision and not info.takes_multi_precision:
-        opt._multi_precision = True  # what decorate(level="O2") does
-    return opt
+    return _cases.entry_of(cls).new(learning_rate, params, multi_precision=multi_precision,
+                                    weight_decay=weight_decay, **kwargs)
 
 
 def cases(suite: str) -> list[tuple[OptimizerInfo, OptimizerInput]]:

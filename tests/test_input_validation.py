@@ -16,7 +16,7 @@ from paddle_compat.optimizer import lr
 from paddle_compat.regularizer import L1Decay, L2Decay
 
 from .optim_db import CLASSES as OPTIMIZERS
-from .optim_db import info_of
+from .optim_db import OPTIM_DB, info_of
 
 NAN, INF = float("nan"), float("inf")
 
@@ -115,7 +115,7 @@ def test_betas_and_epsilon_must_be_finite(cls: type, value: float) -> None:
         cls(0.1, parameters=[{"params": _params(), "epsilon": value}])
 
 
-TENSOR_OPTION_CLASSES = [popt.Adam, popt.AdamW, popt.Lamb, popt.Adamax, popt.NAdam, popt.RAdam]
+TENSOR_OPTION_CLASSES = [info.cls for info in OPTIM_DB if info.tensor_options]
 
 
 @pytest.mark.parametrize("cls", TENSOR_OPTION_CLASSES)

@@ -465,3 +465,87 @@ def test_the_fallback_warning_names_the_optimizers_whose_bits_differ(fresh_nativ
     message = str(caught[0].message)
     assert "the same bits, slower, except for float32 " + ", ".join(differ[:-1]) + f" and {differ[-1]}" in message
     assert "same results" not in message
+
+
+# --- the row layout: declared in _native.py, spelled alike in _native.c and the Triton kernels ----
+LAYOUT_ENUMS = ("dtype", "slot", "per", "dtype_field")
+
+
+def c_enums(source: str) -> dict[str, dict[str, int]]:
+    """The named enums of C source, as {enum: {name: value}} (values: integers or earlier names)."""
+    import re
+
+    enums: dict[str, dict[str, int]] = {}
+    for name, body in re.findall(r"\benum\s+(\w+)\s*\{([^}]*)\}", re.sub(r"/\*.*?\*/", "", source, flags=re.S)):
+        members, value = {}, -1
+        for entry in filter(None, (e.strip() for e in body.split(","))):
+            key, _, given = (part.strip() for part in entry.partition("="))
+            value = (int(given, 0) if given.lstrip("-").isdigit() else members[given]) if given else value + 1
+            members[key] = value
+        enums[name] = members
+    return enums
+
+
+def test_the_c_source_spells_the_row_layout_of_the_python_side() -> None:
+    """_native.c's enums of the row layout are _native.py's constants, name for name, and every
+    constant of the layout is among them; its packed dtypes are read through those names."""
+    import re
+
+    source = (ROOT / "paddle_compat" / "_native.c").read_text()
+    enums = c_enums(source)
+    declared = {name: value for enum in LAYOUT_ENUMS for name, value in enums[enum].items()}
+    assert declared == {name: getattr(_native, name) for name in declared}
+    layout = {name for name in _native.__all__ if re.fullmatch(r"(S|P|DT)_\w+|ROW|PER", name)}
+    assert layout == set(declared)
+    assert _native.DTYPE == {torch.float32: _native.DT_F32, torch.float64: _native.DT_F64,
+                             torch.bfloat16: _native.DT_BF16, torch.float16: _native.DT_F16}
+    # the slots of rows and per-tensor numbers are read by name, never by number
+    assert not re.findall(r"ROW \+ \d|PER \+ \d|PTR\([^()]*, \d+\)|>> (?:4|8|12)\) & 15", source)
+
+
+def test_a_batch_row_puts_each_tensor_in_its_slot() -> None:
+    """``Batch.add`` writes the slots the names say (the kernels read them by the same names)."""
+    w, g, s1, s2, pw = (torch.zeros(8) for _ in range(5))
+    p = torch.zeros(8, dtype=torch.bfloat16)
+    batch = _native.Batch()
+    batch.add(w, g, p, (s1, None, s2), (pw,), lr=0.5, decay=0.25, l2=0.125)
+    row, per = batch.rows, batch.per
+    assert len(row) == _native.ROW and len(per) == _native.PER
+    assert row[_native.S_N] == 8
+    assert (row[_native.S_W], row[_native.S_G], row[_native.S_P]) == (w.data_ptr(), g.data_ptr(), p.data_ptr())
+    assert (row[_native.S_S1], row[_native.S_S2], row[_native.S_S3]) == (s1.data_ptr(), s2.data_ptr(), 0)
+    assert (row[_native.S_POW1], row[_native.S_POW2], batch.pow3[0]) == (pw.data_ptr(), 0, 0)
+    assert _native.packed_dtypes(row[_native.S_DT]) == (
+        _native.DT_F32, _native.DT_F32, _native.DT_BF16, _native.DT_F32
+    )
+    assert (per[_native.P_LR], per[_native.P_DECAY], per[_native.P_L2]) == (0.5, 0.25, 0.125)
+
+
+def test_the_triton_kernels_take_the_row_layout_of_the_python_side() -> None:
+    """The Triton kernels' constexprs are _native.py's layout (the dtype codes as F32, F64, BF16,
+    F16, NONE), and their rows and per-tensor numbers are read by those names, never by number."""
+    import ast
+    import re
+
+    pytest.importorskip("triton")
+    from paddle_compat.optimizer import _multi_tensor
+
+    path = ROOT / "paddle_compat" / "optimizer" / "_triton_kernels.py"
+    module = _multi_tensor._load(False)
+    assert module is not None
+    short = {"F32": "DT_F32", "F64": "DT_F64", "BF16": "DT_BF16", "F16": "DT_F16", "NONE": "DT_NONE"}
+    tree = ast.parse(path.read_text())
+    constants = [node.target.id for node in tree.body
+                 if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)]
+    assert {"ROW", "PER", "S_W", "S_P", "P_LR", "P_L2", "BF16", "NONE"} <= set(constants)
+    for name in constants:
+        assert getattr(module, name).value == getattr(_native, short.get(name, name)), name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_ptr" and len(node.args) > 2:
+            row, slot, dtype = node.args[1:4]
+            if isinstance(row, ast.Name) and row.id == "row":
+                where = f"line {node.lineno}"
+                assert isinstance(slot, ast.Name) and slot.id in constants, f"{where}: a row slot by number"
+                assert not isinstance(dtype, ast.Constant), f"{where}: a dtype by number"
+    source = path.read_text()
+    assert not re.findall(r"\* PER\)|\* PER \+ \d|tl\.load\(row\)|row \+ \d", source)

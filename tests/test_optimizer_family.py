@@ -18,13 +18,12 @@ import torch
 import paddle_compat.optimizer as popt
 from paddle_compat import _native
 from paddle_compat.amp import GradScaler
+from paddle_compat.optimizer import _cases
 from paddle_compat.optimizer import lr as plr
 
-from .optim_db import info_of, new
+from .optim_db import FAMILY, info_of, new
 from .test_optimizer import _params, _same, _set_grads
 
-FAMILY = [popt.Lamb, popt.RMSProp, popt.Adagrad, popt.Adamax, popt.Adadelta, popt.NAdam, popt.RAdam, popt.ASGD,
-          popt.Rprop]
 _STATE_IN_PARAM_DTYPE = [c for c in FAMILY if info_of(c).state_in_param_dtype]
 
 
@@ -266,3 +265,24 @@ def test_the_compiled_kernels_give_the_cpus_rsqrt() -> None:
     assert ((r.double() - exact).abs() / exact).max() <= 1.5 * 2**-12
     assert not torch.equal(r, torch.rsqrt(x))  # an approximation, as Paddle's Eigen build sees it
     assert _eigen._hardware_rsqrt() == kernels.rsqrt
+
+
+# --- the optimizers' table ------------------------------------------------------------------------
+def test_every_optimizer_of_the_package_is_in_the_table() -> None:
+    """The table of ``optimizer/_cases`` (which the selfcheck runs and optim_db is built on) holds
+    every optimizer ``paddle_compat.optimizer`` exports, and every subclass of ``Optimizer`` the
+    package defines."""
+    exported = [getattr(popt, name) for name in popt.__all__]
+    optimizers = {c for c in exported if isinstance(c, type) and issubclass(c, popt.Optimizer)} - {popt.Optimizer}
+    table = [entry.cls for entry in _cases.TABLE]
+    assert len(table) == len(set(table)) and set(table) == optimizers
+
+    def subclasses(cls: type) -> set[type]:
+        return {s for c in cls.__subclasses__() for s in (c, *subclasses(c))}
+
+    defined = {c for c in subclasses(popt.Optimizer) if c.__module__.startswith("paddle_compat.")}
+    assert defined <= set(table), defined - set(table)
+    for entry in _cases.TABLE:
+        assert entry.configs and all(c.steps > 0 for c in entry.configs), entry.name
+        opt = entry.build(entry.configs[0], [torch.nn.Parameter(torch.ones(3))])
+        assert type(opt) is entry.cls

@@ -28,7 +28,7 @@ from paddle_compat.nn.clip import _eigen_sum, squared_l2_norms
 from paddle_compat.optimizer import _eigen, _multi_tensor, lamb
 from paddle_compat.optimizer.optimizer import Optimizer
 
-from .optim_db import CLASSES, OPTIM_DB, case, cases, ids, new
+from .optim_db import CLASSES, FAMILY, OPTIM_DB, case, cases, ids, new
 
 # bf16/fp16 parameters without master weights are part of the matrix (Paddle's warning is expected)
 pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16:UserWarning")
@@ -220,7 +220,7 @@ def test_the_compiled_kernels_are_used_unless_switched_off(monkeypatch: pytest.M
 
 # The dtype mixes that keep their torch forms (docs/optimizers.md): the forms tests above compare
 # the compiled kernels only where they run, so which ones run is pinned here.
-FAMILY_KERNELS = ("lamb", "rmsprop", "adagrad", "adamax", "adadelta", "nadam", "radam", "asgd", "rprop")
+FAMILY_KERNELS = tuple(cls.__name__.lower() for cls in FAMILY)  # their _native.Kernels methods
 TORCH_FORM_ONLY = {
     "lamb": {"bf16", "fp16_fp32_main_grad"},
     "adamax": {"bf16", "fp16_fp32_main_grad"},

@@ -6,6 +6,7 @@ compiled CPU kernels (``_compiled_row`` + ``_compiled_call``, ``paddle_compat._n
 of the GPU multi-tensor kernels (``_compiled_row`` + ``_multi_tensor_call``, ``_multi_tensor``).
 The engine sorts a group's parameters into those forms, keeps the result as a plan while nothing it
 depends on changes, runs the kernels, and hands the rest to ``_kernel`` one tensor at a time.
+``OptimizerForms`` is the whole of what it calls on an optimizer.
 
 Each optimizer owns one ``Engine`` (made in its ``__init__``), which holds its plans and the scratch
 buffers of the torch forms; a copy or pickle of the optimizer gets a fresh, empty one.
@@ -15,9 +16,9 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -26,16 +27,78 @@ from .. import _devices, _native, _numerics
 from ..nn.clip import ParamsGrads
 from . import _multi_tensor
 
-if TYPE_CHECKING:
-    from .optimizer import Optimizer
-
 __all__ = [
-    "Engine", "Item", "attr_ratio", "cpu_kernels_take", "cpu_row", "kernels_take", "optional_form", "place",
-    "same_layout",
+    "Engine", "Item", "OptimizerForms", "attr_ratio", "cpu_kernels_take", "cpu_row", "kernels_take", "optional_form",
+    "place", "same_layout",
 ]
 
 # (param, grad, state, master weight or None): one parameter's share of a step
 Item = tuple[Tensor, Tensor, dict[str, Any], Tensor | None]
+
+
+class OptimizerForms(Protocol):
+    """What the engine calls on an optimizer: the whole contract between the two (the base class,
+    ``optimizer.Optimizer``, has each member; its subclasses fill in the forms).
+
+    - The state: ``_prepare_state`` gives a parameter's state, made by ``_init_state`` at its first
+      update, and its master weight.
+    - The torch form (required): ``_regularize``, then ``_kernel``; the reference of the others.
+    - The compiled CPU form (optional): ``_compiled_row`` adds a tensor's row to a batch (its
+      gradient as ``_grad_for_kernel`` hands it over), ``_compiled_call`` runs the kernel on it.
+    - The GPU form (optional): ``_compiled_row`` with ``gpu``, then ``_multi_tensor_call`` per launch.
+    - The rate: ``_group_lr`` (a group's), ``_param_lr`` (a parameter's), ``_row_rate`` (the
+      numbers a kept row takes from a new rate).
+
+    An optional form the base class keeps as its stub (``optional_form``) is not used. The torch
+    forms take their scratch tensors from ``Engine.scratch`` (``Optimizer._buffer``).
+    """
+
+    @property
+    def state(self) -> Mapping[Tensor, Any]: ...
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def _dtype(self) -> torch.dtype | None: ...  # the first parameter's (Paddle's LR tensor's)
+
+    @property
+    def _multi_precision(self) -> bool: ...
+
+    # the state
+    def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None: ...
+
+    def _prepare_state(self, p: Tensor, group: dict[str, Any]) -> tuple[dict[str, Any], Tensor | None]: ...
+
+    # the torch form
+    def _regularize(self, p: Tensor, g: Tensor, group: dict[str, Any]) -> Tensor: ...
+
+    def _kernel(
+        self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
+    ) -> Tensor: ...
+
+    # the compiled CPU and GPU forms
+    def _compiled_row(
+        self, item: Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
+    ) -> bool | None: ...
+
+    def _grad_for_kernel(self, p: Tensor, g: Tensor, group: dict[str, Any]) -> tuple[Tensor, float, bool]: ...
+
+    def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None: ...
+
+    def _multi_tensor_call(
+        self, kern: _multi_tensor.Kernels, launch: _multi_tensor.Launch, group: dict[str, Any],
+        found_inf: Tensor | None,
+    ) -> None: ...
+
+    # the rate
+    def _group_lr(self, group: dict[str, Any]) -> float: ...
+
+    def _param_lr(self, p: Tensor, group: dict[str, Any], group_lr: float) -> float: ...
+
+    def _row_rate(
+        self, p: Tensor, value: Tensor, group: dict[str, Any], lr: float, gpu: bool
+    ) -> tuple[float, float | None]: ...
 
 
 def attr_ratio(p: Tensor) -> float:
@@ -77,7 +140,7 @@ def cpu_kernels_take(
 
 
 def cpu_row(
-    opt: Optimizer, item: Item, group: dict[str, Any], lr: float, batch: _native.Batch, states: tuple[Tensor, ...],
+    opt: OptimizerForms, item: Item, group: dict[str, Any], lr: float, batch: _native.Batch, states: tuple[Tensor, ...],
     powers: tuple[Tensor, ...] = (), *, decay: float = math.nan, checked: tuple[Tensor, ...] | None = None,
 ) -> bool | None:
     """A ``_compiled_row`` for the compiled CPU kernels: ``item``'s row with its ``states`` and
@@ -158,7 +221,7 @@ def _addresses(pairs: ParamsGrads) -> list[int]:
         return [_devices.address(g) for _, g in pairs]
 
 
-def _state_values(opt: Optimizer, pairs: ParamsGrads) -> tuple[Any, ...] | None:
+def _state_values(opt: OptimizerForms, pairs: ParamsGrads) -> tuple[Any, ...] | None:
     """Every value of the parameters' states, in order (``None`` where one is not a dict). A plan
     keeps the rows of the tensors it was made with: a tensor the user puts in their place (a reset,
     an offload) or ``state.clear()`` makes a new plan. (Indexing, not ``get``: the view of the state
@@ -209,7 +272,7 @@ class _Plan:
         self.values: tuple[Any, ...] | None = None
         self.pointers: list[int] | None = None
 
-    def made_for(self, opt: Optimizer, pairs: ParamsGrads) -> bool:
+    def made_for(self, opt: OptimizerForms, pairs: ParamsGrads) -> bool:
         """Whether the rows point at these parameters and at the tensors of their states now."""
         values = _state_values(opt, pairs)
         return (
@@ -217,7 +280,7 @@ class _Plan:
             and self.pointers == _pointers(values)
         )
 
-    def remember(self, opt: Optimizer, pairs: ParamsGrads) -> None:
+    def remember(self, opt: OptimizerForms, pairs: ParamsGrads) -> None:
         """Record what the rows point at (``made_for``), once the states are made."""
         self.params = [p for p, _ in pairs]
         self.values = _state_values(opt, pairs)
@@ -231,11 +294,11 @@ class _Plan:
         for address, slot in zip(addresses, self.slots):
             if slot is not None:
                 batch, row = slot
-                batch.rows[row * _native.ROW + 2] = address
+                batch.rows[row * _native.ROW + _native.S_G] = address
                 _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their gradient offsets
         self.grads = addresses
 
-    def set_rate(self, opt: Optimizer, group: dict[str, Any], lr: float) -> bool:
+    def set_rate(self, opt: OptimizerForms, group: dict[str, Any], lr: float) -> bool:
         """Write the rows' numbers for the group's new rate ``lr`` (``Optimizer._row_rate``, once per
         kind of row); ``False`` where a GPU row cannot take it (not a float32 value: a new plan)."""
         for rates in self.rates.values():
@@ -244,9 +307,9 @@ class _Plan:
             if rates.gpu and _numerics.round_f32(rate) != rate:
                 return False
             for batch, row in rates.rows:
-                batch.per[row * _native.PER] = rate
+                batch.per[row * _native.PER + _native.P_LR] = rate
                 if decay is not None:
-                    batch.per[row * _native.PER + 1] = decay
+                    batch.per[row * _native.PER + _native.P_DECAY] = decay
                 if rates.gpu:
                     _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their rate columns
         self.lr = lr
@@ -280,12 +343,12 @@ def optional_form(stub: _F) -> _F:
     return stub
 
 
-def _defines(opt: Optimizer, *hooks: str) -> bool:
+def _defines(opt: OptimizerForms, *hooks: str) -> bool:
     """Whether ``opt``'s class defines each of the optional ``hooks`` (see ``optional_form``)."""
     return not any(getattr(getattr(type(opt), hook), "_paddle_compat_stub", False) for hook in hooks)
 
 
-def place(opt: Optimizer, group: dict[str, Any], p: Tensor) -> str:
+def place(opt: OptimizerForms, group: dict[str, Any], p: Tensor) -> str:
     """The parameter, for an error: its place in the optimizer and its name if it has one."""
     index = next(i for i, q in enumerate(group["params"]) if q is p)
     where = f"parameter {index} of parameter group {opt.param_groups.index(group)}"
@@ -294,7 +357,7 @@ def place(opt: Optimizer, group: dict[str, Any], p: Tensor) -> str:
     return f"{where}{f' ({name!r})' if isinstance(name, str) else ''}"
 
 
-def _describe(opt: Optimizer, group: dict[str, Any], p: Tensor, g: Tensor) -> str:
+def _describe(opt: OptimizerForms, group: dict[str, Any], p: Tensor, g: Tensor) -> str:
     """The parameter, for an error: ``place``, and its kind."""
     kinds = {f"{type(t).__name__} ({t.layout}, {t.device})" for t in (p, g)}
     return f"{place(opt, group, p)}, a {' with a '.join(sorted(kinds))}"
@@ -314,7 +377,7 @@ class Engine:
         # caches: a copy starts empty (plans hold addresses of the original's tensors)
         return (Engine, ())
 
-    def update(self, opt: Optimizer, group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None) -> None:
+    def update(self, opt: OptimizerForms, group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None) -> None:
         """Update the parameters of ``pairs`` (clipped already) with ``opt``'s formulas: the kernels'
         rows, then the rest per tensor (regularization, ``_kernel``). ``found_inf``: a GradScaler's
         flag on a GPU, tested by the GPU kernels on the device (read here only for the rest)."""
@@ -394,7 +457,8 @@ class Engine:
                 _multi_tensor.write_rates(batch, device)
 
     def _plan(
-        self, opt: Optimizer, key: tuple[Any, ...], group: dict[str, Any], pairs: ParamsGrads, found_inf: Tensor | None
+        self, opt: OptimizerForms, key: tuple[Any, ...], group: dict[str, Any], pairs: ParamsGrads,
+        found_inf: Tensor | None,
     ) -> _Plan:
         """The plan of this step (made for ``key``): create the missing state, and sort the
         parameters into the rows of the compiled CPU kernel (``_native``), the rows of the GPU
@@ -459,7 +523,7 @@ class Engine:
         return plan
 
     @staticmethod
-    def _run_multi_tensor(opt: Optimizer, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
+    def _run_multi_tensor(opt: OptimizerForms, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:
         """Launch the GPU kernels of ``plan``, all or nothing: the device tables of every launch are
         made and every kernel variant the step needs is compiled before the first launch; a failure
         there returns ``False`` (the caller falls back) with nothing written. Each launch reads the

@@ -143,21 +143,20 @@ class Launch:
         origin = self.base.data_ptr()
         relative = list(rows)
         for t in range(count):
-            for slot in range(1, _native.ROW - 1):  # the pointer slots (0 = absent, never read)
+            for slot in _native.POINTERS:  # (0 = absent, never read)
                 i = t * _native.ROW + slot
                 if relative[i]:
                     relative[i] -= origin
         self.members, self.stale, self.captured = members, False, False
-        self.grads = _devices.upload(torch.tensor(relative[2 :: _native.ROW], dtype=torch.int64), device)
+        self.grads = _devices.upload(torch.tensor(relative[_native.S_G :: _native.ROW], dtype=torch.int64), device)
         # (tensor, block) for every block of every tensor, made with torch: a large model has
         # hundreds of thousands of blocks
-        per_tensor = -(-torch.tensor(rows[:: _native.ROW], dtype=torch.int64) // BLOCK)
+        per_tensor = -(-torch.tensor(rows[_native.S_N :: _native.ROW], dtype=torch.int64) // BLOCK)
         tensor_of = torch.repeat_interleave(torch.arange(count), per_tensor)
         first = torch.repeat_interleave(torch.cumsum(per_tensor, 0) - per_tensor, per_tensor)
         blocks = torch.stack([tensor_of, torch.arange(len(tensor_of)) - first], 1).to(torch.int32).reshape(-1)
         self.grid = (len(tensor_of),)
-        packed = rows[_native.ROW - 1]
-        self.dtypes = (packed & 15, (packed >> 4) & 15, (packed >> 8) & 15, (packed >> 12) & 15)
+        self.dtypes = _native.packed_dtypes(rows[_native.S_DT])
         self.aligned = aligned
         self.rows = _devices.upload(torch.tensor(relative, dtype=torch.int64), device)
         self.per = _devices.upload(torch.tensor(per, dtype=torch.float32), device)
@@ -182,7 +181,7 @@ class Launch:
         event in torch's pinned-memory cache that later pinned allocations fail on: seen with torch
         2.11 on an H100.)
         """
-        addresses = [batch.rows[i * _native.ROW + 2] for i in self.members]
+        addresses = [batch.rows[i * _native.ROW + _native.S_G] for i in self.members]
         if self.aligned and any(a % 16 for a in addresses):
             return False
         origin = self.base.data_ptr()
@@ -240,7 +239,7 @@ def refuse_new_rate(device: torch.device) -> None:
         )
 
 
-_RATE_COLUMNS = (0, 1)  # the per-tensor numbers a new rate rewrites (``_native.PER``: lr, decay)
+_RATE_COLUMNS = (_native.P_LR, _native.P_DECAY)  # the per-tensor numbers a new rate rewrites
 
 
 def _write(table: Tensor, values: list[Any], capturing: bool) -> None:
@@ -258,9 +257,12 @@ def _write(table: Tensor, values: list[Any], capturing: bool) -> None:
         table.copy_(torch.tensor(values, dtype=table.dtype).pin_memory(), non_blocking=True)
 
 
+_DATA_POINTERS = (_native.S_W, _native.S_G, _native.S_P, _native.S_S1, _native.S_S2, _native.S_S3)
+
+
 def _aligned(row: list[int]) -> bool:
     """Whether the tensor's data (not its beta powers) is 16-byte aligned and its size a multiple of 4."""
-    return row[0] % 4 == 0 and all(ptr % 16 == 0 for ptr in row[1:7])
+    return row[_native.S_N] % 4 == 0 and all(row[slot] % 16 == 0 for slot in _DATA_POINTERS)
 
 
 def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
@@ -279,7 +281,7 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
     rows, per = batch.rows, batch.per
     for t in range(len(batch)):
         row = list(rows[t * _native.ROW : (t + 1) * _native.ROW])
-        rows_, per_, pows_, members = groups.setdefault((row[-1], _aligned(row)), ([], [], [], []))
+        rows_, per_, pows_, members = groups.setdefault((row[_native.S_DT], _aligned(row)), ([], [], [], []))
         rows_ += row
         per_ += per[t * _native.PER : (t + 1) * _native.PER]
         members.append(t)

@@ -23,13 +23,27 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# dtype codes of _native.DTYPE, and the row and per-tensor layouts of _native.Batch
-F64: tl.constexpr = tl.constexpr(1)
-BF16: tl.constexpr = tl.constexpr(2)
-F16: tl.constexpr = tl.constexpr(3)
-NONE: tl.constexpr = tl.constexpr(15)
-ROW: tl.constexpr = tl.constexpr(10)
-PER: tl.constexpr = tl.constexpr(4)
+from .. import _native
+
+# dtype codes of _native.DTYPE, and the row and per-tensor layouts of _native.Batch (declared there)
+F32: tl.constexpr = tl.constexpr(_native.DT_F32)
+F64: tl.constexpr = tl.constexpr(_native.DT_F64)
+BF16: tl.constexpr = tl.constexpr(_native.DT_BF16)
+F16: tl.constexpr = tl.constexpr(_native.DT_F16)
+NONE: tl.constexpr = tl.constexpr(_native.DT_NONE)
+ROW: tl.constexpr = tl.constexpr(_native.ROW)
+PER: tl.constexpr = tl.constexpr(_native.PER)
+S_N: tl.constexpr = tl.constexpr(_native.S_N)
+S_W: tl.constexpr = tl.constexpr(_native.S_W)
+S_P: tl.constexpr = tl.constexpr(_native.S_P)
+S_S1: tl.constexpr = tl.constexpr(_native.S_S1)
+S_S2: tl.constexpr = tl.constexpr(_native.S_S2)
+S_S3: tl.constexpr = tl.constexpr(_native.S_S3)
+S_POW1: tl.constexpr = tl.constexpr(_native.S_POW1)
+S_POW2: tl.constexpr = tl.constexpr(_native.S_POW2)
+P_LR: tl.constexpr = tl.constexpr(_native.P_LR)
+P_DECAY: tl.constexpr = tl.constexpr(_native.P_DECAY)
+P_L2: tl.constexpr = tl.constexpr(_native.P_L2)
 
 
 @triton.jit
@@ -80,7 +94,7 @@ def _block(blocks, rows, found, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, 
     t = tl.load(blocks + 2 * pid).to(tl.int64)
     row = rows + t * ROW
     start = tl.load(blocks + 2 * pid + 1).to(tl.int64) * BLOCK
-    n = tl.load(row)
+    n = tl.load(row + S_N)
     if ALIGNED:
         start = tl.multiple_of(start, BLOCK)
         n = tl.multiple_of(n, 4)
@@ -96,7 +110,7 @@ def _block(blocks, rows, found, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, 
 @triton.jit
 def _with_l2(g, w, per, t):
     """g + w*l2 (two roundings) where the tensor's L2 coefficient is set (not NaN), else g."""
-    l2 = tl.load(per + t * PER + 2)
+    l2 = tl.load(per + t * PER + P_L2)
     return tl.where(l2 == l2, g + w * l2, g)
 
 
@@ -105,7 +119,7 @@ def _store_w(base, row, w_ptr, offs, w, mask, W: tl.constexpr, P: tl.constexpr, 
     """The updated value, and the low-precision parameter refreshed from it when there is one."""
     _store(w_ptr, offs, w, mask, W)
     if P != NONE:
-        _store(_ptr(base, row, 3, P, ALIGNED), offs, w, mask, P)
+        _store(_ptr(base, row, S_P, P, ALIGNED), offs, w, mask, P)
 
 
 @triton.jit
@@ -113,8 +127,8 @@ def sgd_kernel(base, blocks, rows, grads, per, found, W: tl.constexpr, G: tl.con
                HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
     """w = fma(-lr, g, w); with L2 decay first g = g + w*coeff (two roundings)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr = tl.load(per + t * PER)
-    w_ptr = _ptr(base, row, 1, W, ALIGNED)
+    lr = tl.load(per + t * PER + P_LR)
+    w_ptr = _ptr(base, row, S_W, W, ALIGNED)
     w = _load(w_ptr, offs, mask, W)
     g = _with_l2(_load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G), w, per, t)
     w = tl.fma(-lr, g, w)
@@ -128,9 +142,9 @@ def momentum_kernel(base, blocks, rows, grads, per, found, mu, coeff, rescale, W
     """g = g*rescale; g = fma(coeff, w, g); v = fma(v, mu, g);
     w = fma(-lr, v, w), or with Nesterov w = fma(-fma(v, mu, g), lr, w)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr = tl.load(per + t * PER)
-    w_ptr = _ptr(base, row, 1, W, ALIGNED)
-    v_ptr = _ptr(base, row, 4, W, ALIGNED)
+    lr = tl.load(per + t * PER + P_LR)
+    w_ptr = _ptr(base, row, S_W, W, ALIGNED)
+    v_ptr = _ptr(base, row, S_S1, W, ALIGNED)
     w = _load(w_ptr, offs, mask, W)
     g = _load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G) * rescale
     if HAS_COEFF:
@@ -153,13 +167,13 @@ def adam_kernel(base, blocks, rows, grads, per, found, b1, b2, c1, c2, eps, W: t
     w = fma(m / (sqrt(v)/sqrt(1-b2^t) + eps), -(lr/(1-b1^t)), w). The beta powers are read here
     and multiplied afterwards by the caller (every block of a tensor reads them first)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr = tl.load(per + t * PER)
-    keep = tl.load(per + t * PER + 1)
-    b1p = tl.load(_ptr(base, row, 7, 0, False))
-    b2p = tl.load(_ptr(base, row, 8, 0, False))
-    w_ptr = _ptr(base, row, 1, W, ALIGNED)
-    m_ptr = _ptr(base, row, 4, S, ALIGNED)
-    v_ptr = _ptr(base, row, 5, S, ALIGNED)
+    lr = tl.load(per + t * PER + P_LR)
+    keep = tl.load(per + t * PER + P_DECAY)
+    b1p = tl.load(_ptr(base, row, S_POW1, F32, False))
+    b2p = tl.load(_ptr(base, row, S_POW2, F32, False))
+    w_ptr = _ptr(base, row, S_W, W, ALIGNED)
+    m_ptr = _ptr(base, row, S_S1, S, ALIGNED)
+    v_ptr = _ptr(base, row, S_S2, S, ALIGNED)
     w = _load(w_ptr, offs, mask, W)
     g = _with_l2(_load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G), w, per, t)
     w = w * keep
@@ -168,7 +182,7 @@ def adam_kernel(base, blocks, rows, grads, per, found, b1, b2, c1, c2, eps, W: t
     _store(m_ptr, offs, m, mask, S)
     _store(v_ptr, offs, v, mask, S)
     if AMSGRAD:
-        vmax_ptr = _ptr(base, row, 6, S, ALIGNED)
+        vmax_ptr = _ptr(base, row, S_S3, S, ALIGNED)
         v = tl.maximum(v, _load(vmax_ptr, offs, mask, S), propagate_nan=tl.PropagateNan.ALL)
         _store(vmax_ptr, offs, v, mask, S)
     denom = tl.math.div_rn(tl.sqrt_rn(v), tl.sqrt_rn(1.0 - b2p)) + eps

@@ -124,7 +124,7 @@ class Lamb(Optimizer):
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         # The kernel takes the tensors in groups whose updates fit this buffer (float64 where a row
         # computes in it): the largest tensor's at least, else _GROUP elements, or all when fewer.
-        sizes = batch.rows[:: _native.ROW]
+        sizes = batch.rows[_native.S_N :: _native.ROW]
         n = max(max(sizes), min(sum(sizes), _GROUP))
         wide = any(t.dtype == torch.float64 for t in batch.tensors)
         dtype = torch.float64 if wide else torch.float32

@@ -4,10 +4,10 @@ What every optimizer shares lives here: parameter groups, the learning rate Padd
 the order inside a step (clip -> regularization -> update), fp32 master weights, and the methods
 Paddle code calls (``step``, ``minimize``, ``clear_grad``, ``get_lr``, ``set_lr``,
 ``set_lr_scheduler``, ``state_dict``, ``set_state_dict``), and the hooks through which the update
-engine (``_engine``) runs a subclass's formula. A subclass must define ``_init_state`` and
-``_kernel`` (its formula in torch form, per tensor); ``_compiled_row`` with ``_compiled_call``
-(the compiled CPU kernels) and ``_multi_tensor_call`` (the GPU kernels) are optional speed-ups
-giving the same bits.
+engine (``_engine``) runs a subclass's formula (all of them, typed: ``_engine.OptimizerForms``). A
+subclass must define ``_init_state`` and ``_kernel`` (its formula in torch form, per tensor);
+``_compiled_row`` with ``_compiled_call`` (the compiled CPU kernels) and ``_multi_tensor_call``
+(the GPU kernels) are optional speed-ups giving the same bits.
 
 Parameter groups keep torch's keys (``lr``, read by torch's LR schedulers) and Paddle's keys
 (``learning_rate``: a ratio applied to the base rate; ``weight_decay``; ``grad_clip``; the

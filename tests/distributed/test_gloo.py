@@ -89,6 +89,17 @@ PADDLE_ON_SHARDS = [
 ]
 
 
+# the optimizers that refuse sharded parameters (their update needs the whole: test below)
+REFUSE_SHARDS = {"lamb", "asgd"}
+
+
+def test_every_optimizer_of_the_table_steps_shards_or_refuses_them() -> None:
+    """The cases above cover the optimizers' table (``optim_db``, from the package's): a new
+    optimizer needs a case here (``worker._paddle_optimizers``) or its refusal."""
+    covered = {case.split("_")[0] for case in PADDLE_ON_SHARDS} | REFUSE_SHARDS
+    assert {cls.__name__.lower() for cls in CLASSES} == covered
+
+
 def ulps(a: torch.Tensor, b: torch.Tensor) -> int:
     from paddle_compat.parity._arrays import ulp_distance
 

@@ -23,7 +23,7 @@ import torch
 
 import paddle_compat.optimizer as popt
 
-from ..optim_db import CLASSES, OURS, cases, ids
+from ..optim_db import CLASSES, OPTIM_DB, OURS, cases, ids
 from .paddle_oracle import assert_bitwise_equal, paddle_params_like
 
 _UNIQUE = itertools.count()  # Paddle refuses to reuse a parameter name
@@ -94,7 +94,7 @@ def test_lamb_docstring_example_with_tensor_betas(dtype):
     step_both(ours_opt, paddle_opt, ours, paddles, 4)
 
 
-@pytest.mark.parametrize("name", ["Adam", "AdamW", "Lamb", "Adamax", "NAdam", "RAdam"])
+@pytest.mark.parametrize("name", [info.cls.__name__ for info in OPTIM_DB if info.tensor_options])
 def test_tensor_betas_and_epsilon_follow_paddle(name):
     """Every tensor option at a value other than Paddle's defaults, in float64 (the beta powers of
     Adam, AdamW and Lamb start at 0.9 and 0.999 anyway; Adamax's at the tensor's beta1)."""

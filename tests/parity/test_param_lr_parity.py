@@ -9,7 +9,7 @@ from typing import Any
 import paddle
 import pytest
 
-from ..optim_db import OURS, _groups_by_name
+from ..optim_db import OPTIM_DB, OURS, _groups_by_name
 from .test_optimizer_parity import Config, needs_hardware_rsqrt, run_parity
 
 _RATIOS = {"w1": 0.3, "b2": 2.5}  # the other parameters keep 1.0
@@ -34,10 +34,8 @@ def _with_param_rates(api: Any, name: str, lr: float, grouped: bool) -> Any:
     return make
 
 
-_EVERY = [("SGD", 0.1), ("Momentum", 0.05), ("Adam", 0.01), ("AdamW", 0.01), ("Adagrad", 0.1), ("RMSProp", 0.01),
-          ("Adadelta", 1.0), ("Adamax", 0.01), ("NAdam", 0.01), ("RAdam", 0.01), ("ASGD", 0.05), ("Rprop", 0.01),
-          ("Lamb", 0.01)]
-_EIGEN_SQRT = {"Adagrad", "RMSProp", "Adadelta", "NAdam", "RAdam"}
+_EVERY = [(info.cls.__name__, info.learning_rate) for info in OPTIM_DB]
+_EIGEN_SQRT = {info.cls.__name__ for info in OPTIM_DB if info.eigen_sqrt}
 RATE_CONFIGS = [
     (Config(f"{name.lower()}_{'group_rates_over' if grouped else 'param'}_attr_rates",
             _with_param_rates(OURS, name, lr, grouped), _with_param_rates(paddle, name, lr, grouped), steps=25),

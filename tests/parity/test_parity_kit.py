@@ -27,6 +27,7 @@ from paddle_compat.parity import (
 )
 from paddle_compat.parity._arrays import array_of
 
+from ..optim_db import FAMILY, info_of
 from ..test_parity_demo import demo_port  # the demo's port, loaded from examples/parity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,6 +263,13 @@ OPTIMIZERS = {
         lambda ps: paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=ps),
     ),
 }
+# options of the other optimizers (the rest take their defaults)
+_KIT_OPTIONS: dict[str, dict] = {
+    "RMSProp": {"learning_rate": 0.01, "momentum": 0.5, "centered": True},
+    "Adagrad": {"learning_rate": 0.05, "initial_accumulator_value": 0.1},
+    "RAdam": {"beta2": 0.9},
+    "ASGD": {"batch_num": 2},
+}
 # The other optimizers of paddle.optimizer, with their accumulators' names, shapes and layouts (ASGD's
 # stacked history, NAdam's and RAdam's parameter-shaped powers, int64 counters). Not Lamb: its trust
 # ratio is per parameter, and the port's attention holds Paddle's three projections in one tensor
@@ -272,11 +280,9 @@ OPTIMIZERS.update(
             lambda ps, name=name, kw=kw: getattr(popt, name)(parameters=ps, **kw),
             lambda ps, name=name, kw=kw: getattr(paddle.optimizer, name)(parameters=ps, **kw),
         )
-        for name, kw in [
-            ("RMSProp", {"learning_rate": 0.01, "momentum": 0.5, "centered": True}),
-            ("Adagrad", {"learning_rate": 0.05, "initial_accumulator_value": 0.1}), ("Adamax", {}),
-            ("Adadelta", {}), ("NAdam", {}), ("RAdam", {"beta2": 0.9}), ("ASGD", {"batch_num": 2}), ("Rprop", {}),
-        ]
+        for name, kw in (
+            (cls.__name__, _KIT_OPTIONS.get(cls.__name__, {})) for cls in FAMILY if cls is not popt.Lamb
+        )
     }
 )
 
@@ -285,7 +291,7 @@ def _needs_hardware_rsqrt(name: str) -> None:
     """Paddle's float32 Eigen sqrt (these optimizers') is bitwise only with the CPU's own rsqrt."""
     from paddle_compat.optimizer import _eigen
 
-    if name in ("RMSProp", "Adagrad", "Adadelta", "NAdam", "RAdam") and _eigen._hardware_rsqrt() is None:
+    if info_of(getattr(popt, name)).eigen_sqrt and _eigen._hardware_rsqrt() is None:
         pytest.skip("Eigen's float32 sqrt needs the CPU's rsqrt from the compiled kernels, not available here")
 
 
