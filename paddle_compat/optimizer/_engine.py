@@ -436,7 +436,7 @@ class Engine:
                 master.copy_(new)
             p.copy_(new)  # rounds to p's dtype, to nearest even as Paddle's casts
 
-    def rate_moved(self, opt: Optimizer) -> None:
+    def rate_moved(self, opt: OptimizerForms) -> None:
         """The groups' rates moved between steps (a scheduler of ours stepped, or ``set_lr``): write
         them to the GPU tables now. A replay of a captured step runs none of this Python and reads
         its rate from the device, so it follows the scheduler; an eager step finds them written.
