@@ -347,9 +347,14 @@ def interpreted_gpu_path(monkeypatch: pytest.MonkeyPatch):
         pytest.skip("this Triton's interpreter rounds tl.fma twice: it cannot stand in for the GPU")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
+    monkeypatch.setattr(_eigen, "_hardware_rsqrt", lambda: None)  # Eigen's sqrt as on CUDA: the IEEE root
     if _multi_tensor.kernels(torch.device("cpu")) is None:
         pytest.skip("this Triton cannot interpret the kernels")
-    return spy(monkeypatch, _multi_tensor, ["sgd", "momentum", "adam"])
+    return spy(monkeypatch, _multi_tensor, MULTI_TENSOR_CALLS)
+
+
+# the launch functions of _multi_tensor, one per optimizer (AdamW's is Adam's)
+MULTI_TENSOR_CALLS = ["sgd", "momentum", "adam", "rmsprop", "adagrad", "adadelta", "adamax", "asgd", "rprop", "radam"]
 
 
 GPU_DTYPES = {k: DTYPES[k] for k in ("fp32", "bf16_master", "fp16_master_fp32_main_grad")}
@@ -401,34 +406,48 @@ def _ptx(kernel, signature: dict, constexprs: dict) -> str:
     return compiled.asm["ptx"]
 
 
-@pytest.mark.parametrize(
-    ("name", "fmas_per_element", "extra", "constexprs"),
-    [
-        ("sgd_kernel", 1, {}, {"W": 0, "G": 2, "P": 2}),
-        ("momentum_kernel", 4, {"mu": "fp32", "coeff": "fp32", "rescale": "fp32"},
-         {"W": 0, "G": 3, "P": 3, "HAS_COEFF": True, "NESTEROV": True}),
-        ("adam_kernel", 3, {"b1": "fp32", "b2": "fp32", "c1": "fp32", "c2": "fp32", "eps": "fp32"},
-         {"W": 0, "G": 2, "P": 2, "S": 2, "AMSGRAD": True}),
-    ],
-)
+F32 = "fp32"
+COMPILED = [
+    ("sgd_kernel", 1, {}, {"W": 0, "G": 2, "P": 2}),
+    ("momentum_kernel", 4, {"mu": F32, "coeff": F32, "rescale": F32},
+     {"W": 0, "G": 3, "P": 3, "HAS_COEFF": True, "NESTEROV": True}),
+    ("adam_kernel", 3, {"b1": F32, "b2": F32, "c1": F32, "c2": F32, "eps": F32},
+     {"W": 0, "G": 2, "P": 2, "S": 2, "AMSGRAD": True}),
+    ("rmsprop_kernel", 0, {"rho": F32, "keep": F32, "eps": F32, "mu": F32},
+     {"W": 0, "G": 2, "P": 2, "S": 0, "CENTERED": True}),
+    ("adagrad_kernel", 0, {"eps": F32}, {"W": 0, "G": 3, "P": 3, "S": 0}),
+    ("adadelta_kernel", 0, {"rho": F32, "keep": F32, "eps": F32}, {"W": 0, "G": 2, "P": 2, "S": 0}),
+    ("adamax_kernel", 0, {"b1": F32, "c1": F32, "b2": F32, "eps": F32}, {"W": 0, "G": 2, "P": 2, "S": 0}),
+    ("asgd_kernel", 0, {}, {"NB": 3, "W": 0, "G": 2, "P": 2, "S": 2}),
+    ("rprop_kernel", 0, {"lo": F32, "hi": F32, "eta_minus": F32, "eta_plus": F32}, {"W": 0, "G": 0, "P": 15}),
+    ("radam_kernel", 0, {"pow3": "*i64", "b1": F32, "c1": F32, "b2": F32, "c2": F32, "eps": F32, "rho_inf": F32},
+     {"W": 0, "G": 2, "P": 2, "S": 0}),
+]
+# the arguments between ``found`` and the hyper-parameters, where a kernel has any
+_BEFORE_FOUND = {"radam_kernel": ["pow3"]}
+
+
+@pytest.mark.parametrize(("name", "fmas_per_element", "extra", "constexprs"), COMPILED, ids=[c[0] for c in COMPILED])
 @pytest.mark.parametrize("aligned", [False, True])
 def test_gpu_kernels_compile_with_ieee_arithmetic(name, fmas_per_element, extra, constexprs, aligned) -> None:
-    """Compiled (not interpreted): exactly the FMAs of Paddle's GPU formulas and nothing else
-    contracted, IEEE division and square root, no flushing of subnormals, and vector memory
-    accesses for aligned tensors."""
+    """Compiled (not interpreted): exactly the FMAs of Paddle's GPU formulas (the later optimizers'
+    torch forms have none) and nothing else contracted, IEEE division and square root, no flushing
+    of subnormals, and vector memory accesses for aligned tensors."""
     pytest.importorskip("triton")
     mod = _multi_tensor._load(interpret=False)
     if mod is None:
         pytest.skip("this Triton cannot build the kernels")
-    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "grads": "*i64", "per": "*fp32", "found": "*fp32",
-                 **extra}
+    before = {key: extra[key] for key in _BEFORE_FOUND.get(name, [])}
+    after = {key: value for key, value in extra.items() if key not in before}
+    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "grads": "*i64", "per": "*fp32", **before,
+                 "found": "*fp32", **after}
     ptx = _ptx(getattr(mod, name), signature,
                {**constexprs, "HAS_FOUND": True, "ALIGNED": aligned, "BLOCK": _multi_tensor.BLOCK})
     elements_per_thread = _multi_tensor.BLOCK // (8 * 32)
     assert ptx.count("fma.rn.f32") == fmas_per_element * elements_per_thread
     assert ".ftz" not in ptx and "approx" not in ptx
-    if name == "adam_kernel":
-        assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx
+    if name not in ("sgd_kernel", "momentum_kernel", "rprop_kernel", "asgd_kernel"):
+        assert "div.rn.f32" in ptx or "sqrt.rn.f32" in ptx
     assert ("ld.global.v4.b32" in ptx) == aligned
 
 
