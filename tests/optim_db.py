@@ -365,10 +365,10 @@ OPTIM_DB += [
     ),
     _family(
         "Adamax", 0.01,
-        ("adamax", {}, ("parity", "copies", "forms", "nonfinite"), {}),
+        ("adamax", {}, ("parity", "copies", "forms", "nonfinite", "gpu"), {}),
         ("adamax_l2_globalnorm_scaler", {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6, "weight_decay": 0.01,
-                                         "grad_clip": GLOBAL}, ("parity", "handover", "forms"), SCALER),
-        ("adamax_l1_byvalue", {"weight_decay": L1, "grad_clip": ("ClipGradByValue", 0.2)}, FORMS, {}),
+                                         "grad_clip": GLOBAL}, ("parity", "handover", "forms", "gpu"), SCALER),
+        ("adamax_l1_byvalue", {"weight_decay": L1, "grad_clip": ("ClipGradByValue", 0.2)}, (*FORMS, "gpu"), {}),
         ("adamax_groups_byvalue", {"weight_decay": L1, "groups": 0.02, "grad_clip": ("ClipGradByValue", 0.2)},
          ("parity",), {}),
         ("adamax_float64_set_lr", {}, ("parity",), F64_SET_LR),

@@ -12,8 +12,9 @@ from .. import _checks, _native
 from .._numerics import round_f32, round_to
 from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
+from . import _multi_tensor
 from ._eigen import float_attrs
-from ._engine import cpu_row
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option, tensor_options
 
@@ -71,10 +72,15 @@ class Adamax(Optimizer):
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         state = item[2]
+        if gpu:  # the beta power moves to the device: the kernel reads it, _finish_update advances it there
+            return gpu_row(self, item, group, lr, batch, (state["moment"], state["inf_norm"]), ("beta1_pow_acc",))
         return cpu_row(self, item, group, lr, batch, (state["moment"], state["inf_norm"]), (state["beta1_pow_acc"],))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.adamax(batch, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        _multi_tensor.adamax(kern, launch, found_inf, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
