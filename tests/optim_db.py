@@ -412,11 +412,11 @@ OPTIM_DB += [
     ),
     _family(
         "ASGD", 0.05,
-        ("asgd", {}, ("parity", "copies", "forms", "nonfinite"), {}),
+        ("asgd", {}, ("parity", "copies", "forms", "nonfinite", "gpu"), {}),
         ("asgd_batches_l2_globalnorm_scaler", {"batch_num": 4, "weight_decay": 0.01, "grad_clip": GLOBAL},
-         ("parity", "handover", "forms"), SCALER),
+         ("parity", "handover", "forms", "gpu"), SCALER),
         # past batch_num steps: the oldest gradient leaves the sum
-        ("asgd_batches_l1", {"batch_num": 2, "weight_decay": L1}, FORMS, {"steps": 5}),
+        ("asgd_batches_l1", {"batch_num": 2, "weight_decay": L1}, (*FORMS, "gpu"), {"steps": 5}),
         ("asgd_groups_l1", {"batch_num": 3, "weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("asgd_float64_set_lr", {}, ("parity",), F64_SET_LR),
         state_in_param_dtype=True,

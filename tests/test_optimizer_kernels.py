@@ -368,10 +368,13 @@ def test_multi_tensor_kernels_match_the_per_tensor_gpu_formulas(
 ) -> None:
     dtype, grad_dtype, mp, main_grad = dtypes
     make = lambda ps: maker(name)(ps, mp)  # noqa: E731
-    multi = train(make, dtype, grad_dtype, main_grad, GPU_SIZES)
+    steps = case(name).options.get("steps", 3)
+    per_tensor_calls = spy(monkeypatch, next(info.cls for info, inp in cases("gpu") if inp.desc == name), ["_kernel"])
+    multi = train(make, dtype, grad_dtype, main_grad, GPU_SIZES, steps)
     assert interpreted_gpu_path, "the multi-tensor kernels did not run"
+    assert not per_tensor_calls, "a parameter took the per-tensor form"
     use_native(monkeypatch, False)
-    per_tensor = train(make, dtype, grad_dtype, main_grad, GPU_SIZES)
+    per_tensor = train(make, dtype, grad_dtype, main_grad, GPU_SIZES, steps)
     assert_same_run(multi, per_tensor)
 
 
