@@ -85,6 +85,9 @@ class OptimizerInfo:
     changed_when_skipped: tuple[str, ...] = ()
     # the rate is only the initial step size (Rprop): schedulers, set_lr and rate ratios change nothing
     rate_is_initial_step: bool = False
+    # the update computes in the accumulators' dtype, the parameter's also with master weights (Rprop):
+    # the GPU kernels (float32 arithmetic) take float32 parameters only
+    computes_in_param_dtype: bool = False
 
 
 def _groups_by_name(params: list, weight_decay: Any) -> list[dict]:
@@ -423,16 +426,16 @@ OPTIM_DB += [
     ),
     _family(
         "Rprop", 0.01,
-        ("rprop", {}, ("parity", "copies", "forms", "nonfinite"), {}),
+        ("rprop", {}, ("parity", "copies", "forms", "nonfinite", "gpu"), {}),
         ("rprop_range_etas_globalnorm_scaler", {"learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3),
                                                 "grad_clip": GLOBAL}, ("parity", "handover"), SCALER),
-        ("rprop_range_etas", {"learning_rate": 0.04, "learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3)}, FORMS,
-         {"steps": 5}),
+        ("rprop_range_etas", {"learning_rate": 0.04, "learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3)},
+         (*FORMS, "gpu"), {"steps": 5}),
         ("rprop_groups_byvalue", {"groups": None, "grad_clip": ("ClipGradByValue", 0.2)}, ("parity",), {}),
         ("rprop_float64", {}, ("parity",), F64),
         # Paddle's CPU build has a bf16 Rprop kernel (bf16 arithmetic, no master weights)
         ("rprop_bf16", {}, ("parity",), {"dtype": torch.bfloat16}),
-        decay_arg=None, state_in_param_dtype=True, rate_is_initial_step=True,
+        decay_arg=None, state_in_param_dtype=True, rate_is_initial_step=True, computes_in_param_dtype=True,
     ),
 ]
 

@@ -367,15 +367,32 @@ def test_multi_tensor_kernels_match_the_per_tensor_gpu_formulas(
     name, dtypes, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dtype, grad_dtype, mp, main_grad = dtypes
+    info = next(info for info, inp in cases("gpu") if inp.desc == name)
+    if info.computes_in_param_dtype and dtype != torch.float32:
+        pytest.skip("fp16/bf16 arithmetic: the per-tensor form")
     make = lambda ps: maker(name)(ps, mp)  # noqa: E731
     steps = case(name).options.get("steps", 3)
-    per_tensor_calls = spy(monkeypatch, next(info.cls for info, inp in cases("gpu") if inp.desc == name), ["_kernel"])
+    per_tensor_calls = spy(monkeypatch, info.cls, ["_kernel"])
     multi = train(make, dtype, grad_dtype, main_grad, GPU_SIZES, steps)
     assert interpreted_gpu_path, "the multi-tensor kernels did not run"
     assert not per_tensor_calls, "a parameter took the per-tensor form"
     use_native(monkeypatch, False)
     per_tensor = train(make, dtype, grad_dtype, main_grad, GPU_SIZES, steps)
     assert_same_run(multi, per_tensor)
+
+
+GPU_NONFINITE = [inp.desc for info, inp in cases("gpu") if "nonfinite" in inp.suites]
+
+
+@pytest.mark.parametrize("name", GPU_NONFINITE)
+def test_multi_tensor_kernels_match_on_inf_and_nan_gradients(
+    name, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make = lambda ps: maker(name)(ps, False)  # noqa: E731
+    multi = train(make, torch.float32, torch.float32, False, GPU_SIZES, nonfinite=True)
+    assert interpreted_gpu_path
+    use_native(monkeypatch, False)
+    assert_same_run(multi, train(make, torch.float32, torch.float32, False, GPU_SIZES, nonfinite=True))
 
 
 def test_a_failing_gpu_kernel_falls_back_to_the_per_tensor_path(
