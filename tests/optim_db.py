@@ -402,12 +402,12 @@ OPTIM_DB += [
     ),
     _family(
         "RAdam", 0.01,
-        ("radam", {}, ("parity", "copies", "forms", "nonfinite"), {}),
+        ("radam", {}, ("parity", "copies", "forms", "nonfinite", "gpu"), {}),
         ("radam_l2_globalnorm_scaler", {"beta1": 0.8, "beta2": 0.9, "epsilon": 1e-6, "weight_decay": 0.01,
-                                        "grad_clip": GLOBAL}, ("parity", "handover", "forms"), SCALER),
-        ("radam_l1_bynorm", {"weight_decay": L1, "grad_clip": ("ClipGradByNorm", 0.3)}, FORMS, {}),
+                                        "grad_clip": GLOBAL}, ("parity", "handover", "forms", "gpu"), SCALER),
+        ("radam_l1_bynorm", {"weight_decay": L1, "grad_clip": ("ClipGradByNorm", 0.3)}, (*FORMS, "gpu"), {}),
         # the rectified update starts at the sixth step
-        ("radam_rectified", {"beta1": 0.8, "beta2": 0.9, "weight_decay": 0.01}, FORMS, {"steps": 8}),
+        ("radam_rectified", {"beta1": 0.8, "beta2": 0.9, "weight_decay": 0.01}, (*FORMS, "gpu"), {"steps": 8}),
         ("radam_groups_bynorm", {"weight_decay": L1, "groups": L2, "grad_clip": ("ClipGradByNorm", 0.3)},
          ("parity",), {}),
         ("radam_float64_set_lr", {}, ("parity",), F64_SET_LR),

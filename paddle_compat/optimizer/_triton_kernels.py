@@ -356,7 +356,7 @@ def radam_kernel(base, blocks, rows, grads, per, pow3, found, b1, c1, b2, c2, ep
         num = ((rho_t - 4.0) * (rho_t - 2.0)) * rho_inf
         den = ((rho_inf - 4.0) * (rho_inf - 2.0)) * rho_t
         r_t = tl.sqrt_rn(tl.math.div_rn(num, den))
-        l_t = tl.math.div_rn(tl.sqrt_rn(1.0 - beta2_pow) + tl.zeros_like(m2), tl.sqrt_rn(m2) + eps)
+        l_t = tl.math.div_rn(tl.sqrt_rn(1.0 - beta2_pow) + tl.full([BLOCK], 0.0, tl.float32), tl.sqrt_rn(m2) + eps)
         step = (step * r_t) * l_t
     _store_w(base, row, w_ptr, offs, w - step, mask, W, P, ALIGNED)
 
@@ -369,11 +369,11 @@ def radam_powers_kernel(base, rows, pow3, found, b1, b2, HAS_FOUND: tl.constexpr
     beta1_pow, beta2_pow, rho, rho_ptr = _radam_powers(base, row, pow3, t, b1, b2)
     keep = tl.full([1], 1, tl.int1)
     if HAS_FOUND:
-        keep = (tl.load(found) + tl.zeros([1], tl.float32)) == 0
-    zero = tl.arange(0, 1)
-    tl.store(_ptr(base, row, 7, 0, False) + zero, beta1_pow + tl.zeros([1], tl.float32), mask=keep)
-    tl.store(_ptr(base, row, 8, 0, False) + zero, beta2_pow + tl.zeros([1], tl.float32), mask=keep)
-    tl.store(rho_ptr + zero, rho + tl.zeros([1], tl.float32), mask=keep)
+        keep = (tl.load(found) + tl.full([1], 0.0, tl.float32)) == 0
+    zero = tl.arange(0, 1)  # one-element blocks (adding +0.0 changes no power: none is -0.0)
+    tl.store(_ptr(base, row, 7, 0, False) + zero, beta1_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(_ptr(base, row, 8, 0, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(rho_ptr + zero, rho + tl.full([1], 0.0, tl.float32), mask=keep)
 
 
 @triton.jit
