@@ -354,7 +354,8 @@ def interpreted_gpu_path(monkeypatch: pytest.MonkeyPatch):
 
 
 # the launch functions of _multi_tensor, one per optimizer (AdamW's is Adam's)
-MULTI_TENSOR_CALLS = ["sgd", "momentum", "adam", "rmsprop", "adagrad", "adadelta", "adamax", "asgd", "rprop", "radam"]
+MULTI_TENSOR_CALLS = ["sgd", "momentum", "adam", "rmsprop", "adagrad", "adadelta", "adamax", "asgd", "rprop", "radam",
+                      "nadam"]
 
 
 GPU_DTYPES = {k: DTYPES[k] for k in ("fp32", "bf16_master", "fp16_master_fp32_main_grad")}
@@ -441,6 +442,8 @@ COMPILED = [
     ("asgd_kernel", 0, {}, {"NB": 3, "W": 0, "G": 2, "P": 2, "S": 2}),
     ("rprop_kernel", 0, {"lo": F32, "hi": F32, "eta_minus": F32, "eta_plus": F32}, {"W": 0, "G": 0, "P": 15}),
     ("radam_kernel", 0, {"pow3": "*i64", "b1": F32, "c1": F32, "b2": F32, "c2": F32, "eps": F32, "rho_inf": F32},
+     {"W": 0, "G": 2, "P": 2, "S": 0}),
+    ("nadam_kernel", 0, {"scalars": "*fp32", "b1": F32, "c1": F32, "b2": F32, "c2": F32, "eps": F32},
      {"W": 0, "G": 2, "P": 2, "S": 0}),
 ]
 # the arguments between ``found`` and the hyper-parameters, where a kernel has any
@@ -556,8 +559,22 @@ def has_gpu_kernels(cls: type) -> bool:
 @pytest.mark.parametrize("found", [0.0, 1.0], ids=["finite", "skipped"])
 @pytest.mark.parametrize("name", [name for name, (info, _) in HANDOVER.items() if has_gpu_kernels(info.cls)])
 def test_handover_with_a_device_flag(name, found, interpreted_gpu_path) -> None:
-    """The flag is never read on the host: the kernels (and the clip's factor) test it."""
+    """The flag is never read on the host: the kernels (and the clip's factor) test it (but for
+    NAdam's, whose powers are on the host: the per-tensor form then reads it)."""
     handover(name, found)
+    assert interpreted_gpu_path  # (the reference's steps, without a flag, launch them too)
+
+
+def test_nadam_takes_the_per_tensor_form_with_a_device_flag(interpreted_gpu_path) -> None:
+    """Its powers are on the host: whether they advance is the flag's, read there by the per-tensor form."""
+    p = torch.nn.Parameter(torch.randn(10))
+    p.grad = torch.randn(10)
+    opt = popt.NAdam(0.01, parameters=[p])
+    opt.found_inf = torch.tensor([0.0])
+    opt.step()
+    assert interpreted_gpu_path == [] and opt.state[p]["beta2_pow"].is_cpu
+    del opt.found_inf
+    opt.step()
     assert interpreted_gpu_path
 
 

@@ -382,6 +382,29 @@ def rprop(mod: Kernels, launch: Launch, found_inf: Tensor | None, bounds: tuple[
     )
 
 
+def nadam(
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, numbers: list[float]
+) -> None:
+    """NAdam's kernel, with its five numbers per tensor of this step (computed on the host, from the
+    powers there) written to a device table first, without a host sync; not in a CUDA graph capture
+    (a replay would take the captured numbers)."""
+    w, g, p, s = launch.dtypes
+    table = launch.extra.get("nadam")
+    if table is None:
+        table = launch.extra["nadam"] = torch.empty(len(numbers), dtype=torch.float32, device=launch.per.device)
+    if not isinstance(mod, Compiling):
+        if _devices.capturing(launch.per.device):
+            raise CaptureError(
+                "paddle_compat: NAdam's GPU step computes its numbers on the host from powers kept there, "
+                "which a CUDA graph replay would not advance: NAdam steps cannot be captured"
+            )
+        _write(table, numbers, False)
+    mod.nadam_kernel[launch.grid](
+        scalars=table, b1=b1, c1=round_f32(1 - b1), b2=b2, c2=round_f32(1 - b2), eps=eps, W=w, G=g, P=p, S=s,
+        **_common(found_inf, launch),
+    )
+
+
 def radam(mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float) -> None:
     """RAdam's kernel, then one program per tensor advancing its three powers (not on a skipped step)."""
     w, g, p, s = launch.dtypes

@@ -415,3 +415,20 @@ def lamb_update_kernel(base, blocks, rows, grads, per, found, directions, offset
     w_ptr = _ptr(base, row, 1, W, ALIGNED)
     w = _load(w_ptr, offs, mask, W) - direction * (lr * ratio)
     _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
+
+
+@triton.jit
+def nadam_kernel(base, blocks, rows, grads, per, found, scalars, b1, c1, b2, c2, eps, W: tl.constexpr,
+                 G: tl.constexpr, P: tl.constexpr, S: tl.constexpr, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """With the tensor's five numbers of this step (``scalars``, from the host's powers: mu_next,
+    1/(1 - mu_product_next), 1 - mu_t, 1/(1 - mu_product), 1/(1 - beta2^t)):
+    m_hat = (m1*mu_next)*r1 + (g*(1 - mu_t))*r2; w = w - (m_hat*lr)/(sqrt(m2*r3) + eps)."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    numbers = scalars + t * 5
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    m1, m2 = _moments(base, row, g, offs, mask, b1, c1, b2, c2, S, ALIGNED)
+    m_hat = (m1 * tl.load(numbers)) * tl.load(numbers + 1) + (g * tl.load(numbers + 2)) * tl.load(numbers + 3)
+    den = tl.sqrt_rn(m2 * tl.load(numbers + 4)) + eps
+    _store_w(base, row, w_ptr, offs, w - tl.math.div_rn(m_hat * lr, den), mask, W, P, ALIGNED)

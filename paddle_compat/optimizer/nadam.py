@@ -8,10 +8,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks, _native
-from .._numerics import round_f32, round_to
+from .. import _checks, _devices, _native
+from .._numerics import cuda_div, round_f32, round_to
+from . import _multi_tensor
 from ._eigen import adam_moments_, float_attrs, pow_like_libm, sqrt_like_eigen
-from ._engine import cpu_row
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype, paddle_option, tensor_options
 
@@ -77,7 +78,34 @@ class NAdam(Optimizer):
     ) -> bool | None:
         state = item[2]
         powers = (state["momentum_decay_pow"], state["beta2_pow"], state["mu_product"])
-        return cpu_row(self, item, group, lr, batch, (state["moment1"], state["moment2"]), powers)
+        moments = (state["moment1"], state["moment2"])
+        if gpu:
+            # The powers stay on the host (the prologue's libm pow has no bitwise device twin), so a
+            # GradScaler's flag on the device, which decides whether they advance, takes the
+            # per-tensor form (which reads it).
+            found = getattr(self, "found_inf", None)
+            if found is not None and _devices.gpu_kernels(found):
+                return None
+            return gpu_row(self, item, group, lr, batch, moments, self._host_state, on_host=True)
+        return cpu_row(self, item, group, lr, batch, moments, powers)
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        b1, b2, eps = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon"))
+        numbers: list[float] = []
+        advanced = []
+        for powers in zip(*launch.pows):  # each row's three powers, on the host
+            decay_pow, beta2_pow, mu_product, mu_t, mu_next, mu_product_next = _prologue(powers, group, torch.float32)
+            # the torch form's divisions by these scalars, as torch's CUDA kernel does them (_numerics.cuda_div)
+            numbers += [
+                mu_next, round_f32(1 / round_f32(1 - mu_product_next)), round_f32(1 - mu_t),
+                round_f32(1 / round_f32(1 - mu_product)), round_f32(1 / round_f32(1 - beta2_pow)),
+            ]
+            advanced.append((decay_pow, beta2_pow, mu_product))
+        _multi_tensor.nadam(kern, launch, found_inf, b1, b2, eps, numbers)
+        if not isinstance(kern, _multi_tensor.Compiling):
+            for powers, values in zip(zip(*launch.pows), advanced):
+                for power, value in zip(powers, values):
+                    power.fill_(value)
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         b1, b2, eps, decay = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon", "momentum_decay"))
@@ -88,25 +116,20 @@ class NAdam(Optimizer):
     ) -> Tensor:
         mt = compute_dtype(value)
         rnd = round_to(mt)
-        b1, b2, eps, md = float_attrs(group, mt, "beta1", "beta2", "epsilon", "momentum_decay")
-        # the scalar prologue, as Paddle's kernel computes it on every (equal) element
-        decay_pow = rnd(state["momentum_decay_pow"].item() * rnd(_DECAY_BASE))
-        beta2_pow = rnd(state["beta2_pow"].item() * b2)
-        half = rnd(0.5 * pow_like_libm(decay_pow, md, mt))
-        mu_t = rnd(b1 * rnd(1 - half))
-        mu_next = rnd(b1 * rnd(1 - rnd(half * pow_like_libm(rnd(_DECAY_BASE), md, mt))))
-        mu_product = rnd(state["mu_product"].item() * mu_t)
-        mu_product_next = rnd(mu_product * mu_next)
+        b1, b2, eps = float_attrs(group, mt, "beta1", "beta2", "epsilon")
+        powers = tuple(state[key] for key in self._host_state)
+        decay_pow, beta2_pow, mu_product, mu_t, mu_next, mu_product_next = _prologue(powers, group, mt)
 
         w, g = value.to(mt), grad.to(mt)
         m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
         tmp, m1_hat, den = (self._buffer(w, mt, slot) for slot in ("tmp", "m1_hat", "den"))
         adam_moments_(m1, m2, g, b1, b2, rnd, tmp)
+        divide = cuda_div if _devices.gpu_kernels(value) else torch.div  # as torch's kernels divide there
         # m1_hat = mu_next*m1/(1 - mu_product_next) + (1 - mu_t)*g/(1 - mu_product)
-        torch.mul(m1, mu_next, out=m1_hat).div_(rnd(1 - mu_product_next))
-        m1_hat.add_(torch.mul(g, rnd(1 - mu_t), out=tmp).div_(rnd(1 - mu_product)))
+        divide(torch.mul(m1, mu_next, out=m1_hat), rnd(1 - mu_product_next), out=m1_hat)
+        m1_hat.add_(divide(torch.mul(g, rnd(1 - mu_t), out=tmp), rnd(1 - mu_product), out=tmp))
         # sqrt(m2/(1 - beta2_pow)) + eps
-        sqrt_like_eigen(torch.div(m2, rnd(1 - beta2_pow), out=den), out=den).add_(eps)
+        sqrt_like_eigen(divide(m2, rnd(1 - beta2_pow), out=den), out=den).add_(eps)
         w = w.sub_(m1_hat.mul_(lr).div_(den))  # param - lr*m1_hat/denom
         state["moment1"].copy_(m1)
         state["moment2"].copy_(m2)
@@ -114,6 +137,21 @@ class NAdam(Optimizer):
         state["beta2_pow"].fill_(beta2_pow)
         state["mu_product"].fill_(mu_product)
         return w
+
+
+def _prologue(powers: tuple[Tensor, ...], group: dict[str, Any], mt: torch.dtype) -> tuple[float, ...]:
+    """The scalar prologue, as Paddle's kernel computes it on every (equal) element, from the three
+    powers (``NAdam._host_state``): the next powers (decay, beta2, mu product), mu_t, mu_next and
+    the next mu product."""
+    rnd = round_to(mt)
+    b1, b2, md = float_attrs(group, mt, "beta1", "beta2", "momentum_decay")
+    decay_pow = rnd(powers[0].item() * rnd(_DECAY_BASE))
+    beta2_pow = rnd(powers[1].item() * b2)
+    half = rnd(0.5 * pow_like_libm(decay_pow, md, mt))
+    mu_t = rnd(b1 * rnd(1 - half))
+    mu_next = rnd(b1 * rnd(1 - rnd(half * pow_like_libm(rnd(_DECAY_BASE), md, mt))))
+    mu_product = rnd(powers[2].item() * mu_t)
+    return decay_pow, beta2_pow, mu_product, mu_t, mu_next, rnd(mu_product * mu_next)
 
 
 def init_powers_and_moments(p: Tensor, state: dict[str, Any], powers: tuple[str, ...]) -> None:
