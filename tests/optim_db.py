@@ -331,13 +331,13 @@ L2 = ("L2Decay", 0.02)
 OPTIM_DB += [
     _family(
         "Lamb", 0.01,
-        ("lamb", {}, ("parity", "copies", "forms", "nonfinite"), {}),
+        ("lamb", {}, ("parity", "copies", "forms", "nonfinite", "gpu"), {}),
         ("lamb_decay_globalnorm_scaler", {"lamb_weight_decay": 0.05, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-5,
-                                          "grad_clip": GLOBAL}, ("parity", "handover", "forms"), SCALER),
+                                          "grad_clip": GLOBAL}, ("parity", "handover", "forms", "gpu"), SCALER),
         ("lamb_exclude", {"exclude_from_weight_decay_fn": lambda p: len(p.shape) == 1}, ("parity",), {}),
         ("lamb_exclude_always_adapt", {"exclude_from_weight_decay_fn": lambda p: len(p.shape) == 1,
-                                       "always_adapt": True}, ("parity", "forms"), {}),
-        ("lamb_no_decay", {"lamb_weight_decay": 0.0}, ("parity", "forms"), {}),
+                                       "always_adapt": True}, ("parity", "forms", "gpu"), {}),
+        ("lamb_no_decay", {"lamb_weight_decay": 0.0}, ("parity", "forms", "gpu"), {}),
         ("lamb_bynorm", {"grad_clip": ("ClipGradByNorm", 0.3)}, ("parity",), {}),
         ("lamb_float64_set_lr", {}, ("parity",), F64_SET_LR),
         decay_arg="lamb_weight_decay",

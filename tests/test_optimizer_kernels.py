@@ -355,7 +355,7 @@ def interpreted_gpu_path(monkeypatch: pytest.MonkeyPatch):
 
 # the launch functions of _multi_tensor, one per optimizer (AdamW's is Adam's)
 MULTI_TENSOR_CALLS = ["sgd", "momentum", "adam", "rmsprop", "adagrad", "adadelta", "adamax", "asgd", "rprop", "radam",
-                      "nadam"]
+                      "nadam", "lamb"]
 
 
 GPU_DTYPES = {k: DTYPES[k] for k in ("fp32", "bf16_master", "fp16_master_fp32_main_grad")}
@@ -445,6 +445,10 @@ COMPILED = [
      {"W": 0, "G": 2, "P": 2, "S": 0}),
     ("nadam_kernel", 0, {"scalars": "*fp32", "b1": F32, "c1": F32, "b2": F32, "c2": F32, "eps": F32},
      {"W": 0, "G": 2, "P": 2, "S": 0}),
+    ("lamb_direction_kernel", 0, {"directions": "*fp32", "offsets": "*i64", "b1": F32, "c1": F32, "b2": F32,
+                                  "c2": F32, "eps": F32}, {"W": 0, "G": 2, "S": 0}),
+    ("lamb_update_kernel", 0, {"directions": "*fp32", "offsets": "*i64", "p_squares": "*fp32", "d_squares": "*fp32"},
+     {"W": 0, "P": 2, "ALWAYS_ADAPT": False}),
 ]
 # the arguments between ``found`` and the hyper-parameters, where a kernel has any
 _BEFORE_FOUND = {"radam_kernel": ["pow3"]}
@@ -472,6 +476,16 @@ def test_gpu_kernels_compile_with_ieee_arithmetic(name, fmas_per_element, extra,
     if name not in ("sgd_kernel", "momentum_kernel", "rprop_kernel", "asgd_kernel"):
         assert "div.rn.f32" in ptx or "sqrt.rn.f32" in ptx
     assert ("ld.global.v4.b32" in ptx) == aligned
+
+
+def test_radams_power_kernel_compiles_with_ieee_arithmetic() -> None:
+    pytest.importorskip("triton")
+    mod = _multi_tensor._load(interpret=False)
+    if mod is None:
+        pytest.skip("this Triton cannot build the kernels")
+    signature = {"base": "*u8", "rows": "*i64", "pow3": "*i64", "found": "*fp32", "b1": F32, "b2": F32}
+    ptx = _ptx(mod.radam_powers_kernel, signature, {"HAS_FOUND": True})
+    assert "fma" not in ptx and ".ftz" not in ptx and "approx" not in ptx and "div.rn.f32" in ptx
 
 
 def test_multi_tensor_adam_keeps_the_beta_powers_on_the_device(interpreted_gpu_path) -> None:

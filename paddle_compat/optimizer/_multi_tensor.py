@@ -126,17 +126,17 @@ class Launch:
     or in a captured CUDA graph, rewrite only these, in place), per-tensor numbers (``per``: a new
     rate rewrites its rate and decay columns in place), blocks; the dtypes, whether every tensor is
     aligned for vector access, the rows' one-element powers (``pows[i]``: every row's i-th; a third
-    one's offsets in the ``pow3`` table), which rows of the batch it launches (``members``), and what
-    an optimizer keeps with it (``extra``)."""
+    one's offsets in the ``pow3`` table), which rows of the batch it launches (``members``) and the
+    tensors they update (``values``), and what an optimizer keeps with it (``extra``)."""
 
     __slots__ = (
         "aligned", "base", "blocks", "captured", "dtypes", "extra", "grads", "grid", "held", "members", "per", "pow3",
-        "pows", "rows", "stale",
+        "pows", "rows", "stale", "values",
     )
 
     def __init__(
         self, rows: list[int], per: list[float], pows: list[tuple[Tensor, ...]], aligned: bool, device: torch.device,
-        members: list[int], pow3: list[int] | None = None,
+        members: list[int], pow3: list[int] | None = None, values: list[Tensor] | None = None,
     ) -> None:
         refuse_capture(device)
         count = len(rows) // _native.ROW
@@ -170,6 +170,7 @@ class Launch:
         if pow3 is not None and any(pow3):
             self.pow3 = _devices.upload(torch.tensor([a - origin for a in pow3], dtype=torch.int64), device)
         self.extra: dict[str, Any] = {}
+        self.values = values or []
 
     def refresh(self, batch: _native.Batch, capturing: bool) -> bool:
         """Rewrite the gradient offsets and (where they moved) the rate and decay columns from the
@@ -261,7 +262,10 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
         pow3.append(batch.pow3[t])
         if batch.pows:
             pows_.append(batch.pows[t])
-    launches = [Launch(r, p, w, aligned, device, m, z) for (_, aligned), (r, p, w, m, z) in groups.items()]
+    launches = [
+        Launch(r, p, w, aligned, device, m, z, [batch.values[t] for t in m])
+        for (_, aligned), (r, p, w, m, z) in groups.items()
+    ]
     batch.launches = launches
     return launches
 
@@ -403,6 +407,41 @@ def nadam(
         scalars=table, b1=b1, c1=round_f32(1 - b1), b2=b2, c2=round_f32(1 - b2), eps=eps, W=w, G=g, P=p, S=s,
         **_common(found_inf, launch),
     )
+
+
+def lamb(
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, always_adapt: bool,
+    squared_norms: Callable[[list[Tensor]], list[Tensor]],
+) -> None:
+    """Lamb: the moments and directions (into a buffer of this step, each at a 16-byte aligned
+    offset), the squared norms of the values and the directions by ``squared_norms`` (the torch
+    form's, so that they have its bits), the update; then the beta powers times ``b1``/``b2``."""
+    w, g, p, s = launch.dtypes
+    common = _common(found_inf, launch)
+    device = launch.per.device
+    if "lamb" not in launch.extra:
+        starts, total = [], 0
+        for value in launch.values:
+            starts.append(total)
+            total += -(-value.numel() // 4) * 4
+        launch.extra["lamb"] = (_devices.upload(torch.tensor(starts, dtype=torch.int64), device), starts, total)
+    offsets, starts, total = launch.extra["lamb"]
+    directions = torch.empty(max(total, 1), dtype=torch.float32, device=device)
+    mod.lamb_direction_kernel[launch.grid](
+        directions=directions, offsets=offsets, b1=b1, c1=round_f32(1 - b1), b2=b2, c2=round_f32(1 - b2), eps=eps,
+        W=w, G=g, S=s, **common,
+    )
+    if isinstance(mod, Compiling):
+        squares = torch.empty(2 * len(starts), dtype=torch.float32, device=device)
+    else:
+        views = [directions[start : start + value.numel()] for start, value in zip(starts, launch.values)]
+        squares = torch.stack(squared_norms(launch.values + views))
+    mod.lamb_update_kernel[launch.grid](
+        directions=directions, offsets=offsets, p_squares=squares, d_squares=squares[len(starts) :], W=w, P=p,
+        ALWAYS_ADAPT=bool(always_adapt), **common,
+    )
+    if not isinstance(mod, Compiling):
+        advance(launch.pows, (b1, b2), found_inf)
 
 
 def radam(mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float) -> None:

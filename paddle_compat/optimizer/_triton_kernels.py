@@ -396,16 +396,16 @@ def lamb_direction_kernel(base, blocks, rows, grads, per, found, directions, off
 
 
 @triton.jit
-def lamb_update_kernel(base, blocks, rows, grads, per, found, directions, offsets, squares, count,
+def lamb_update_kernel(base, blocks, rows, grads, per, found, directions, offsets, p_squares, d_squares,
                        W: tl.constexpr, P: tl.constexpr, ALWAYS_ADAPT: tl.constexpr, HAS_FOUND: tl.constexpr,
                        ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
-    """Lamb's second pass: with the squared norms of the value (``squares[t]``) and of the direction
-    (``squares[count + t]``), ratio = sqrt(p)/sqrt(d) where the row decays (or ALWAYS_ADAPT) and
-    both roots are positive, else 1; w = w - direction*(lr*ratio)."""
+    """Lamb's second pass: with the squared norms of the value (``p_squares[t]``) and of the direction
+    (``d_squares[t]``), ratio = sqrt(p)/sqrt(d) where the row decays (or ALWAYS_ADAPT) and both
+    roots are positive, else 1; w = w - direction*(lr*ratio)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
     lr = tl.load(per + t * PER)
-    p_norm = tl.sqrt_rn(tl.load(squares + t))
-    d_norm = tl.sqrt_rn(tl.load(squares + count + t))
+    p_norm = tl.sqrt_rn(tl.load(p_squares + t))
+    d_norm = tl.sqrt_rn(tl.load(d_squares + t))
     adapt = (tl.load(per + t * PER + 1) != 0.0) | ALWAYS_ADAPT
     ratio = tl.where(adapt & (p_norm > 0.0) & (d_norm > 0.0), tl.math.div_rn(p_norm, d_norm), 1.0)
     start = tl.load(offsets + t)
