@@ -426,13 +426,14 @@ def lamb(
             total += -(-value.numel() // 4) * 4
         launch.extra["lamb"] = (_devices.upload(torch.tensor(starts, dtype=torch.int64), device), starts, total)
     offsets, starts, total = launch.extra["lamb"]
-    directions = torch.empty(max(total, 1), dtype=torch.float32, device=device)
+    compiling = isinstance(mod, Compiling)  # (any float32 tensor stands for the buffers then)
+    directions = launch.per if compiling else torch.empty(max(total, 1), dtype=torch.float32, device=device)
     mod.lamb_direction_kernel[launch.grid](
         directions=directions, offsets=offsets, b1=b1, c1=round_f32(1 - b1), b2=b2, c2=round_f32(1 - b2), eps=eps,
         W=w, G=g, S=s, **common,
     )
-    if isinstance(mod, Compiling):
-        squares = torch.empty(2 * len(starts), dtype=torch.float32, device=device)
+    if compiling:
+        squares = launch.per
     else:
         views = [directions[start : start + value.numel()] for start, value in zip(starts, launch.values)]
         squares = torch.stack(squared_norms(launch.values + views))
@@ -440,7 +441,7 @@ def lamb(
         directions=directions, offsets=offsets, p_squares=squares, d_squares=squares[len(starts) :], W=w, P=p,
         ALWAYS_ADAPT=bool(always_adapt), **common,
     )
-    if not isinstance(mod, Compiling):
+    if not compiling:
         advance(launch.pows, (b1, b2), found_inf)
 
 
