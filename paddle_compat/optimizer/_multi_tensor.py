@@ -3,7 +3,9 @@
 Mechanics only: the optimizers describe their tensors with ``_native.Batch`` rows, as for the CPU
 kernels, and this module turns a batch into device tables and launches the Triton kernels of
 ``_triton_kernels``: one launch per dtype combination (parameter, gradient, master weight, state),
-plus one multi-tensor multiply for Adam's beta powers. Nothing is read back to the host, and a
+plus the update of the powers an optimizer keeps on the device (a multi-tensor multiply for Adam's
+and Lamb's beta powers, an add for ASGD's count, a small launch for RAdam's powers; Lamb's trust
+ratio takes a second launch after its norms). Nothing is read back to the host, and a
 GradScaler's ``found_inf`` flag is tested on the device, so a step makes no host sync; the tables
 are device tensors kept with the batch, so an unchanged step replays the same launches (as a CUDA
 graph does).
