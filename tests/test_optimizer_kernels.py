@@ -396,15 +396,18 @@ def test_multi_tensor_kernels_match_on_inf_and_nan_gradients(
     assert_same_run(multi, train(make, torch.float32, torch.float32, False, GPU_SIZES, nonfinite=True))
 
 
+# (a launch function, a configuration): the GPU rows have moved their powers to the device first
+@pytest.mark.parametrize(("launch", "name"), [("adam", "adamw"), ("radam", "radam"), ("asgd", "asgd"),
+                                              ("lamb", "lamb"), ("adamax", "adamax")])
 def test_a_failing_gpu_kernel_falls_back_to_the_per_tensor_path(
-    interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    launch, name, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("no such instruction")
 
-    monkeypatch.setattr(_multi_tensor, "adam", broken)
+    monkeypatch.setattr(_multi_tensor, launch, broken)
     monkeypatch.setattr(_multi_tensor, "_modules", dict(_multi_tensor._modules))  # restored afterwards
-    make = lambda ps: maker("adamw")(ps, False)  # noqa: E731
+    make = lambda ps: maker(name)(ps, False)  # noqa: E731
     with caplog.at_level(logging.WARNING, logger="paddle_compat"):
         fell_back = train(make, torch.float32, torch.float32, False, GPU_SIZES)
     assert "failed" in caplog.text and _multi_tensor.kernels(torch.device("cpu")) is None
