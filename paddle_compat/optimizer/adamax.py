@@ -103,12 +103,15 @@ class Adamax(Optimizer):
 
     def _finish_update(self, work: list[tuple[dict[str, Any], ParamsGrads]]) -> None:
         # Paddle's _finish_update scales each beta1 power by beta1 (a ``scale`` op, in its dtype),
-        # whether or not the scaler skipped the update.
+        # whether or not the scaler skipped the update. One multi-tensor multiply per dtype and
+        # device: on a GPU the powers live there (see _compiled_row), one tiny kernel each otherwise.
         for group, pairs in work:
+            powers: dict[tuple[torch.dtype, torch.device], list[Tensor]] = {}
             for p, _ in pairs:
-                state, _ = self._prepare_state(p, group)
-                power = state["beta1_pow_acc"]
-                power.mul_(round_to(compute_dtype(power))(group["beta1"]))
+                power = self._prepare_state(p, group)[0]["beta1_pow_acc"]
+                powers.setdefault((power.dtype, power.device), []).append(power)
+            for column in powers.values():
+                torch._foreach_mul_(column, round_to(compute_dtype(column[0]))(group["beta1"]))
 
 
 def check_betas(group: dict[str, Any]) -> None:
