@@ -44,7 +44,8 @@ class Lamb(Optimizer):
     Paddle's CPU kernel, every operation rounded in the compute dtype and the two squared norms
     summed in Eigen's order (``nn.clip.squared_l2_norm``): bit-exact to Paddle 3.3.1 for float32 and
     float64. The same formulas run on CUDA (Paddle's CUDA norms sum in another order: not
-    reproduced); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences
+    reproduced), a division by a scalar as torch's: times its reciprocal;
+    fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences
     from Paddle: ``None`` arguments are a ``ValueError`` (Paddle asserts); non-finite
     hyper-parameters are refused.
     """

@@ -31,8 +31,9 @@ class RAdam(Optimizer):
     keeps ``beta1_pow``, ``beta2_pow`` and ``rho`` as tensors of the parameter's shape whose
     elements are all equal (its kernel reads ``rho``'s first); here they are ``[1]`` tensors on the
     CPU (the parity kit converts both ways), which gives the same bits. Moments are float32 for
-    fp16/bf16 parameters. The same formulas run on CUDA (not compared with Paddle on a GPU); fp16/bf16 compute
-    in float32 (Paddle has no CPU kernel for them). Differences from Paddle: ``weight_decay`` is a
+    fp16/bf16 parameters. The same formulas run on CUDA (not compared with Paddle on a GPU), a division
+    by a scalar as torch's: times its reciprocal;
+    fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences from Paddle: ``weight_decay`` is a
     regularizer or a float (Paddle also lists a Tensor); non-finite hyper-parameters are refused.
     """
 
