@@ -88,9 +88,6 @@ class OptimizerInfo:
     # the update computes in the accumulators' dtype, the parameter's also with master weights (Rprop):
     # the GPU kernels (float32 arithmetic) take float32 parameters only
     computes_in_param_dtype: bool = False
-    # the GPU form keeps its powers on the host (NAdam): with a GradScaler's flag on the device, which
-    # decides whether they advance, the per-tensor form runs (and reads the flag)
-    gpu_powers_on_host: bool = False
 
 
 def _groups_by_name(params: list, weight_decay: Any) -> list[dict]:
@@ -401,7 +398,7 @@ OPTIM_DB += [
         ("nadam_l1", {"weight_decay": L1, "momentum_decay": 0.5}, (*FORMS, "gpu"), {}),
         ("nadam_groups_l1", {"weight_decay": L1, "groups": L2}, ("parity",), {}),
         ("nadam_float64_set_lr", {}, ("parity",), F64_SET_LR),
-        takes_multi_precision=False, eigen_sqrt=True, gpu_powers_on_host=True,
+        takes_multi_precision=False, eigen_sqrt=True,
     ),
     _family(
         "RAdam", 0.01,

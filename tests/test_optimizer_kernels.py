@@ -28,7 +28,7 @@ from paddle_compat.nn.clip import _eigen_sum, squared_l2_norms
 from paddle_compat.optimizer import _eigen, _multi_tensor, lamb
 from paddle_compat.optimizer.optimizer import Optimizer
 
-from .optim_db import CLASSES, OPTIM_DB, case, cases, ids, info_of, new
+from .optim_db import CLASSES, OPTIM_DB, case, cases, ids, new
 
 # bf16/fp16 parameters without master weights are part of the matrix (Paddle's warning is expected)
 pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with FP16/BF16:UserWarning")
@@ -446,15 +446,15 @@ COMPILED = [
     ("rprop_kernel", 0, {"lo": F32, "hi": F32, "eta_minus": F32, "eta_plus": F32}, {"W": 0, "G": 0, "P": 15}),
     ("radam_kernel", 0, {"pow3": "*i64", "b1": F32, "c1": F32, "b2": F32, "c2": F32, "eps": F32, "rho_inf": F32},
      {"W": 0, "G": 2, "P": 2, "S": 0}),
-    ("nadam_kernel", 0, {"scalars": "*fp32", "b1": F32, "c1": F32, "b2": F32, "c2": F32, "eps": F32},
-     {"W": 0, "G": 2, "P": 2, "S": 0}),
+    ("nadam_kernel", 0, {"pow3": "*i64", "table": "*fp32", "b1": F32, "c1": F32, "b2": F32, "c2": F32, "eps": F32,
+                         "c096": F32, "p096": F32}, {"TABLE": 2466, "W": 0, "G": 2, "P": 2, "S": 0}),
     ("lamb_direction_kernel", 0, {"directions": "*fp32", "offsets": "*i64", "b1": F32, "c1": F32, "b2": F32,
                                   "c2": F32, "eps": F32}, {"W": 0, "G": 2, "S": 0}),
     ("lamb_update_kernel", 0, {"directions": "*fp32", "offsets": "*i64", "p_squares": "*fp32", "d_squares": "*fp32"},
      {"W": 0, "P": 2, "ALWAYS_ADAPT": False}),
 ]
 # the arguments between ``found`` and the hyper-parameters, where a kernel has any
-_BEFORE_FOUND = {"radam_kernel": ["pow3"]}
+_BEFORE_FOUND = {"radam_kernel": ["pow3"], "nadam_kernel": ["pow3"]}
 
 
 @pytest.mark.parametrize(("name", "fmas_per_element", "extra", "constexprs"), COMPILED, ids=[c[0] for c in COMPILED])
@@ -481,14 +481,22 @@ def test_gpu_kernels_compile_with_ieee_arithmetic(name, fmas_per_element, extra,
     assert ("ld.global.v4.b32" in ptx) == aligned
 
 
-def test_radams_power_kernel_compiles_with_ieee_arithmetic() -> None:
+@pytest.mark.parametrize("name", ["radam_powers_kernel", "nadam_powers_kernel"])
+def test_power_kernels_compile_with_ieee_arithmetic(name) -> None:
     pytest.importorskip("triton")
     mod = _multi_tensor._load(interpret=False)
     if mod is None:
         pytest.skip("this Triton cannot build the kernels")
-    signature = {"base": "*u8", "rows": "*i64", "pow3": "*i64", "found": "*fp32", "b1": F32, "b2": F32}
-    ptx = _ptx(mod.radam_powers_kernel, signature, {"HAS_FOUND": True})
-    assert "fma" not in ptx and ".ftz" not in ptx and "approx" not in ptx and "div.rn.f32" in ptx
+    signature = {"base": "*u8", "rows": "*i64", "pow3": "*i64", "found": "*fp32"}
+    if name == "radam_powers_kernel":
+        signature.update(b1=F32, b2=F32)
+        constexprs = {"HAS_FOUND": True}
+    else:
+        signature.update(table="*fp32", b1=F32, b2=F32, c096=F32, p096=F32)
+        constexprs = {"TABLE": 2466, "HAS_FOUND": True}
+    ptx = _ptx(getattr(mod, name), signature, constexprs)
+    assert "fma" not in ptx and ".ftz" not in ptx and "approx" not in ptx
+    assert ("div.rn.f32" in ptx) == (name == "radam_powers_kernel")
 
 
 def test_multi_tensor_adam_keeps_the_beta_powers_on_the_device(interpreted_gpu_path) -> None:
@@ -576,23 +584,46 @@ def has_gpu_kernels(cls: type) -> bool:
 @pytest.mark.parametrize("found", [0.0, 1.0], ids=["finite", "skipped"])
 @pytest.mark.parametrize("name", [name for name, (info, _) in HANDOVER.items() if has_gpu_kernels(info.cls)])
 def test_handover_with_a_device_flag(name, found, interpreted_gpu_path) -> None:
-    """The flag is never read on the host: the kernels (and the clip's factor) test it (but for
-    NAdam's, whose powers are on the host: the per-tensor form then reads it)."""
+    """The flag is never read on the host: the kernels (and the clip's factor) test it."""
     handover(name, found)
     assert interpreted_gpu_path  # (the reference's steps, without a flag, launch them too)
 
 
-def test_nadam_takes_the_per_tensor_form_with_a_device_flag(interpreted_gpu_path) -> None:
-    """Its powers are on the host: whether they advance is the flag's, read there by the per-tensor form."""
+@pytest.mark.parametrize("k", [0, 1, 1234, 2464, 2465])
+def test_nadam_gpu_kernel_finds_every_power_of_its_schedule(k, interpreted_gpu_path, monkeypatch) -> None:
+    """The schedule's power deep into its sequence (its last value, a subnormal, repeats)."""
+    from paddle_compat.optimizer import nadam
+
+    def run():
+        gen = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(n, generator=gen)) for n in (40, 3)]
+        opt = popt.NAdam(0.01, parameters=params, momentum_decay=0.3)
+        for step in range(3):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen)
+            if step == 1:
+                for p in params:
+                    opt.state[p]["momentum_decay_pow"].fill_(nadam._decay_sequence()[0][k])
+            opt.step()
+        return params, opt
+
+    multi = run()
+    assert interpreted_gpu_path.count("nadam") >= 6  # (a compile pass and a launch per step)
+    use_native(monkeypatch, False)
+    assert_same_run(multi, run())
+
+
+def test_nadam_off_its_schedule_takes_the_per_tensor_form(interpreted_gpu_path) -> None:
+    """Its GPU kernel looks the schedule's power up in the sequence it follows from 1."""
     p = torch.nn.Parameter(torch.randn(10))
     p.grad = torch.randn(10)
     opt = popt.NAdam(0.01, parameters=[p])
-    opt.found_inf = torch.tensor([0.0])
-    opt.step()
-    assert interpreted_gpu_path == [] and opt.state[p]["beta2_pow"].is_cpu
-    del opt.found_inf
     opt.step()
     assert interpreted_gpu_path
+    interpreted_gpu_path.clear()
+    opt.state[p]["momentum_decay_pow"] = torch.tensor([0.5])
+    opt.step()
+    assert interpreted_gpu_path == [] and opt.state[p]["momentum_decay_pow"].item() == _numerics.round_f32(0.5 * 0.96)
 
 
 def test_handover_with_a_device_flag_on_the_per_tensor_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -650,10 +681,9 @@ def test_cuda_multi_tensor_matches_per_tensor(name, dtypes, monkeypatch: pytest.
 
 @pytest.mark.cuda
 @cuda
-@pytest.mark.parametrize("cls", [c for c in CLASSES if has_gpu_kernels(c) and not info_of(c).gpu_powers_on_host])
+@pytest.mark.parametrize("cls", [c for c in CLASSES if has_gpu_kernels(c)])
 def test_cuda_step_with_grad_scaler_makes_no_host_sync(cls) -> None:
-    """(The optimizers without GPU kernels, and NAdam, whose powers are on the host, read the flag
-    there: one sync per step.)"""
+    """(The optimizers without GPU kernels read the flag on the host, one sync per step.)"""
     from paddle_compat.amp import GradScaler
 
     if _multi_tensor.kernels(torch.device("cuda")) is None:

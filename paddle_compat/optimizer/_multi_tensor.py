@@ -4,7 +4,7 @@ Mechanics only: the optimizers describe their tensors with ``_native.Batch`` row
 kernels, and this module turns a batch into device tables and launches the Triton kernels of
 ``_triton_kernels``: one launch per dtype combination (parameter, gradient, master weight, state),
 plus the update of the powers an optimizer keeps on the device (a multi-tensor multiply for Adam's
-and Lamb's beta powers, an add for ASGD's count, a small launch for RAdam's powers; Lamb's trust
+and Lamb's beta powers, an add for ASGD's count, a small launch for NAdam's and RAdam's; Lamb's trust
 ratio takes a second launch after its norms). Nothing is read back to the host, and a
 GradScaler's ``found_inf`` flag is tested on the device, so a step makes no host sync; the tables
 are device tensors kept with the batch, so an unchanged step replays the same launches (as a CUDA
@@ -389,25 +389,27 @@ def rprop(mod: Kernels, launch: Launch, found_inf: Tensor | None, bounds: tuple[
 
 
 def nadam(
-    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, numbers: list[float]
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, decay_base: float,
+    powers: Callable[[], tuple[list[float], list[float], float]],
 ) -> None:
-    """NAdam's kernel, with its five numbers per tensor of this step (computed on the host, from the
-    powers there) written to a device table first, without a host sync; not in a CUDA graph capture
-    (a replay would take the captured numbers)."""
+    """NAdam's kernel, then one program per tensor advancing its three powers (not on a skipped
+    step). ``powers()``: the values the momentum schedule's power takes (descending from
+    ``decay_base``, each step times it), their powers to the group's ``momentum_decay`` (the C
+    library's), and ``decay_base``'s; uploaded once per launch."""
     w, g, p, s = launch.dtypes
-    table = launch.extra.get("nadam")
-    if table is None:
-        table = launch.extra["nadam"] = torch.empty(len(numbers), dtype=torch.float32, device=launch.per.device)
-    if not isinstance(mod, Compiling):
-        if _devices.capturing(launch.per.device):
-            raise CaptureError(
-                "paddle_compat: NAdam's GPU step computes its numbers on the host from powers kept there, "
-                "which a CUDA graph replay would not advance: NAdam steps cannot be captured"
-            )
-        _write(table, numbers, False)
+    if "nadam" not in launch.extra:
+        values, pows, base_pow = powers()
+        table = _devices.upload(torch.tensor(values + pows, dtype=torch.float32), launch.per.device)
+        launch.extra["nadam"] = (table, len(values), base_pow)
+    table, size, base_pow = launch.extra["nadam"]
+    common = _common(found_inf, launch)
+    numbers = {"table": table, "b1": b1, "b2": b2, "c096": decay_base, "p096": base_pow, "TABLE": size}
     mod.nadam_kernel[launch.grid](
-        scalars=table, b1=b1, c1=round_f32(1 - b1), b2=b2, c2=round_f32(1 - b2), eps=eps, W=w, G=g, P=p, S=s,
-        **_common(found_inf, launch),
+        pow3=launch.pow3, c1=round_f32(1 - b1), c2=round_f32(1 - b2), eps=eps, W=w, G=g, P=p, S=s, **numbers, **common,
+    )
+    mod.nadam_powers_kernel[(len(launch.members),)](
+        base=launch.base, rows=launch.rows, pow3=launch.pow3, found=common["found"], HAS_FOUND=common["HAS_FOUND"],
+        **numbers, num_warps=1, enable_fp_fusion=False,
     )
 
 

@@ -418,17 +418,60 @@ def lamb_update_kernel(base, blocks, rows, grads, per, found, directions, offset
 
 
 @triton.jit
-def nadam_kernel(base, blocks, rows, grads, per, found, scalars, b1, c1, b2, c2, eps, W: tl.constexpr,
-                 G: tl.constexpr, P: tl.constexpr, S: tl.constexpr, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr,
-                 BLOCK: tl.constexpr):
-    """With the tensor's five numbers of this step (``scalars``, from the host's powers: mu_next,
-    1/(1 - mu_product_next), 1 - mu_t, 1/(1 - mu_product), 1/(1 - beta2^t)):
-    m_hat = (m1*mu_next)*r1 + (g*(1 - mu_t))*r2; w = w - (m_hat*lr)/(sqrt(m2*r3) + eps)."""
+def _nadam_powers(base, row, pow3, t, table, b1, b2, c096, p096, TABLE: tl.constexpr):
+    """NAdam's powers of this step from the row's previous ones, and mu_t, mu_next. The power
+    ``decay_pow**momentum_decay`` is the C library's, from the host's table of the values
+    ``decay_pow`` takes (``table[:TABLE]``, descending from 0.96, each step times 0.96) and their
+    powers (``table[TABLE:]``), found by bisection."""
+    decay_pow = _pow(base, row, 7) * c096
+    beta2_pow = _pow(base, row, 8) * b2
+    lo = 0
+    hi = TABLE - 1
+    for _ in tl.static_range(12):  # 2**12 > TABLE
+        mid = (lo + hi) // 2
+        right = tl.load(table + mid) > decay_pow
+        lo = tl.where(right, mid + 1, lo)
+        hi = tl.where(right, hi, mid)
+    half = 0.5 * tl.load(table + TABLE + lo)
+    mu_t = b1 * (1.0 - half)
+    mu_next = b1 * (1.0 - half * p096)
+    mu_ptr = (base + tl.load(pow3 + t)).to(tl.pointer_type(tl.float32))
+    mu_product = tl.load(mu_ptr) * mu_t
+    return decay_pow, beta2_pow, mu_product, mu_t, mu_next, mu_ptr
+
+
+@triton.jit
+def nadam_kernel(base, blocks, rows, grads, per, pow3, found, table, b1, c1, b2, c2, eps, c096, p096,
+                 TABLE: tl.constexpr, W: tl.constexpr, G: tl.constexpr, P: tl.constexpr, S: tl.constexpr,
+                 HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """m_hat = (m1*mu_next)*(1/(1 - mu_product*mu_next)) + (g*(1 - mu_t))*(1/(1 - mu_product));
+    w = w - (m_hat*lr)/(sqrt(m2*(1/(1 - beta2^t))) + eps). The powers are read here and advanced
+    afterwards (``nadam_powers_kernel``)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
     lr = tl.load(per + t * PER)
-    numbers = scalars + t * 5
+    _, beta2_pow, mu_product, mu_t, mu_next, _ = _nadam_powers(base, row, pow3, t, table, b1, b2, c096, p096, TABLE)
+    r1 = tl.math.div_rn(1.0, 1.0 - mu_product * mu_next)
+    r2 = tl.math.div_rn(1.0, 1.0 - mu_product)
+    r3 = tl.math.div_rn(1.0, 1.0 - beta2_pow)
     w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
     m1, m2 = _moments(base, row, g, offs, mask, b1, c1, b2, c2, S, ALIGNED)
-    m_hat = (m1 * tl.load(numbers)) * tl.load(numbers + 1) + (g * tl.load(numbers + 2)) * tl.load(numbers + 3)
-    den = tl.sqrt_rn(m2 * tl.load(numbers + 4)) + eps
+    m_hat = (m1 * mu_next) * r1 + (g * (1.0 - mu_t)) * r2
+    den = tl.sqrt_rn(m2 * r3) + eps
     _store_w(base, row, w_ptr, offs, w - tl.math.div_rn(m_hat * lr, den), mask, W, P, ALIGNED)
+
+
+@triton.jit
+def nadam_powers_kernel(base, rows, pow3, found, table, b1, b2, c096, p096, TABLE: tl.constexpr,
+                        HAS_FOUND: tl.constexpr):
+    """Program ``t`` advances row ``t``'s powers as ``nadam_kernel`` computed them (not on a skipped step)."""
+    t = tl.program_id(0).to(tl.int64)
+    row = rows + t * ROW
+    decay_pow, beta2_pow, mu_product, _, _, mu_ptr = _nadam_powers(base, row, pow3, t, table, b1, b2, c096, p096,
+                                                                   TABLE)
+    keep = tl.full([1], 1, tl.int1)
+    if HAS_FOUND:
+        keep = (tl.load(found) + tl.full([1], 0.0, tl.float32)) == 0
+    zero = tl.arange(0, 1)  # one-element blocks (adding +0.0 changes no power: none is -0.0)
+    tl.store(_ptr(base, row, 7, 0, False) + zero, decay_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(_ptr(base, row, 8, 0, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(mu_ptr + zero, mu_product + tl.full([1], 0.0, tl.float32), mask=keep)

@@ -28,7 +28,8 @@ class Adamax(Optimizer):
 
     Paddle's CPU kernel (Eigen), every operation rounded in the parameter's dtype: bit-exact to
     Paddle 3.3.1 for float32 and float64. ``beta1_pow_acc`` (shape ``[1]``, the parameter's dtype,
-    kept on the CPU here) starts at ``beta1`` and is multiplied by ``beta1`` after each step, also
+    kept on the CPU here, on the GPU with the GPU kernels) starts at ``beta1`` and is multiplied by
+    ``beta1`` after each step, also
     after a step a GradScaler skipped, as Paddle's ``_finish_update`` does. ``max`` keeps ``|grad|``
     when either side is NaN, as Eigen's. fp16/bf16 compute in float32 (Paddle has no CPU kernel for
     them); the same formulas run on CUDA (not compared with Paddle on a GPU). Differences from Paddle: ``None``

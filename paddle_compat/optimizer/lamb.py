@@ -37,7 +37,8 @@ class Lamb(Optimizer):
     ratio * direction`` with ``ratio = ||param||/||direction||`` (1 when either norm is 0).
     ``exclude_from_weight_decay_fn(param)`` returning True drops the decay for that parameter. As
     in Paddle, a parameter without decay (excluded, or ``lamb_weight_decay=0``) takes no trust
-    ratio (1) unless ``always_adapt=True``. The beta powers live on the CPU as in Paddle; moments
+    ratio (1) unless ``always_adapt=True``. The beta powers live on the CPU as in Paddle (on the GPU
+    with the GPU kernels); moments
     (and beta powers) are float32 for fp16/bf16 parameters; with ``multi_precision`` the update
     runs on a float32 master weight.
 

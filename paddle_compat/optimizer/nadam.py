@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,7 +30,8 @@ class NAdam(Optimizer):
     bit-exact to Paddle 3.3.1 for float64, and for float32 with the CPU's rsqrt
     (``_eigen.sqrt_like_eigen``). Paddle keeps ``momentum_decay_pow``, ``beta2_pow`` and
     ``mu_product`` as tensors of the parameter's shape whose elements are all equal; here they are
-    ``[1]`` tensors on the CPU (the parity kit converts both ways), which gives the same bits.
+    ``[1]`` tensors on the CPU (the GPU kernels move them to the GPU; the parity kit converts both
+    ways), which gives the same bits.
     Moments are float32 for fp16/bf16 parameters. The same formulas run on CUDA (not verified on a
     GPU), a division by a scalar as torch's: times its reciprocal;
     fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences from Paddle:
@@ -81,32 +83,17 @@ class NAdam(Optimizer):
         powers = (state["momentum_decay_pow"], state["beta2_pow"], state["mu_product"])
         moments = (state["moment1"], state["moment2"])
         if gpu:
-            # The powers stay on the host (the prologue's libm pow has no bitwise device twin), so a
-            # GradScaler's flag on the device, which decides whether they advance, takes the
-            # per-tensor form (which reads it).
-            found = getattr(self, "found_inf", None)
-            if found is not None and _devices.gpu_kernels(found):
+            # The GPU kernel looks the schedule's power up in the sequence it follows from 1 (a
+            # power from elsewhere, as read here on the host, takes the per-tensor form).
+            decay_pow = powers[0]
+            if decay_pow.is_cpu and decay_pow.numel() == 1 and decay_pow.item() not in _decay_sequence()[1]:
                 return None
-            return gpu_row(self, item, group, lr, batch, moments, self._host_state, on_host=True)
+            return gpu_row(self, item, group, lr, batch, moments, self._host_state)
         return cpu_row(self, item, group, lr, batch, moments, powers)
 
     def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
-        b1, b2, eps = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon"))
-        numbers: list[float] = []
-        advanced = []
-        for powers in zip(*launch.pows):  # each row's three powers, on the host
-            decay_pow, beta2_pow, mu_product, mu_t, mu_next, mu_product_next = _prologue(powers, group, torch.float32)
-            # the torch form's divisions by these scalars, as torch's CUDA kernel does them (_numerics.cuda_div)
-            numbers += [
-                mu_next, round_f32(1 / round_f32(1 - mu_product_next)), round_f32(1 - mu_t),
-                round_f32(1 / round_f32(1 - mu_product)), round_f32(1 / round_f32(1 - beta2_pow)),
-            ]
-            advanced.append((decay_pow, beta2_pow, mu_product))
-        _multi_tensor.nadam(kern, launch, found_inf, b1, b2, eps, numbers)
-        if not isinstance(kern, _multi_tensor.Compiling):
-            for powers, values in zip(zip(*launch.pows), advanced):
-                for power, value in zip(powers, values):
-                    power.fill_(value)
+        b1, b2, eps, md = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon", "momentum_decay"))
+        _multi_tensor.nadam(kern, launch, found_inf, b1, b2, eps, round_f32(_DECAY_BASE), lambda: _decay_powers(md))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         b1, b2, eps, decay = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon", "momentum_decay"))
@@ -138,6 +125,25 @@ class NAdam(Optimizer):
         state["beta2_pow"].fill_(beta2_pow)
         state["mu_product"].fill_(mu_product)
         return w
+
+
+@functools.cache
+def _decay_sequence() -> tuple[list[float], frozenset[float]]:
+    """The float32 values ``momentum_decay_pow`` takes from 1: each step times 0.96 (rounded), down to
+    the subnormal it then keeps (2466 values, descending), and as a set with 1 (where it starts)."""
+    base, values = round_f32(_DECAY_BASE), [round_f32(_DECAY_BASE)]
+    while round_f32(values[-1] * base) != values[-1]:
+        values.append(round_f32(values[-1] * base))
+    return values, frozenset([1.0, *values])
+
+
+@functools.lru_cache(maxsize=8)
+def _decay_powers(md: float) -> tuple[list[float], list[float], float]:
+    """For the GPU kernel: ``_decay_sequence``'s values, each to the power ``md`` (libm's ``powf``,
+    as the torch form), and 0.96's."""
+    values = _decay_sequence()[0]
+    base = round_f32(_DECAY_BASE)
+    return values, [pow_like_libm(v, md, torch.float32) for v in values], pow_like_libm(base, md, torch.float32)
 
 
 def _prologue(powers: tuple[Tensor, ...], group: dict[str, Any], mt: torch.dtype) -> tuple[float, ...]:

@@ -30,7 +30,8 @@ class RAdam(Optimizer):
     3.3.1 for float64, and for float32 with the CPU's rsqrt (``_eigen.sqrt_like_eigen``). Paddle
     keeps ``beta1_pow``, ``beta2_pow`` and ``rho`` as tensors of the parameter's shape whose
     elements are all equal (its kernel reads ``rho``'s first); here they are ``[1]`` tensors on the
-    CPU (the parity kit converts both ways), which gives the same bits. Moments are float32 for
+    CPU (the GPU kernels move them to the GPU; the parity kit converts both ways), which gives the
+    same bits. Moments are float32 for
     fp16/bf16 parameters. The same formulas run on CUDA (not compared with Paddle on a GPU), a division
     by a scalar as torch's: times its reciprocal;
     fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences from Paddle: ``weight_decay`` is a
