@@ -86,7 +86,8 @@ class NAdam(Optimizer):
             # The GPU kernel looks the schedule's power up in the sequence it follows from 1 (a
             # power from elsewhere, as read here on the host, takes the per-tensor form).
             decay_pow = powers[0]
-            if decay_pow.is_cpu and decay_pow.numel() == 1 and decay_pow.item() not in _decay_sequence()[1]:
+            on_host = _devices.addressable(decay_pow) and decay_pow.is_cpu and decay_pow.numel() == 1
+            if on_host and decay_pow.item() not in _decay_sequence()[1]:
                 return None
             return gpu_row(self, item, group, lr, batch, moments, self._host_state)
         return cpu_row(self, item, group, lr, batch, moments, powers)
