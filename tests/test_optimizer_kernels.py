@@ -707,7 +707,8 @@ def test_cuda_step_with_grad_scaler_makes_no_host_sync(cls) -> None:
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_adamw_step_can_be_captured_in_a_graph() -> None:
+@pytest.mark.parametrize("cls", [c for c in CLASSES if has_gpu_kernels(c)])
+def test_cuda_step_can_be_captured_in_a_graph(cls) -> None:
     if _multi_tensor.kernels(torch.device("cuda")) is None:
         pytest.skip("no Triton")
     gen = torch.Generator().manual_seed(0)
@@ -718,7 +719,7 @@ def test_cuda_adamw_step_can_be_captured_in_a_graph() -> None:
         params = [torch.nn.Parameter(v.cuda()) for v in inits]
         for p, g in zip(params, grads):
             p.grad = g.clone()
-        return params, popt.AdamW(0.01, parameters=params)
+        return params, cls(0.01, parameters=params)
 
     eager, eager_opt = build()
     graphed, graphed_opt = build()
