@@ -219,7 +219,7 @@ class Batch:
     later steps then never points at freed memory).
     """
 
-    __slots__ = ("grads", "launches", "per", "pow3", "pows", "rows", "tensors")
+    __slots__ = ("grads", "launches", "per", "pow3", "pows", "rows", "tensors", "values")
 
     def __init__(self) -> None:
         self.rows = array("q")
@@ -227,6 +227,7 @@ class Batch:
         self.pow3 = array("q")  # per row, a third power's address (RAdam's, NAdam's), else 0
         self.grads: list[torch.Tensor] = []
         self.tensors: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []  # per row, the tensor it updates
         self.pows: list[tuple[torch.Tensor, ...]] = []
         self.launches: list[Any] | None = None  # the GPU path's device tables, made at the first launch
 
@@ -277,6 +278,7 @@ class Batch:
         self.per.extend(numbers)
         self.grads.append(grad)
         self.tensors += [value, *slots, *pows] + ([param] if param is not None else [])
+        self.values.append(value)
         if pows:
             self.pows.append(pows)
 

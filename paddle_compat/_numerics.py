@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - numpy comes with nearly every torch in
     _np = None
 
 __all__ = [
-    "CHUNK", "chunks", "fma", "fma_into", "fma_scalar", "round_f32", "round_to", "sqrt_rn",
+    "CHUNK", "chunks", "cuda_div", "fma", "fma_into", "fma_scalar", "round_f32", "round_to", "sqrt_rn",
     "sqrt_rn_into",
 ]
 
@@ -49,6 +49,13 @@ def round_to(dtype: torch.dtype) -> Callable[[float], float]:
     float32 (for +, -, *, / and sqrt, float64 is wide enough to make that double rounding harmless).
     """
     return float if dtype == torch.float64 else round_f32
+
+
+def cuda_div(x: Tensor, s: float, out: Tensor) -> Tensor:
+    """``torch.div(x, s, out=out)`` for a float32/float64 ``x`` as torch computes it on CUDA, on any
+    device: ``x`` times ``1/s`` rounded to its dtype (torch's CUDA kernel divides by a host scalar
+    so; its CPU kernel divides). The GPU forms take it, so that they compute the same on the CPU."""
+    return torch.mul(x, round_to(x.dtype)(1 / s), out=out)
 
 
 def fma(a: Tensor | float, b: Tensor | float, c: Tensor) -> Tensor:

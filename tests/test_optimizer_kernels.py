@@ -347,9 +347,15 @@ def interpreted_gpu_path(monkeypatch: pytest.MonkeyPatch):
         pytest.skip("this Triton's interpreter rounds tl.fma twice: it cannot stand in for the GPU")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
+    monkeypatch.setattr(_eigen, "_hardware_rsqrt", lambda: None)  # Eigen's sqrt as on CUDA: the IEEE root
     if _multi_tensor.kernels(torch.device("cpu")) is None:
         pytest.skip("this Triton cannot interpret the kernels")
-    return spy(monkeypatch, _multi_tensor, ["sgd", "momentum", "adam"])
+    return spy(monkeypatch, _multi_tensor, MULTI_TENSOR_CALLS)
+
+
+# the launch functions of _multi_tensor, one per optimizer (AdamW's is Adam's)
+MULTI_TENSOR_CALLS = ["sgd", "momentum", "adam", "rmsprop", "adagrad", "adadelta", "adamax", "asgd", "rprop", "radam",
+                      "nadam", "lamb"]
 
 
 GPU_DTYPES = {k: DTYPES[k] for k in ("fp32", "bf16_master", "fp16_master_fp32_main_grad")}
@@ -362,23 +368,46 @@ def test_multi_tensor_kernels_match_the_per_tensor_gpu_formulas(
     name, dtypes, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dtype, grad_dtype, mp, main_grad = dtypes
+    info = next(info for info, inp in cases("gpu") if inp.desc == name)
+    if info.computes_in_param_dtype and dtype != torch.float32:
+        pytest.skip("fp16/bf16 arithmetic: the per-tensor form")
     make = lambda ps: maker(name)(ps, mp)  # noqa: E731
-    multi = train(make, dtype, grad_dtype, main_grad, GPU_SIZES)
+    steps = case(name).options.get("steps", 3)
+    per_tensor_calls = spy(monkeypatch, info.cls, ["_kernel"])
+    multi = train(make, dtype, grad_dtype, main_grad, GPU_SIZES, steps)
     assert interpreted_gpu_path, "the multi-tensor kernels did not run"
+    assert not per_tensor_calls, "a parameter took the per-tensor form"
     use_native(monkeypatch, False)
-    per_tensor = train(make, dtype, grad_dtype, main_grad, GPU_SIZES)
+    per_tensor = train(make, dtype, grad_dtype, main_grad, GPU_SIZES, steps)
     assert_same_run(multi, per_tensor)
 
 
+GPU_NONFINITE = [inp.desc for info, inp in cases("gpu") if "nonfinite" in inp.suites]
+
+
+@pytest.mark.parametrize("name", GPU_NONFINITE)
+def test_multi_tensor_kernels_match_on_inf_and_nan_gradients(
+    name, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make = lambda ps: maker(name)(ps, False)  # noqa: E731
+    multi = train(make, torch.float32, torch.float32, False, GPU_SIZES, nonfinite=True)
+    assert interpreted_gpu_path
+    use_native(monkeypatch, False)
+    assert_same_run(multi, train(make, torch.float32, torch.float32, False, GPU_SIZES, nonfinite=True))
+
+
+# (a launch function, a configuration): the GPU rows have moved their powers to the device first
+@pytest.mark.parametrize(("launch", "name"), [("adam", "adamw"), ("radam", "radam"), ("asgd", "asgd"),
+                                              ("lamb", "lamb"), ("adamax", "adamax")])
 def test_a_failing_gpu_kernel_falls_back_to_the_per_tensor_path(
-    interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    launch, name, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("no such instruction")
 
-    monkeypatch.setattr(_multi_tensor, "adam", broken)
+    monkeypatch.setattr(_multi_tensor, launch, broken)
     monkeypatch.setattr(_multi_tensor, "_modules", dict(_multi_tensor._modules))  # restored afterwards
-    make = lambda ps: maker("adamw")(ps, False)  # noqa: E731
+    make = lambda ps: maker(name)(ps, False)  # noqa: E731
     with caplog.at_level(logging.WARNING, logger="paddle_compat"):
         fell_back = train(make, torch.float32, torch.float32, False, GPU_SIZES)
     assert "failed" in caplog.text and _multi_tensor.kernels(torch.device("cpu")) is None
@@ -401,35 +430,73 @@ def _ptx(kernel, signature: dict, constexprs: dict) -> str:
     return compiled.asm["ptx"]
 
 
-@pytest.mark.parametrize(
-    ("name", "fmas_per_element", "extra", "constexprs"),
-    [
-        ("sgd_kernel", 1, {}, {"W": 0, "G": 2, "P": 2}),
-        ("momentum_kernel", 4, {"mu": "fp32", "coeff": "fp32", "rescale": "fp32"},
-         {"W": 0, "G": 3, "P": 3, "HAS_COEFF": True, "NESTEROV": True}),
-        ("adam_kernel", 3, {"b1": "fp32", "b2": "fp32", "c1": "fp32", "c2": "fp32", "eps": "fp32"},
-         {"W": 0, "G": 2, "P": 2, "S": 2, "AMSGRAD": True}),
-    ],
-)
+F32 = "fp32"
+COMPILED = [
+    ("sgd_kernel", 1, {}, {"W": 0, "G": 2, "P": 2}),
+    ("momentum_kernel", 4, {"mu": F32, "coeff": F32, "rescale": F32},
+     {"W": 0, "G": 3, "P": 3, "HAS_COEFF": True, "NESTEROV": True}),
+    ("adam_kernel", 3, {"b1": F32, "b2": F32, "c1": F32, "c2": F32, "eps": F32},
+     {"W": 0, "G": 2, "P": 2, "S": 2, "AMSGRAD": True}),
+    ("rmsprop_kernel", 0, {"rho": F32, "keep": F32, "eps": F32, "mu": F32},
+     {"W": 0, "G": 2, "P": 2, "S": 0, "CENTERED": True}),
+    ("adagrad_kernel", 0, {"eps": F32}, {"W": 0, "G": 3, "P": 3, "S": 0}),
+    ("adadelta_kernel", 0, {"rho": F32, "keep": F32, "eps": F32}, {"W": 0, "G": 2, "P": 2, "S": 0}),
+    ("adamax_kernel", 0, {"b1": F32, "c1": F32, "b2": F32, "eps": F32}, {"W": 0, "G": 2, "P": 2, "S": 0}),
+    ("asgd_kernel", 0, {}, {"NB": 3, "W": 0, "G": 2, "P": 2, "S": 2}),
+    ("rprop_kernel", 0, {"lo": F32, "hi": F32, "eta_minus": F32, "eta_plus": F32}, {"W": 0, "G": 0, "P": 15}),
+    ("radam_kernel", 0, {"pow3": "*i64", "b1": F32, "c1": F32, "b2": F32, "c2": F32, "eps": F32, "rho_inf": F32},
+     {"W": 0, "G": 2, "P": 2, "S": 0}),
+    ("nadam_kernel", 0, {"pow3": "*i64", "table": "*fp32", "b1": F32, "c1": F32, "b2": F32, "c2": F32, "eps": F32,
+                         "c096": F32, "p096": F32}, {"TABLE": 2466, "W": 0, "G": 2, "P": 2, "S": 0}),
+    ("lamb_direction_kernel", 0, {"directions": "*fp32", "offsets": "*i64", "b1": F32, "c1": F32, "b2": F32,
+                                  "c2": F32, "eps": F32}, {"W": 0, "G": 2, "S": 0}),
+    ("lamb_update_kernel", 0, {"directions": "*fp32", "offsets": "*i64", "p_squares": "*fp32", "d_squares": "*fp32"},
+     {"W": 0, "P": 2, "ALWAYS_ADAPT": False}),
+]
+# the arguments between ``found`` and the hyper-parameters, where a kernel has any
+_BEFORE_FOUND = {"radam_kernel": ["pow3"], "nadam_kernel": ["pow3"]}
+
+
+@pytest.mark.parametrize(("name", "fmas_per_element", "extra", "constexprs"), COMPILED, ids=[c[0] for c in COMPILED])
 @pytest.mark.parametrize("aligned", [False, True])
 def test_gpu_kernels_compile_with_ieee_arithmetic(name, fmas_per_element, extra, constexprs, aligned) -> None:
-    """Compiled (not interpreted): exactly the FMAs of Paddle's GPU formulas and nothing else
-    contracted, IEEE division and square root, no flushing of subnormals, and vector memory
-    accesses for aligned tensors."""
+    """Compiled (not interpreted): exactly the FMAs of Paddle's GPU formulas (the later optimizers'
+    torch forms have none) and nothing else contracted, IEEE division and square root, no flushing
+    of subnormals, and vector memory accesses for aligned tensors."""
     pytest.importorskip("triton")
     mod = _multi_tensor._load(interpret=False)
     if mod is None:
         pytest.skip("this Triton cannot build the kernels")
-    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "grads": "*i64", "per": "*fp32", "found": "*fp32",
-                 **extra}
+    before = {key: extra[key] for key in _BEFORE_FOUND.get(name, [])}
+    after = {key: value for key, value in extra.items() if key not in before}
+    signature = {"base": "*u8", "blocks": "*i32", "rows": "*i64", "grads": "*i64", "per": "*fp32", **before,
+                 "found": "*fp32", **after}
     ptx = _ptx(getattr(mod, name), signature,
                {**constexprs, "HAS_FOUND": True, "ALIGNED": aligned, "BLOCK": _multi_tensor.BLOCK})
     elements_per_thread = _multi_tensor.BLOCK // (8 * 32)
     assert ptx.count("fma.rn.f32") == fmas_per_element * elements_per_thread
     assert ".ftz" not in ptx and "approx" not in ptx
-    if name == "adam_kernel":
-        assert "div.rn.f32" in ptx and "sqrt.rn.f32" in ptx
+    if name not in ("sgd_kernel", "momentum_kernel", "rprop_kernel", "asgd_kernel"):
+        assert "div.rn.f32" in ptx or "sqrt.rn.f32" in ptx
     assert ("ld.global.v4.b32" in ptx) == aligned
+
+
+@pytest.mark.parametrize("name", ["radam_powers_kernel", "nadam_powers_kernel"])
+def test_power_kernels_compile_with_ieee_arithmetic(name) -> None:
+    pytest.importorskip("triton")
+    mod = _multi_tensor._load(interpret=False)
+    if mod is None:
+        pytest.skip("this Triton cannot build the kernels")
+    signature = {"base": "*u8", "rows": "*i64", "pow3": "*i64", "found": "*fp32"}
+    if name == "radam_powers_kernel":
+        signature.update(b1=F32, b2=F32)
+        constexprs = {"HAS_FOUND": True}
+    else:
+        signature.update(table="*fp32", b1=F32, b2=F32, c096=F32, p096=F32)
+        constexprs = {"TABLE": 2466, "HAS_FOUND": True}
+    ptx = _ptx(getattr(mod, name), signature, constexprs)
+    assert "fma" not in ptx and ".ftz" not in ptx and "approx" not in ptx
+    assert ("div.rn.f32" in ptx) == (name == "radam_powers_kernel")
 
 
 def test_multi_tensor_adam_keeps_the_beta_powers_on_the_device(interpreted_gpu_path) -> None:
@@ -519,7 +586,44 @@ def has_gpu_kernels(cls: type) -> bool:
 def test_handover_with_a_device_flag(name, found, interpreted_gpu_path) -> None:
     """The flag is never read on the host: the kernels (and the clip's factor) test it."""
     handover(name, found)
+    assert interpreted_gpu_path  # (the reference's steps, without a flag, launch them too)
+
+
+@pytest.mark.parametrize("k", [0, 1, 1234, 2464, 2465])
+def test_nadam_gpu_kernel_finds_every_power_of_its_schedule(k, interpreted_gpu_path, monkeypatch) -> None:
+    """The schedule's power deep into its sequence (its last value, a subnormal, repeats)."""
+    from paddle_compat.optimizer import nadam
+
+    def run():
+        gen = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(n, generator=gen)) for n in (40, 3)]
+        opt = popt.NAdam(0.01, parameters=params, momentum_decay=0.3)
+        for step in range(3):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen)
+            if step == 1:
+                for p in params:
+                    opt.state[p]["momentum_decay_pow"].fill_(nadam._decay_sequence()[0][k])
+            opt.step()
+        return params, opt
+
+    multi = run()
+    assert interpreted_gpu_path.count("nadam") >= 6  # (a compile pass and a launch per step)
+    use_native(monkeypatch, False)
+    assert_same_run(multi, run())
+
+
+def test_nadam_off_its_schedule_takes_the_per_tensor_form(interpreted_gpu_path) -> None:
+    """Its GPU kernel looks the schedule's power up in the sequence it follows from 1."""
+    p = torch.nn.Parameter(torch.randn(10))
+    p.grad = torch.randn(10)
+    opt = popt.NAdam(0.01, parameters=[p])
+    opt.step()
     assert interpreted_gpu_path
+    interpreted_gpu_path.clear()
+    opt.state[p]["momentum_decay_pow"] = torch.tensor([0.5])
+    opt.step()
+    assert interpreted_gpu_path == [] and opt.state[p]["momentum_decay_pow"].item() == _numerics.round_f32(0.5 * 0.96)
 
 
 def test_handover_with_a_device_flag_on_the_per_tensor_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -569,9 +673,10 @@ def test_cuda_multi_tensor_matches_per_tensor(name, dtypes, monkeypatch: pytest.
         pytest.skip("no Triton")
     dtype, grad_dtype, mp, main_grad = dtypes
     make = lambda ps: maker(name)(ps, mp)  # noqa: E731
-    multi = train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), device="cuda")
+    steps = case(name).options.get("steps", 3)
+    multi = train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), steps, device="cuda")
     use_native(monkeypatch, False)
-    assert_same_run(multi, train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), device="cuda"))
+    assert_same_run(multi, train(make, dtype, grad_dtype, main_grad, (3000, 7, 100_003), steps, device="cuda"))
 
 
 @pytest.mark.cuda
@@ -602,7 +707,8 @@ def test_cuda_step_with_grad_scaler_makes_no_host_sync(cls) -> None:
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_adamw_step_can_be_captured_in_a_graph() -> None:
+@pytest.mark.parametrize("cls", [c for c in CLASSES if has_gpu_kernels(c)])
+def test_cuda_step_can_be_captured_in_a_graph(cls) -> None:
     if _multi_tensor.kernels(torch.device("cuda")) is None:
         pytest.skip("no Triton")
     gen = torch.Generator().manual_seed(0)
@@ -613,7 +719,7 @@ def test_cuda_adamw_step_can_be_captured_in_a_graph() -> None:
         params = [torch.nn.Parameter(v.cuda()) for v in inits]
         for p, g in zip(params, grads):
             p.grad = g.clone()
-        return params, popt.AdamW(0.01, parameters=params)
+        return params, cls(0.01, parameters=params)
 
     eager, eager_opt = build()
     graphed, graphed_opt = build()

@@ -68,6 +68,9 @@ class Entry:
     rate_is_initial_step: bool = False
     # beta1, beta2 and epsilon may be given as one-element tensors, as Paddle's
     tensor_options: bool = False
+    # the update computes in the accumulators' dtype, the parameter's also with master weights (Rprop):
+    # the GPU kernels (float32 arithmetic) take float32 parameters only
+    computes_in_param_dtype: bool = False
 
     @property
     def name(self) -> str:
@@ -180,7 +183,7 @@ TABLE: tuple[Entry, ...] = (
     Entry(Rprop, 0.01, (
         Config("range, etas", lambda ps: {
             "learning_rate": 0.04, "learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3)}),
-    ), decay_arg=None, state_in_param_dtype=True, rate_is_initial_step=True),
+    ), decay_arg=None, state_in_param_dtype=True, rate_is_initial_step=True, computes_in_param_dtype=True),
 )
 
 

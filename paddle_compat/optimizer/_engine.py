@@ -28,8 +28,8 @@ from ..nn.clip import ParamsGrads
 from . import _multi_tensor
 
 __all__ = [
-    "Engine", "Item", "OptimizerForms", "attr_ratio", "cpu_kernels_take", "cpu_row", "kernels_take", "optional_form",
-    "place", "same_layout",
+    "Engine", "Item", "OptimizerForms", "attr_ratio", "cpu_kernels_take", "cpu_row", "gpu_row", "kernels_take",
+    "optional_form", "place", "same_layout",
 ]
 
 # (param, grad, state, master weight or None): one parameter's share of a step
@@ -154,6 +154,34 @@ def cpu_row(
         return None
     g, l2, fresh = opt._grad_for_kernel(p, g, group)
     batch.add(value, g, p if master is not None else None, states, powers, lr=lr, decay=decay, l2=l2)
+    return not fresh
+
+
+def gpu_row(
+    opt: OptimizerForms, item: Item, group: dict[str, Any], lr: float, batch: _native.Batch, states: tuple[Tensor, ...],
+    powers: tuple[str, ...] = (), *, decay: float = math.nan, checked: tuple[Tensor, ...] | None = None,
+    power_dtype: torch.dtype = torch.float32,
+) -> bool | None:
+    """A ``_compiled_row`` for the GPU kernels (``cpu_row``'s twin): ``item``'s row with its
+    ``states`` (one dtype, float32, bfloat16 or float16: the kernels compute in float32; ``checked``:
+    the states to check instead) and the one-element ``power_dtype`` state tensors named ``powers``,
+    moved to the device for good (a step then reads nothing on the host). ``None`` where the
+    kernels cannot take it, else whether the row may be kept for the next step."""
+    p, g, state, master = item
+    value = master if master is not None else p
+    check = states if checked is None else checked
+    if any(s.dtype != check[0].dtype or s.dtype == torch.float64 for s in check):
+        return None
+    pows = tuple(state[key] for key in powers)
+    for t in pows:
+        if not (_devices.addressable(t) and t.numel() == 1 and t.dtype == power_dtype):
+            return None
+    if not kernels_take(value, g, lr, True, p, *check):
+        return None
+    pows = tuple(_devices.copy_to(t, value.device) for t in pows)
+    state.update(zip(powers, pows))
+    g, l2, fresh = opt._grad_for_kernel(p, g, group)
+    batch.add(value, g, p if master is not None else None, states, pows, lr=lr, decay=decay, l2=l2)
     return not fresh
 
 

@@ -3,7 +3,9 @@
 Mechanics only: the optimizers describe their tensors with ``_native.Batch`` rows, as for the CPU
 kernels, and this module turns a batch into device tables and launches the Triton kernels of
 ``_triton_kernels``: one launch per dtype combination (parameter, gradient, master weight, state),
-plus one multi-tensor multiply for Adam's beta powers. Nothing is read back to the host, and a
+plus the update of the powers an optimizer keeps on the device (a multi-tensor multiply for Adam's
+and Lamb's beta powers, an add for ASGD's count, a small launch for NAdam's and RAdam's; Lamb's trust
+ratio takes a second launch after its norms). Nothing is read back to the host, and a
 GradScaler's ``found_inf`` flag is tested on the device, so a step makes no host sync; the tables
 are device tensors kept with the batch, so an unchanged step replays the same launches (as a CUDA
 graph does).
@@ -29,6 +31,7 @@ import torch
 from torch import Tensor
 
 from .. import _devices, _native
+from .._numerics import round_f32
 
 __all__ = [
     "BLOCK", "CaptureError", "Compiling", "Launch", "disable", "kernels", "launches", "refuse_capture",
@@ -125,17 +128,18 @@ class Launch:
     gradients' offsets apart (``grads``: new gradient tensors, as after ``zero_grad(set_to_none=True)``
     or in a captured CUDA graph, rewrite only these, in place), per-tensor numbers (``per``: a new
     rate rewrites its rate and decay columns in place), blocks; the dtypes, whether every tensor is
-    aligned for vector access, Adam's beta powers (the first ones, the second ones), and which rows
-    of the batch it launches (``members``)."""
+    aligned for vector access, the rows' one-element powers (``pows[i]``: every row's i-th; a third
+    one's offsets in the ``pow3`` table), which rows of the batch it launches (``members``) and the
+    tensors they update (``values``), and what an optimizer keeps with it (``extra``)."""
 
     __slots__ = (
-        "aligned", "base", "blocks", "captured", "dtypes", "grads", "grid", "held", "members", "per", "pows", "rows",
-        "stale",
+        "aligned", "base", "blocks", "captured", "dtypes", "extra", "grads", "grid", "held", "members", "per", "pow3",
+        "pows", "rows", "stale", "values",
     )
 
     def __init__(
-        self, rows: list[int], per: list[float], pows: list[tuple[Tensor, Tensor]], aligned: bool, device: torch.device,
-        members: list[int],
+        self, rows: list[int], per: list[float], pows: list[tuple[Tensor, ...]], aligned: bool, device: torch.device,
+        members: list[int], pow3: list[int] | None = None, values: list[Tensor] | None = None,
     ) -> None:
         refuse_capture(device)
         count = len(rows) // _native.ROW
@@ -163,7 +167,12 @@ class Launch:
         # the rate and decay columns the device holds (as bytes: a NaN decay equals itself there)
         self.held = [array("d", per[column :: _native.PER]).tobytes() for column in _RATE_COLUMNS]
         self.blocks = _devices.upload(blocks, device)
-        self.pows = ([a for a, _ in pows], [b for _, b in pows])
+        self.pows = [list(column) for column in zip(*pows)]
+        self.pow3 = None
+        if pow3 is not None and any(pow3):
+            self.pow3 = _devices.upload(torch.tensor([a - origin for a in pow3], dtype=torch.int64), device)
+        self.extra: dict[str, Any] = {}
+        self.values = values or []
 
     def refresh(self, batch: _native.Batch, capturing: bool) -> bool:
         """Rewrite the gradient offsets and (where they moved) the rate and decay columns from the
@@ -277,17 +286,21 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
         if all(launch.refresh(batch, capturing) for launch in redo):
             return batch.launches
         batch.launches = None  # a gradient lost its alignment: new tables
-    groups: dict[tuple[int, bool], tuple[list[int], list[float], list[Any], list[int]]] = {}
+    groups: dict[tuple[int, bool], tuple[list[int], list[float], list[Any], list[int], list[int]]] = {}
     rows, per = batch.rows, batch.per
     for t in range(len(batch)):
         row = list(rows[t * _native.ROW : (t + 1) * _native.ROW])
-        rows_, per_, pows_, members = groups.setdefault((row[_native.S_DT], _aligned(row)), ([], [], [], []))
+        rows_, per_, pows_, members, pow3 = groups.setdefault((row[_native.S_DT], _aligned(row)), ([], [], [], [], []))
         rows_ += row
         per_ += per[t * _native.PER : (t + 1) * _native.PER]
         members.append(t)
+        pow3.append(batch.pow3[t])
         if batch.pows:
             pows_.append(batch.pows[t])
-    launches = [Launch(r, p, w, aligned, device, m) for (_, aligned), (r, p, w, m) in groups.items()]
+    launches = [
+        Launch(r, p, w, aligned, device, m, z, [batch.values[t] for t in m])
+        for (_, aligned), (r, p, w, m, z) in groups.items()
+    ]
     batch.launches = launches
     return launches
 
@@ -347,14 +360,146 @@ def adam(
         b1=b1, b2=b2, c1=round_(1 - b1), c2=round_(1 - b2), eps=round_(eps), W=w, G=g, P=p, S=s,
         AMSGRAD=bool(amsgrad), **_common(found_inf, launch),
     )
+    if not isinstance(mod, Compiling):
+        advance(launch.pows, (b1, b2), found_inf)
+
+
+def advance(powers: list[list[Tensor]], factors: tuple[float, ...], found_inf: Tensor | None) -> None:
+    """Multiply each list of one-element powers by its factor, on the device (by 1 where ``found_inf`` is set)."""
+    if found_inf is None:
+        for column, factor in zip(powers, factors):
+            torch._foreach_mul_(column, factor)
+        return
+    skip = found_inf.reshape(()) != 0
+    one = torch.ones((), dtype=torch.float32, device=found_inf.device)
+    for column, factor in zip(powers, factors):
+        torch._foreach_mul_(column, torch.where(skip, one, factor))
+
+
+def rmsprop(
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, rho: float, eps: float, mu: float, centered: bool
+) -> None:
+    """RMSProp's kernel; the hyper-parameters are float32 values."""
+    w, g, p, s = launch.dtypes
+    mod.rmsprop_kernel[launch.grid](
+        rho=rho, keep=round_f32(1 - rho), eps=eps, mu=mu, W=w, G=g, P=p, S=s, CENTERED=bool(centered),
+        **_common(found_inf, launch),
+    )
+
+
+def adagrad(mod: Kernels, launch: Launch, found_inf: Tensor | None, eps: float) -> None:
+    w, g, p, s = launch.dtypes
+    mod.adagrad_kernel[launch.grid](eps=eps, W=w, G=g, P=p, S=s, **_common(found_inf, launch))
+
+
+def adadelta(mod: Kernels, launch: Launch, found_inf: Tensor | None, rho: float, eps: float) -> None:
+    w, g, p, s = launch.dtypes
+    mod.adadelta_kernel[launch.grid](
+        rho=rho, keep=round_f32(1 - rho), eps=eps, W=w, G=g, P=p, S=s, **_common(found_inf, launch)
+    )
+
+
+def adamax(mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float) -> None:
+    """Adamax's kernel (its beta power is advanced by the optimizer's ``_finish_update``, skipped step or not)."""
+    w, g, p, s = launch.dtypes
+    mod.adamax_kernel[launch.grid](
+        b1=b1, c1=round_f32(1 - b1), b2=b2, eps=eps, W=w, G=g, P=p, S=s, **_common(found_inf, launch)
+    )
+
+
+def asgd(mod: Kernels, launch: Launch, found_inf: Tensor | None, batch_num: int) -> None:
+    """ASGD's kernel, then the update counts plus one (plus 0 where ``found_inf`` is set)."""
+    w, g, p, s = launch.dtypes
+    mod.asgd_kernel[launch.grid](NB=batch_num, W=w, G=g, P=p, S=s, **_common(found_inf, launch))
     if isinstance(mod, Compiling):
         return
-    first, second = launch.pows
+    (counts,) = launch.pows
     if found_inf is None:
-        torch._foreach_mul_(first, b1)
-        torch._foreach_mul_(second, b2)
+        torch._foreach_add_(counts, 1)
     else:
-        skip = found_inf.reshape(()) != 0
-        one = torch.ones((), dtype=torch.float32, device=found_inf.device)
-        torch._foreach_mul_(first, torch.where(skip, one, b1))
-        torch._foreach_mul_(second, torch.where(skip, one, b2))
+        torch._foreach_add_(counts, (found_inf.reshape(()) == 0).to(torch.int64))
+
+
+def rprop(mod: Kernels, launch: Launch, found_inf: Tensor | None, bounds: tuple[float, ...]) -> None:
+    """Rprop's kernel; ``bounds``: the range and the etas, float32 values."""
+    w, g, p, _ = launch.dtypes
+    lo, hi, eta_minus, eta_plus = bounds
+    mod.rprop_kernel[launch.grid](
+        lo=lo, hi=hi, eta_minus=eta_minus, eta_plus=eta_plus, W=w, G=g, P=p, **_common(found_inf, launch)
+    )
+
+
+def nadam(
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, decay_base: float,
+    powers: Callable[[], tuple[list[float], list[float], float]],
+) -> None:
+    """NAdam's kernel, then one program per tensor advancing its three powers (not on a skipped
+    step). ``powers()``: the values the momentum schedule's power takes (descending from
+    ``decay_base``, each step times it), their powers to the group's ``momentum_decay`` (the C
+    library's), and ``decay_base``'s; uploaded once per launch."""
+    w, g, p, s = launch.dtypes
+    if "nadam" not in launch.extra:
+        values, pows, base_pow = powers()
+        table = _devices.upload(torch.tensor(values + pows, dtype=torch.float32), launch.per.device)
+        launch.extra["nadam"] = (table, len(values), base_pow)
+    table, size, base_pow = launch.extra["nadam"]
+    common = _common(found_inf, launch)
+    numbers = {"table": table, "b1": b1, "b2": b2, "c096": decay_base, "p096": base_pow, "TABLE": size}
+    mod.nadam_kernel[launch.grid](
+        pow3=launch.pow3, c1=round_f32(1 - b1), c2=round_f32(1 - b2), eps=eps, W=w, G=g, P=p, S=s, **numbers, **common,
+    )
+    mod.nadam_powers_kernel[(len(launch.members),)](
+        base=launch.base, rows=launch.rows, pow3=launch.pow3, found=common["found"], HAS_FOUND=common["HAS_FOUND"],
+        **numbers, num_warps=1, enable_fp_fusion=False,
+    )
+
+
+def lamb(
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, always_adapt: bool,
+    squared_norms: Callable[[list[Tensor]], list[Tensor]],
+) -> None:
+    """Lamb: the moments and directions (into a buffer of this step, each at a 16-byte aligned
+    offset), the squared norms of the values and the directions by ``squared_norms`` (the torch
+    form's, so that they have its bits), the update; then the beta powers times ``b1``/``b2``."""
+    w, g, p, s = launch.dtypes
+    common = _common(found_inf, launch)
+    device = launch.per.device
+    if "lamb" not in launch.extra:
+        starts, total = [], 0
+        for value in launch.values:
+            starts.append(total)
+            total += -(-value.numel() // 4) * 4
+        launch.extra["lamb"] = (_devices.upload(torch.tensor(starts, dtype=torch.int64), device), starts, total)
+    offsets, starts, total = launch.extra["lamb"]
+    compiling = isinstance(mod, Compiling)  # (any float32 tensor stands for the buffers then)
+    directions = launch.per if compiling else torch.empty(max(total, 1), dtype=torch.float32, device=device)
+    mod.lamb_direction_kernel[launch.grid](
+        directions=directions, offsets=offsets, b1=b1, c1=round_f32(1 - b1), b2=b2, c2=round_f32(1 - b2), eps=eps,
+        W=w, G=g, S=s, **common,
+    )
+    if compiling:
+        squares = launch.per
+    else:
+        views = [directions[start : start + value.numel()] for start, value in zip(starts, launch.values)]
+        squares = torch.stack(squared_norms(launch.values + views))
+    mod.lamb_update_kernel[launch.grid](
+        directions=directions, offsets=offsets, p_squares=squares, d_squares=squares[len(starts) :], W=w, P=p,
+        ALWAYS_ADAPT=bool(always_adapt), **common,
+    )
+    if not compiling:
+        advance(launch.pows, (b1, b2), found_inf)
+
+
+def radam(mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float) -> None:
+    """RAdam's kernel, then one program per tensor advancing its three powers (not on a skipped step)."""
+    w, g, p, s = launch.dtypes
+    common = _common(found_inf, launch)
+    rho_inf = round_f32(round_f32(2 / round_f32(1 - b2)) - 1)
+    mod.radam_kernel[launch.grid](
+        pow3=launch.pow3, b1=b1, c1=round_f32(1 - b1), b2=b2, c2=round_f32(1 - b2), eps=eps, rho_inf=rho_inf,
+        W=w, G=g, P=p, S=s, **common,
+    )
+    mod.radam_powers_kernel[(len(launch.members),)](
+        base=launch.base, rows=launch.rows, pow3=launch.pow3, found=common["found"], b1=b1, b2=b2,
+        HAS_FOUND=common["HAS_FOUND"], num_warps=1, enable_fp_fusion=False,
+    )

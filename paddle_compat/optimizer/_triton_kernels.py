@@ -188,3 +188,304 @@ def adam_kernel(base, blocks, rows, grads, per, found, b1, b2, c1, c2, eps, W: t
     denom = tl.math.div_rn(tl.sqrt_rn(v), tl.sqrt_rn(1.0 - b2p)) + eps
     w = tl.fma(tl.math.div_rn(m, denom), -tl.math.div_rn(lr, 1.0 - b1p), w)
     _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
+
+
+# --- the later optimizers: the per-tensor torch forms as torch computes them on CUDA, every operation
+# rounded (no FMA), a division by a scalar as torch's CUDA kernel does it (times the reciprocal)
+@triton.jit
+def _value_grad(base, row, grads, per, t, offs, mask, W: tl.constexpr, G: tl.constexpr, ALIGNED: tl.constexpr):
+    """The value's pointer, the value, and the gradient (with the row's L2 term)."""
+    w_ptr = _ptr(base, row, 1, W, ALIGNED)
+    w = _load(w_ptr, offs, mask, W)
+    g = _with_l2(_load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G), w, per, t)
+    return w_ptr, w, g
+
+
+@triton.jit
+def _pow(base, row, slot):
+    """A one-element float32 power of the row (slot 7 or 8)."""
+    return tl.load(_ptr(base, row, slot, 0, False))
+
+
+@triton.jit
+def rmsprop_kernel(base, blocks, rows, grads, per, found, rho, keep, eps, mu, W: tl.constexpr, G: tl.constexpr,
+                   P: tl.constexpr, S: tl.constexpr, CENTERED: tl.constexpr, HAS_FOUND: tl.constexpr,
+                   ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """ms = ms*rho + (g*keep)*g; centered: mg = mg*rho + g*keep, den = (ms - mg*mg) + eps, else
+    den = ms + eps; mom = mom*mu + (g*lr)/sqrt(den); w = w - mom."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    mom_ptr = _ptr(base, row, 4, S, ALIGNED)
+    ms_ptr = _ptr(base, row, 5, S, ALIGNED)
+    ms = _load(ms_ptr, offs, mask, S) * rho + (g * keep) * g
+    if CENTERED:
+        mg_ptr = _ptr(base, row, 6, S, ALIGNED)
+        mg = _load(mg_ptr, offs, mask, S) * rho + g * keep
+        den = (ms - mg * mg) + eps
+        _store(mg_ptr, offs, mg, mask, S)
+    else:
+        den = ms + eps
+    mom = _load(mom_ptr, offs, mask, S) * mu + tl.math.div_rn(g * lr, tl.sqrt_rn(den))
+    _store(ms_ptr, offs, ms, mask, S)
+    _store(mom_ptr, offs, mom, mask, S)
+    _store_w(base, row, w_ptr, offs, w - mom, mask, W, P, ALIGNED)
+
+
+@triton.jit
+def adagrad_kernel(base, blocks, rows, grads, per, found, eps, W: tl.constexpr, G: tl.constexpr, P: tl.constexpr,
+                   S: tl.constexpr, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """moment = moment + g*g; w = w - (g*lr)/(sqrt(moment) + eps)."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    m_ptr = _ptr(base, row, 4, S, ALIGNED)
+    m = _load(m_ptr, offs, mask, S) + g * g
+    w = w - tl.math.div_rn(g * lr, tl.sqrt_rn(m) + eps)
+    _store(m_ptr, offs, m, mask, S)
+    _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
+
+
+@triton.jit
+def adadelta_kernel(base, blocks, rows, grads, per, found, rho, keep, eps, W: tl.constexpr, G: tl.constexpr,
+                    P: tl.constexpr, S: tl.constexpr, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    """asg = asg*rho + (g*g)*keep; u = -((sqrt(asu + eps)/sqrt(asg + eps))*g); w = w + u*lr;
+    asu = asu*rho + (u*u)*keep."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    asg_ptr = _ptr(base, row, 4, S, ALIGNED)
+    asu_ptr = _ptr(base, row, 5, S, ALIGNED)
+    asg = _load(asg_ptr, offs, mask, S) * rho + (g * g) * keep
+    asu = _load(asu_ptr, offs, mask, S)
+    u = -(tl.math.div_rn(tl.sqrt_rn(asu + eps), tl.sqrt_rn(asg + eps)) * g)
+    w = w + u * lr
+    asu = asu * rho + (u * u) * keep
+    _store(asg_ptr, offs, asg, mask, S)
+    _store(asu_ptr, offs, asu, mask, S)
+    _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
+
+
+@triton.jit
+def adamax_kernel(base, blocks, rows, grads, per, found, b1, c1, b2, eps, W: tl.constexpr, G: tl.constexpr,
+                  P: tl.constexpr, S: tl.constexpr, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """m = m*b1 + g*c1; inf = inf*b2 + eps, then |g| unless |g| < inf (a NaN |g| kept);
+    w = w - (m/inf)*(lr/(1 - b1^t)). The beta power is advanced by the optimizer afterwards."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr_t = tl.math.div_rn(tl.load(per + t * PER), 1.0 - _pow(base, row, 7))
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    m_ptr = _ptr(base, row, 4, S, ALIGNED)
+    inf_ptr = _ptr(base, row, 5, S, ALIGNED)
+    m = _load(m_ptr, offs, mask, S) * b1 + g * c1
+    inf = _load(inf_ptr, offs, mask, S) * b2 + eps
+    a = tl.abs(g)
+    inf = tl.where(a < inf, inf, a)
+    w = w - tl.math.div_rn(m, inf) * lr_t
+    _store(m_ptr, offs, m, mask, S)
+    _store(inf_ptr, offs, inf, mask, S)
+    _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
+
+
+@triton.jit
+def asgd_kernel(base, blocks, rows, grads, per, found, NB: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
+                P: tl.constexpr, S: tl.constexpr, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """With the update count m (int64, slot 7; advanced by the caller afterwards) and
+    y_i = y[m % NB]: d = (d - y_i) + g; y_i = g; w = w - d*(lr/min(m + 1, NB))."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    count = tl.load((base + tl.load(row + 7)).to(tl.pointer_type(tl.int64)))
+    n = tl.minimum(count + 1, NB)
+    factor = tl.math.div_rn(tl.load(per + t * PER), n.to(tl.float32))
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    d_ptr = _ptr(base, row, 4, S, ALIGNED)
+    y_ptr = _ptr(base, row, 5, S, ALIGNED) + (count % NB) * tl.load(row)
+    d = (_load(d_ptr, offs, mask, S) - _load(y_ptr, offs, mask, S)) + g
+    _store(y_ptr, offs, g, mask, S)
+    _store(d_ptr, offs, d, mask, S)
+    _store_w(base, row, w_ptr, offs, w - d * factor, mask, W, P, ALIGNED)
+
+
+@triton.jit
+def rprop_kernel(base, blocks, rows, grads, per, found, lo, hi, eta_minus, eta_plus, W: tl.constexpr,
+                 G: tl.constexpr, P: tl.constexpr, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """s = g*prev: rate*eta_plus where s > 0, rate*eta_minus and g taken as +0 where s < 0, else
+    rate*1; the rate clamped to [lo, hi] (NaN kept); w = w - sign(g)*rate; prev = g."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    prev_ptr = _ptr(base, row, 4, W, ALIGNED)
+    rate_ptr = _ptr(base, row, 5, W, ALIGNED)
+    s = g * _load(prev_ptr, offs, mask, W)
+    rising = s > 0
+    falling = s < 0
+    prev = tl.where(falling, 0.0, g)
+    rate = _load(rate_ptr, offs, mask, W) * tl.where(rising, eta_plus, tl.where(falling, eta_minus, 1.0))
+    rate = tl.where(rate != rate, rate, tl.minimum(tl.maximum(rate, lo), hi))
+    sign = (prev > 0).to(tl.float32) - (prev < 0).to(tl.float32)
+    _store(prev_ptr, offs, prev, mask, W)
+    _store(rate_ptr, offs, rate, mask, W)
+    _store_w(base, row, w_ptr, offs, w - sign * rate, mask, W, P, ALIGNED)
+
+
+@triton.jit
+def _moments(base, row, g, offs, mask, b1, c1, b2, c2, S: tl.constexpr, ALIGNED: tl.constexpr):
+    """Adam's moments as the Eigen forms round them (slots 4 and 5), stored: m1 = m1*b1 + g*c1,
+    m2 = m2*b2 + (g*c2)*g."""
+    m1_ptr = _ptr(base, row, 4, S, ALIGNED)
+    m2_ptr = _ptr(base, row, 5, S, ALIGNED)
+    m1 = _load(m1_ptr, offs, mask, S) * b1 + g * c1
+    m2 = _load(m2_ptr, offs, mask, S) * b2 + (g * c2) * g
+    _store(m1_ptr, offs, m1, mask, S)
+    _store(m2_ptr, offs, m2, mask, S)
+    return m1, m2
+
+
+@triton.jit
+def _radam_powers(base, row, pow3, t, b1, b2):
+    """RAdam's powers of this step: beta1^t, beta2^t and rho, from the row's previous ones."""
+    beta1_pow = _pow(base, row, 7) * b1
+    beta2_pow = _pow(base, row, 8) * b2
+    rho_ptr = (base + tl.load(pow3 + t)).to(tl.pointer_type(tl.float32))
+    rho = tl.math.div_rn(tl.load(rho_ptr) * (b2 - beta2_pow) + beta2_pow, 1.0 - beta2_pow)
+    return beta1_pow, beta2_pow, rho, rho_ptr
+
+
+@triton.jit
+def radam_kernel(base, blocks, rows, grads, per, pow3, found, b1, c1, b2, c2, eps, rho_inf, W: tl.constexpr,
+                 G: tl.constexpr, P: tl.constexpr, S: tl.constexpr, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """step = (m1*(1/(1 - beta1^t)))*lr; where rho_t = rho_inf - 2*rho > 5 also
+    step = (step*r_t)*(sqrt(1 - beta2^t)/(sqrt(m2) + eps)); w = w - step. The powers are read
+    here and advanced afterwards (``radam_powers_kernel``)."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    beta1_pow, beta2_pow, rho, _ = _radam_powers(base, row, pow3, t, b1, b2)
+    rho_t = rho_inf - 2.0 * rho
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    m1, m2 = _moments(base, row, g, offs, mask, b1, c1, b2, c2, S, ALIGNED)
+    step = (m1 * tl.math.div_rn(1.0, 1.0 - beta1_pow)) * lr
+    if rho_t > 5.0:
+        num = ((rho_t - 4.0) * (rho_t - 2.0)) * rho_inf
+        den = ((rho_inf - 4.0) * (rho_inf - 2.0)) * rho_t
+        r_t = tl.sqrt_rn(tl.math.div_rn(num, den))
+        l_t = tl.math.div_rn(tl.sqrt_rn(1.0 - beta2_pow) + tl.full([BLOCK], 0.0, tl.float32), tl.sqrt_rn(m2) + eps)
+        step = (step * r_t) * l_t
+    _store_w(base, row, w_ptr, offs, w - step, mask, W, P, ALIGNED)
+
+
+@triton.jit
+def radam_powers_kernel(base, rows, pow3, found, b1, b2, HAS_FOUND: tl.constexpr):
+    """Program ``t`` advances row ``t``'s powers as ``radam_kernel`` computed them (not on a skipped step)."""
+    t = tl.program_id(0).to(tl.int64)
+    row = rows + t * ROW
+    beta1_pow, beta2_pow, rho, rho_ptr = _radam_powers(base, row, pow3, t, b1, b2)
+    keep = tl.full([1], 1, tl.int1)
+    if HAS_FOUND:
+        keep = (tl.load(found) + tl.full([1], 0.0, tl.float32)) == 0
+    zero = tl.arange(0, 1)  # one-element blocks (adding +0.0 changes no power: none is -0.0)
+    tl.store(_ptr(base, row, 7, 0, False) + zero, beta1_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(_ptr(base, row, 8, 0, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(rho_ptr + zero, rho + tl.full([1], 0.0, tl.float32), mask=keep)
+
+
+@triton.jit
+def lamb_direction_kernel(base, blocks, rows, grads, per, found, directions, offsets, b1, c1, b2, c2, eps,
+                          W: tl.constexpr, G: tl.constexpr, S: tl.constexpr, HAS_FOUND: tl.constexpr,
+                          ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """Lamb's first pass: the moments, and the direction (m1*(1/(1 - b1^t)))/(sqrt(m2*(1/(1 - b2^t)))
+    + eps) + w*decay written at the tensor's offset in ``directions`` (16-byte aligned)."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    decay = tl.load(per + t * PER + 1)
+    inv1 = tl.math.div_rn(1.0, 1.0 - _pow(base, row, 7))
+    inv2 = tl.math.div_rn(1.0, 1.0 - _pow(base, row, 8))
+    _, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    m1, m2 = _moments(base, row, g, offs, mask, b1, c1, b2, c2, S, ALIGNED)
+    direction = tl.math.div_rn(m1 * inv1, tl.sqrt_rn(m2 * inv2) + eps) + w * decay
+    start = tl.load(offsets + t)
+    if ALIGNED:
+        start = tl.multiple_of(start, 4)
+    tl.store(directions + start + offs, direction, mask=mask)
+
+
+@triton.jit
+def lamb_update_kernel(base, blocks, rows, grads, per, found, directions, offsets, p_squares, d_squares,
+                       W: tl.constexpr, P: tl.constexpr, ALWAYS_ADAPT: tl.constexpr, HAS_FOUND: tl.constexpr,
+                       ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """Lamb's second pass: with the squared norms of the value (``p_squares[t]``) and of the direction
+    (``d_squares[t]``), ratio = sqrt(p)/sqrt(d) where the row decays (or ALWAYS_ADAPT) and both
+    roots are positive, else 1; w = w - direction*(lr*ratio)."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    p_norm = tl.sqrt_rn(tl.load(p_squares + t))
+    d_norm = tl.sqrt_rn(tl.load(d_squares + t))
+    adapt = (tl.load(per + t * PER + 1) != 0.0) | ALWAYS_ADAPT
+    ratio = tl.where(adapt & (p_norm > 0.0) & (d_norm > 0.0), tl.math.div_rn(p_norm, d_norm), 1.0)
+    start = tl.load(offsets + t)
+    if ALIGNED:
+        start = tl.multiple_of(start, 4)
+    direction = tl.load(directions + start + offs, mask=mask, other=0.0)
+    w_ptr = _ptr(base, row, 1, W, ALIGNED)
+    w = _load(w_ptr, offs, mask, W) - direction * (lr * ratio)
+    _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
+
+
+@triton.jit
+def _nadam_powers(base, row, pow3, t, table, b1, b2, c096, p096, TABLE: tl.constexpr):
+    """NAdam's powers of this step from the row's previous ones, and mu_t, mu_next. The power
+    ``decay_pow**momentum_decay`` is the C library's, from the host's table of the values
+    ``decay_pow`` takes (``table[:TABLE]``, descending from 0.96, each step times 0.96) and their
+    powers (``table[TABLE:]``), found by bisection."""
+    decay_pow = _pow(base, row, 7) * c096
+    beta2_pow = _pow(base, row, 8) * b2
+    lo = 0
+    hi = TABLE - 1
+    for _ in tl.static_range(12):  # 2**12 > TABLE
+        mid = (lo + hi) // 2
+        right = tl.load(table + mid) > decay_pow
+        lo = tl.where(right, mid + 1, lo)
+        hi = tl.where(right, hi, mid)
+    half = 0.5 * tl.load(table + TABLE + lo)
+    mu_t = b1 * (1.0 - half)
+    mu_next = b1 * (1.0 - half * p096)
+    mu_ptr = (base + tl.load(pow3 + t)).to(tl.pointer_type(tl.float32))
+    mu_product = tl.load(mu_ptr) * mu_t
+    return decay_pow, beta2_pow, mu_product, mu_t, mu_next, mu_ptr
+
+
+@triton.jit
+def nadam_kernel(base, blocks, rows, grads, per, pow3, found, table, b1, c1, b2, c2, eps, c096, p096,
+                 TABLE: tl.constexpr, W: tl.constexpr, G: tl.constexpr, P: tl.constexpr, S: tl.constexpr,
+                 HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    """m_hat = (m1*mu_next)*(1/(1 - mu_product*mu_next)) + (g*(1 - mu_t))*(1/(1 - mu_product));
+    w = w - (m_hat*lr)/(sqrt(m2*(1/(1 - beta2^t))) + eps). The powers are read here and advanced
+    afterwards (``nadam_powers_kernel``)."""
+    t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
+    lr = tl.load(per + t * PER)
+    _, beta2_pow, mu_product, mu_t, mu_next, _ = _nadam_powers(base, row, pow3, t, table, b1, b2, c096, p096, TABLE)
+    r1 = tl.math.div_rn(1.0, 1.0 - mu_product * mu_next)
+    r2 = tl.math.div_rn(1.0, 1.0 - mu_product)
+    r3 = tl.math.div_rn(1.0, 1.0 - beta2_pow)
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
+    m1, m2 = _moments(base, row, g, offs, mask, b1, c1, b2, c2, S, ALIGNED)
+    m_hat = (m1 * mu_next) * r1 + (g * (1.0 - mu_t)) * r2
+    den = tl.sqrt_rn(m2 * r3) + eps
+    _store_w(base, row, w_ptr, offs, w - tl.math.div_rn(m_hat * lr, den), mask, W, P, ALIGNED)
+
+
+@triton.jit
+def nadam_powers_kernel(base, rows, pow3, found, table, b1, b2, c096, p096, TABLE: tl.constexpr,
+                        HAS_FOUND: tl.constexpr):
+    """Program ``t`` advances row ``t``'s powers as ``nadam_kernel`` computed them (not on a skipped step)."""
+    t = tl.program_id(0).to(tl.int64)
+    row = rows + t * ROW
+    decay_pow, beta2_pow, mu_product, _, _, mu_ptr = _nadam_powers(base, row, pow3, t, table, b1, b2, c096, p096,
+                                                                   TABLE)
+    keep = tl.full([1], 1, tl.int1)
+    if HAS_FOUND:
+        keep = (tl.load(found) + tl.full([1], 0.0, tl.float32)) == 0
+    zero = tl.arange(0, 1)  # one-element blocks (adding +0.0 changes no power: none is -0.0)
+    tl.store(_ptr(base, row, 7, 0, False) + zero, decay_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(_ptr(base, row, 8, 0, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(mu_ptr + zero, mu_product + tl.full([1], 0.0, tl.float32), mask=keep)

@@ -11,8 +11,9 @@ from torch import Tensor
 from .. import _checks, _native
 from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
+from . import _multi_tensor
 from ._eigen import float_attrs, sqrt_like_eigen
-from ._engine import cpu_row
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option
 
@@ -70,10 +71,14 @@ class Adadelta(Optimizer):
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         state = item[2]
-        return cpu_row(self, item, group, lr, batch, (state["_avg_squared_grad"], state["_avg_squared_update"]))
+        states = (state["_avg_squared_grad"], state["_avg_squared_update"])
+        return (gpu_row if gpu else cpu_row)(self, item, group, lr, batch, states)
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.adadelta(batch, round_f32(group["rho"]), round_f32(group["epsilon"]))
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        _multi_tensor.adadelta(kern, launch, found_inf, round_f32(group["rho"]), round_f32(group["epsilon"]))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

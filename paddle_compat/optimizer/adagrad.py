@@ -11,8 +11,9 @@ from torch import Tensor
 from .. import _checks, _native
 from .._numerics import round_f32
 from ..regularizer import WeightDecayRegularizer
+from . import _multi_tensor
 from ._eigen import float_attrs, sqrt_like_eigen
-from ._engine import cpu_row
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option
 
@@ -71,10 +72,13 @@ class Adagrad(Optimizer):
     def _compiled_row(
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
-        return cpu_row(self, item, group, lr, batch, (item[2]["moment"],))
+        return (gpu_row if gpu else cpu_row)(self, item, group, lr, batch, (item[2]["moment"],))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.adagrad(batch, round_f32(group["epsilon"]))
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        _multi_tensor.adagrad(kern, launch, found_inf, round_f32(group["epsilon"]))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

@@ -12,8 +12,9 @@ from .. import _checks, _native
 from .._numerics import round_f32, round_to
 from ..nn.clip import ParamsGrads
 from ..regularizer import WeightDecayRegularizer
+from . import _multi_tensor
 from ._eigen import float_attrs
-from ._engine import cpu_row
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option, tensor_options
 
@@ -27,7 +28,8 @@ class Adamax(Optimizer):
 
     Paddle's CPU kernel (Eigen), every operation rounded in the parameter's dtype: bit-exact to
     Paddle 3.3.1 for float32 and float64. ``beta1_pow_acc`` (shape ``[1]``, the parameter's dtype,
-    kept on the CPU here) starts at ``beta1`` and is multiplied by ``beta1`` after each step, also
+    kept on the CPU here, on the GPU with the GPU kernels) starts at ``beta1`` and is multiplied by
+    ``beta1`` after each step, also
     after a step a GradScaler skipped, as Paddle's ``_finish_update`` does. ``max`` keeps ``|grad|``
     when either side is NaN, as Eigen's. fp16/bf16 compute in float32 (Paddle has no CPU kernel for
     them); the same formulas run on CUDA (not compared with Paddle on a GPU). Differences from Paddle: ``None``
@@ -71,10 +73,15 @@ class Adamax(Optimizer):
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         state = item[2]
+        if gpu:  # the beta power moves to the device: the kernel reads it, _finish_update advances it there
+            return gpu_row(self, item, group, lr, batch, (state["moment"], state["inf_norm"]), ("beta1_pow_acc",))
         return cpu_row(self, item, group, lr, batch, (state["moment"], state["inf_norm"]), (state["beta1_pow_acc"],))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.adamax(batch, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        _multi_tensor.adamax(kern, launch, found_inf, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
@@ -97,12 +104,15 @@ class Adamax(Optimizer):
 
     def _finish_update(self, work: list[tuple[dict[str, Any], ParamsGrads]]) -> None:
         # Paddle's _finish_update scales each beta1 power by beta1 (a ``scale`` op, in its dtype),
-        # whether or not the scaler skipped the update.
+        # whether or not the scaler skipped the update. One multi-tensor multiply per dtype and
+        # device: on a GPU the powers live there (see _compiled_row), one tiny kernel each otherwise.
         for group, pairs in work:
+            powers: dict[tuple[torch.dtype, torch.device], list[Tensor]] = {}
             for p, _ in pairs:
-                state, _ = self._prepare_state(p, group)
-                power = state["beta1_pow_acc"]
-                power.mul_(round_to(compute_dtype(power))(group["beta1"]))
+                power = self._prepare_state(p, group)[0]["beta1_pow_acc"]
+                powers.setdefault((power.dtype, power.device), []).append(power)
+            for column in powers.values():
+                torch._foreach_mul_(column, round_to(compute_dtype(column[0]))(group["beta1"]))
 
 
 def check_betas(group: dict[str, Any]) -> None:

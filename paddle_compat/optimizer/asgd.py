@@ -12,7 +12,8 @@ from .. import _checks, _native
 from .._dtensor import is_dtensor
 from .._numerics import round_to
 from ..regularizer import WeightDecayRegularizer
-from ._engine import cpu_row
+from . import _multi_tensor
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype
 
@@ -82,6 +83,10 @@ class ASGD(Optimizer):
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         d, y, count = item[2]["d"], item[2]["y"], item[2]["m"]
+        if gpu:  # the count moves to the device: the kernel reads it, the launch advances it there
+            if not y.is_contiguous():
+                return None
+            return gpu_row(self, item, group, lr, batch, (d, y), ("m",), checked=(d, y[0]), power_dtype=torch.int64)
         if not (y.is_contiguous() and count.dtype == torch.int64 and count.numel() == 1 and count.is_cpu):
             return None
         # the kernel finds the slot of y[m % batch_num] itself, from the update count
@@ -89,6 +94,9 @@ class ASGD(Optimizer):
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.asgd(batch, self._n)
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        _multi_tensor.asgd(kern, launch, found_inf, self._n)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

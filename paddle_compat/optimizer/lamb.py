@@ -9,12 +9,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _checks, _native
+from .. import _checks, _devices, _native
 from .._dtensor import is_dtensor
-from .._numerics import round_f32, round_to, sqrt_rn_into
-from ..nn.clip import squared_l2_norm
+from .._numerics import cuda_div, round_f32, round_to, sqrt_rn_into
+from ..nn.clip import squared_l2_norm, squared_l2_norms
+from . import _multi_tensor
 from ._eigen import adam_moments_, float_attrs
-from ._engine import cpu_row
+from ._engine import cpu_row, gpu_row
 from .adam import pow_start
 from .adamax import check_betas
 from .lr import LRScheduler
@@ -36,14 +37,16 @@ class Lamb(Optimizer):
     ratio * direction`` with ``ratio = ||param||/||direction||`` (1 when either norm is 0).
     ``exclude_from_weight_decay_fn(param)`` returning True drops the decay for that parameter. As
     in Paddle, a parameter without decay (excluded, or ``lamb_weight_decay=0``) takes no trust
-    ratio (1) unless ``always_adapt=True``. The beta powers live on the CPU as in Paddle; moments
+    ratio (1) unless ``always_adapt=True``. The beta powers live on the CPU as in Paddle (on the GPU
+    with the GPU kernels); moments
     (and beta powers) are float32 for fp16/bf16 parameters; with ``multi_precision`` the update
     runs on a float32 master weight.
 
     Paddle's CPU kernel, every operation rounded in the compute dtype and the two squared norms
     summed in Eigen's order (``nn.clip.squared_l2_norm``): bit-exact to Paddle 3.3.1 for float32 and
     float64. The same formulas run on CUDA (Paddle's CUDA norms sum in another order: not
-    reproduced); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences
+    reproduced), a division by a scalar as torch's: times its reciprocal;
+    fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences
     from Paddle: ``None`` arguments are a ``ValueError`` (Paddle asserts); non-finite
     hyper-parameters are refused.
     """
@@ -117,7 +120,10 @@ class Lamb(Optimizer):
         fn = group["exclude_from_weight_decay_fn"]
         decay = 0.0 if fn is not None and fn(p) else float_attrs(group, value.dtype, "lamb_weight_decay")[0]
         states, powers = (state["moment1"], state["moment2"]), (state["beta1_pow_acc"], state["beta2_pow_acc"])
-        kept = cpu_row(self, item, group, lr, batch, states, powers, decay=decay)
+        if gpu:  # the beta powers move to the device: the launch reads and advances them there
+            kept = gpu_row(self, item, group, lr, batch, states, self._host_state, decay=decay)
+        else:
+            kept = cpu_row(self, item, group, lr, batch, states, powers, decay=decay)
         # the callback is asked again at every step, as by the torch form
         return None if kept is None else kept and fn is None
 
@@ -131,6 +137,10 @@ class Lamb(Optimizer):
         directions = self._compat_engine.flat(n, dtype, torch.device("cpu"), "direction")
         b1, b2, eps = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon"))
         kern.lamb(batch, directions, b1, b2, eps, self.always_adapt)
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        b1, b2, eps = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon"))
+        _multi_tensor.lamb(kern, launch, found_inf, b1, b2, eps, self.always_adapt, squared_l2_norms)
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
@@ -147,8 +157,9 @@ class Lamb(Optimizer):
         adam_moments_(m1, m2, g, b1, b2, rnd, tmp)
         # direction = (m1/(1-b1p)) / (sqrt(m2/(1-b2p)) + eps) + decay*param (numext::sqrt: exact)
         wide = self._buffer(w, torch.float64, "wide") if mt != torch.float64 else None
-        sqrt_rn_into(direction, torch.div(m2, rnd(1 - b2p), out=tmp), wide).add_(eps)
-        torch.div(torch.div(m1, rnd(1 - b1p), out=tmp), direction, out=direction)
+        divide = cuda_div if _devices.gpu_kernels(value) else torch.div  # as torch's kernels divide there
+        sqrt_rn_into(direction, divide(m2, rnd(1 - b2p), out=tmp), wide).add_(eps)
+        torch.div(divide(m1, rnd(1 - b1p), out=tmp), direction, out=direction)
         direction.add_(torch.mul(w, decay, out=tmp))
         p_norm = rnd(math.sqrt(squared_l2_norm(w).item()))  # numext::sqrt: exact
         d_norm = rnd(math.sqrt(squared_l2_norm(direction).item()))

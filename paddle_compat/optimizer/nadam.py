@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .. import _checks, _native
-from .._numerics import round_f32, round_to
+from .. import _checks, _devices, _native
+from .._numerics import cuda_div, round_f32, round_to
+from . import _multi_tensor
 from ._eigen import adam_moments_, float_attrs, pow_like_libm, sqrt_like_eigen
-from ._engine import cpu_row
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, compute_dtype, paddle_option, tensor_options
 
@@ -28,9 +30,11 @@ class NAdam(Optimizer):
     bit-exact to Paddle 3.3.1 for float64, and for float32 with the CPU's rsqrt
     (``_eigen.sqrt_like_eigen``). Paddle keeps ``momentum_decay_pow``, ``beta2_pow`` and
     ``mu_product`` as tensors of the parameter's shape whose elements are all equal; here they are
-    ``[1]`` tensors on the CPU (the parity kit converts both ways), which gives the same bits.
+    ``[1]`` tensors on the CPU (the GPU kernels move them to the GPU; the parity kit converts both
+    ways), which gives the same bits.
     Moments are float32 for fp16/bf16 parameters. The same formulas run on CUDA (not verified on a
-    GPU); fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences from Paddle:
+    GPU), a division by a scalar as torch's: times its reciprocal;
+    fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences from Paddle:
     ``weight_decay`` is a regularizer or a float (Paddle also lists a Tensor); non-finite
     hyper-parameters are refused.
     """
@@ -77,7 +81,20 @@ class NAdam(Optimizer):
     ) -> bool | None:
         state = item[2]
         powers = (state["momentum_decay_pow"], state["beta2_pow"], state["mu_product"])
-        return cpu_row(self, item, group, lr, batch, (state["moment1"], state["moment2"]), powers)
+        moments = (state["moment1"], state["moment2"])
+        if gpu:
+            # The GPU kernel looks the schedule's power up in the sequence it follows from 1 (a
+            # power from elsewhere, as read here on the host, takes the per-tensor form).
+            decay_pow = powers[0]
+            on_host = _devices.addressable(decay_pow) and decay_pow.is_cpu and decay_pow.numel() == 1
+            if on_host and decay_pow.item() not in _decay_sequence()[1]:
+                return None
+            return gpu_row(self, item, group, lr, batch, moments, self._host_state)
+        return cpu_row(self, item, group, lr, batch, moments, powers)
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        b1, b2, eps, md = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon", "momentum_decay"))
+        _multi_tensor.nadam(kern, launch, found_inf, b1, b2, eps, round_f32(_DECAY_BASE), lambda: _decay_powers(md))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         b1, b2, eps, decay = (round_f32(group[key]) for key in ("beta1", "beta2", "epsilon", "momentum_decay"))
@@ -88,25 +105,20 @@ class NAdam(Optimizer):
     ) -> Tensor:
         mt = compute_dtype(value)
         rnd = round_to(mt)
-        b1, b2, eps, md = float_attrs(group, mt, "beta1", "beta2", "epsilon", "momentum_decay")
-        # the scalar prologue, as Paddle's kernel computes it on every (equal) element
-        decay_pow = rnd(state["momentum_decay_pow"].item() * rnd(_DECAY_BASE))
-        beta2_pow = rnd(state["beta2_pow"].item() * b2)
-        half = rnd(0.5 * pow_like_libm(decay_pow, md, mt))
-        mu_t = rnd(b1 * rnd(1 - half))
-        mu_next = rnd(b1 * rnd(1 - rnd(half * pow_like_libm(rnd(_DECAY_BASE), md, mt))))
-        mu_product = rnd(state["mu_product"].item() * mu_t)
-        mu_product_next = rnd(mu_product * mu_next)
+        b1, b2, eps = float_attrs(group, mt, "beta1", "beta2", "epsilon")
+        powers = tuple(state[key] for key in self._host_state)
+        decay_pow, beta2_pow, mu_product, mu_t, mu_next, mu_product_next = _prologue(powers, group, mt)
 
         w, g = value.to(mt), grad.to(mt)
         m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
         tmp, m1_hat, den = (self._buffer(w, mt, slot) for slot in ("tmp", "m1_hat", "den"))
         adam_moments_(m1, m2, g, b1, b2, rnd, tmp)
+        divide = cuda_div if _devices.gpu_kernels(value) else torch.div  # as torch's kernels divide there
         # m1_hat = mu_next*m1/(1 - mu_product_next) + (1 - mu_t)*g/(1 - mu_product)
-        torch.mul(m1, mu_next, out=m1_hat).div_(rnd(1 - mu_product_next))
-        m1_hat.add_(torch.mul(g, rnd(1 - mu_t), out=tmp).div_(rnd(1 - mu_product)))
+        divide(torch.mul(m1, mu_next, out=m1_hat), rnd(1 - mu_product_next), out=m1_hat)
+        m1_hat.add_(divide(torch.mul(g, rnd(1 - mu_t), out=tmp), rnd(1 - mu_product), out=tmp))
         # sqrt(m2/(1 - beta2_pow)) + eps
-        sqrt_like_eigen(torch.div(m2, rnd(1 - beta2_pow), out=den), out=den).add_(eps)
+        sqrt_like_eigen(divide(m2, rnd(1 - beta2_pow), out=den), out=den).add_(eps)
         w = w.sub_(m1_hat.mul_(lr).div_(den))  # param - lr*m1_hat/denom
         state["moment1"].copy_(m1)
         state["moment2"].copy_(m2)
@@ -114,6 +126,40 @@ class NAdam(Optimizer):
         state["beta2_pow"].fill_(beta2_pow)
         state["mu_product"].fill_(mu_product)
         return w
+
+
+@functools.cache
+def _decay_sequence() -> tuple[list[float], frozenset[float]]:
+    """The float32 values ``momentum_decay_pow`` takes from 1: each step times 0.96 (rounded), down to
+    the subnormal it then keeps (2466 values, descending), and as a set with 1 (where it starts)."""
+    base, values = round_f32(_DECAY_BASE), [round_f32(_DECAY_BASE)]
+    while round_f32(values[-1] * base) != values[-1]:
+        values.append(round_f32(values[-1] * base))
+    return values, frozenset([1.0, *values])
+
+
+@functools.lru_cache(maxsize=8)
+def _decay_powers(md: float) -> tuple[list[float], list[float], float]:
+    """For the GPU kernel: ``_decay_sequence``'s values, each to the power ``md`` (libm's ``powf``,
+    as the torch form), and 0.96's."""
+    values = _decay_sequence()[0]
+    base = round_f32(_DECAY_BASE)
+    return values, [pow_like_libm(v, md, torch.float32) for v in values], pow_like_libm(base, md, torch.float32)
+
+
+def _prologue(powers: tuple[Tensor, ...], group: dict[str, Any], mt: torch.dtype) -> tuple[float, ...]:
+    """The scalar prologue, as Paddle's kernel computes it on every (equal) element, from the three
+    powers (``NAdam._host_state``): the next powers (decay, beta2, mu product), mu_t, mu_next and
+    the next mu product."""
+    rnd = round_to(mt)
+    b1, b2, md = float_attrs(group, mt, "beta1", "beta2", "momentum_decay")
+    decay_pow = rnd(powers[0].item() * rnd(_DECAY_BASE))
+    beta2_pow = rnd(powers[1].item() * b2)
+    half = rnd(0.5 * pow_like_libm(decay_pow, md, mt))
+    mu_t = rnd(b1 * rnd(1 - half))
+    mu_next = rnd(b1 * rnd(1 - rnd(half * pow_like_libm(rnd(_DECAY_BASE), md, mt))))
+    mu_product = rnd(powers[2].item() * mu_t)
+    return decay_pow, beta2_pow, mu_product, mu_t, mu_next, rnd(mu_product * mu_next)
 
 
 def init_powers_and_moments(p: Tensor, state: dict[str, Any], powers: tuple[str, ...]) -> None:

@@ -9,10 +9,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _native
-from .._numerics import round_f32, round_to
+from .. import _devices, _native
+from .._numerics import cuda_div, round_f32, round_to
+from . import _multi_tensor
 from ._eigen import adam_moments_, float_attrs, sqrt_like_eigen
-from ._engine import cpu_row
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .nadam import check_adam_family, check_learning_rate, init_powers_and_moments
 from .optimizer import Optimizer, _Item, compute_dtype, paddle_option
@@ -29,9 +30,11 @@ class RAdam(Optimizer):
     3.3.1 for float64, and for float32 with the CPU's rsqrt (``_eigen.sqrt_like_eigen``). Paddle
     keeps ``beta1_pow``, ``beta2_pow`` and ``rho`` as tensors of the parameter's shape whose
     elements are all equal (its kernel reads ``rho``'s first); here they are ``[1]`` tensors on the
-    CPU (the parity kit converts both ways), which gives the same bits. Moments are float32 for
-    fp16/bf16 parameters. The same formulas run on CUDA (not compared with Paddle on a GPU); fp16/bf16 compute
-    in float32 (Paddle has no CPU kernel for them). Differences from Paddle: ``weight_decay`` is a
+    CPU (the GPU kernels move them to the GPU; the parity kit converts both ways), which gives the
+    same bits. Moments are float32 for
+    fp16/bf16 parameters. The same formulas run on CUDA (not compared with Paddle on a GPU), a division
+    by a scalar as torch's: times its reciprocal;
+    fp16/bf16 compute in float32 (Paddle has no CPU kernel for them). Differences from Paddle: ``weight_decay`` is a
     regularizer or a float (Paddle also lists a Tensor); non-finite hyper-parameters are refused.
     """
 
@@ -68,11 +71,16 @@ class RAdam(Optimizer):
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         state = item[2]
-        powers = (state["beta1_pow"], state["beta2_pow"], state["rho"])
-        return cpu_row(self, item, group, lr, batch, (state["moment1"], state["moment2"]), powers)
+        moments = (state["moment1"], state["moment2"])
+        if gpu:  # the powers move to the device: the kernels read and advance them there
+            return gpu_row(self, item, group, lr, batch, moments, self._host_state)
+        return cpu_row(self, item, group, lr, batch, moments, tuple(state[key] for key in self._host_state))
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.radam(batch, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        _multi_tensor.radam(kern, launch, found_inf, *(round_f32(group[key]) for key in ("beta1", "beta2", "epsilon")))
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float
@@ -91,7 +99,8 @@ class RAdam(Optimizer):
         m1, m2 = state["moment1"].to(mt), state["moment2"].to(mt)
         tmp, step = self._buffer(w, mt, "tmp"), self._buffer(w, mt, "step")
         adam_moments_(m1, m2, g, b1, b2, rnd, tmp)
-        torch.div(m1, rnd(1 - beta1_pow), out=step).mul_(lr)  # lr*m1_hat
+        divide = cuda_div if _devices.gpu_kernels(value) else torch.div  # as torch's kernels divide there
+        divide(m1, rnd(1 - beta1_pow), out=step).mul_(lr)  # lr*m1_hat
         if rho_t > 5:
             num = rnd(rnd(rnd(rho_t - 4) * rnd(rho_t - 2)) * rho_inf)
             den = rnd(rnd(rnd(rho_inf - 4) * rnd(rho_inf - 2)) * rho_t)

@@ -11,8 +11,9 @@ from torch import Tensor
 from .. import _checks, _native
 from .._numerics import round_f32, round_to
 from ..regularizer import WeightDecayRegularizer
+from . import _multi_tensor
 from ._eigen import float_attrs, sqrt_like_eigen
-from ._engine import cpu_row
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .optimizer import Optimizer, _Item, check_range, compute_dtype, paddle_option
 
@@ -78,11 +79,16 @@ class RMSProp(Optimizer):
         self, item: _Item, group: dict[str, Any], lr: float, batch: _native.Batch, gpu: bool
     ) -> bool | None:
         keys = ("momentum", "mean_square", "mean_grad") if group["centered"] else ("momentum", "mean_square")
-        return cpu_row(self, item, group, lr, batch, tuple(item[2][key] for key in keys))
+        states = tuple(item[2][key] for key in keys)
+        return (gpu_row if gpu else cpu_row)(self, item, group, lr, batch, states)
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         rho, eps, mu = (round_f32(group[key]) for key in ("rho", "epsilon", "momentum"))
         kern.rmsprop(batch, rho, eps, mu, group["centered"])
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        rho, eps, mu = (round_f32(group[key]) for key in ("rho", "epsilon", "momentum"))
+        _multi_tensor.rmsprop(kern, launch, found_inf, rho, eps, mu, group["centered"])
 
     def _kernel(
         self, param: Tensor, value: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float

@@ -9,8 +9,10 @@ import torch
 from torch import Tensor
 
 from .. import _checks, _native
+from .._numerics import round_f32
 from ..regularizer import L2Decay, WeightDecayRegularizer
-from ._engine import cpu_row
+from . import _multi_tensor
+from ._engine import cpu_row, gpu_row
 from .lr import LRScheduler
 from .optimizer import Optimizer, _Item
 
@@ -98,10 +100,14 @@ class Rprop(Optimizer):
         value = master if master is not None else p
         if not states[0].dtype == value.dtype in (torch.float32, torch.float64):
             return None
-        return cpu_row(self, item, group, lr, batch, states)
+        return (gpu_row if gpu else cpu_row)(self, item, group, lr, batch, states)
 
     def _compiled_call(self, kern: _native.Kernels, batch: _native.Batch, group: dict[str, Any]) -> None:
         kern.rprop(batch, *self._bounds())
+
+    def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
+        # as the torch form rounds them to its float32 accumulators
+        _multi_tensor.rprop(kern, launch, found_inf, tuple(round_f32(v) for v in self._bounds()))
 
     def _note_bounds_dtype(self, param: Tensor) -> None:
         """Note the dtype of the first parameter updated (its dtype only: no tensor is read here,
