@@ -51,7 +51,7 @@ from paddle_compat.optimizer._cases import TABLE  # noqa: E402  (this checkout's
 
 # The rest of paddle.optimizer, from the optimizers' table (``--only`` picks them; every one but Lamb
 # has a torch.optim anchor).
-FAMILY = [entry.name for entry in TABLE if not entry.gpu_kernels]
+FAMILY = [entry.name for entry in TABLE if not entry.paddle_gpu_formulas]
 
 SIZES = {"1M": 1_000_000, "10M": 10_000_000, "100M": 100_000_000}
 CONFIGS = ["SGD", "Momentum", "Adam", "Adam+L2", "AdamW", "AdamW+clip"]

@@ -68,6 +68,9 @@ class Entry:
     rate_is_initial_step: bool = False
     # beta1, beta2 and epsilon may be given as one-element tensors, as Paddle's
     tensor_options: bool = False
+    # its GPU forms follow Paddle's GPU kernels (emulated exactly on the CPU); the others, whose
+    # Paddle kernels were compared on the CPU only, run their CPU formulas in float32 on a GPU
+    paddle_gpu_formulas: bool = False
     # the update computes in the accumulators' dtype, the parameter's also with master weights (Rprop):
     # the GPU kernels (float32 arithmetic) take float32 parameters only
     computes_in_param_dtype: bool = False
@@ -123,26 +126,27 @@ TABLE: tuple[Entry, ...] = (
         Config("L1, groups", lambda ps: {
             "parameters": [{"params": ps[:1]}, {"params": ps[1:], "learning_rate": 0.3}],
             "weight_decay": L1Decay(0.01)}),
-    )),
+    ), paddle_gpu_formulas=True),
     Entry(Momentum, 0.05, (
         Config("", lambda ps: {"learning_rate": 0.1}),
         Config("Nesterov L2", lambda ps: {"learning_rate": 0.1, "momentum": 0.8, "use_nesterov": True,
                                           "weight_decay": 0.01, "rescale_grad": 0.5}),
-    )),
+    ), paddle_gpu_formulas=True),
     Entry(Adam, 0.01, (
         Config("", _plain),
         Config("L2 AMSGrad, global norm", lambda ps: {
             "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6, "weight_decay": 0.01, "amsgrad": True,
             "grad_clip": ClipGradByGlobalNorm(1.0)}),
-    ), cpu_profiles=True, tensor_options=True),
+    ), cpu_profiles=True, tensor_options=True, paddle_gpu_formulas=True),
     Entry(AdamW, 0.01, (
         Config("", _plain),
         Config("lr_ratio, low-precision moments", lambda ps: {
             "learning_rate": 0.005612671375274658, "weight_decay": 0.1,
             "lr_ratio": lambda p: 0.5 if p.numel() > 100 else 1.0, "use_lowprecision_moment": True,
             "amsgrad": True, "grad_clip": ClipGradByNorm(1.0)}),
-    ), cpu_profiles=True, decoupled_decay=True, tensor_options=True),
-    # the rest of paddle.optimizer (CPU kernels only in Paddle's CPU build: no GPU kernels here)
+    ), cpu_profiles=True, decoupled_decay=True, tensor_options=True, paddle_gpu_formulas=True),
+    # the rest of paddle.optimizer (CPU kernels only in Paddle's CPU build: their GPU forms here run
+    # the CPU formulas in float32)
     Entry(Lamb, 0.01, (
         Config("decay, global norm", lambda ps: {
             "lamb_weight_decay": 0.05, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-5,

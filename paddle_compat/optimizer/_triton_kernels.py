@@ -195,16 +195,22 @@ def adam_kernel(base, blocks, rows, grads, per, found, b1, b2, c1, c2, eps, W: t
 @triton.jit
 def _value_grad(base, row, grads, per, t, offs, mask, W: tl.constexpr, G: tl.constexpr, ALIGNED: tl.constexpr):
     """The value's pointer, the value, and the gradient (with the row's L2 term)."""
-    w_ptr = _ptr(base, row, 1, W, ALIGNED)
+    w_ptr = _ptr(base, row, S_W, W, ALIGNED)
     w = _load(w_ptr, offs, mask, W)
     g = _with_l2(_load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G), w, per, t)
     return w_ptr, w, g
 
 
 @triton.jit
-def _pow(base, row, slot):
-    """A one-element float32 power of the row (slot 7 or 8)."""
-    return tl.load(_ptr(base, row, slot, 0, False))
+def _pow1(base, row):
+    """The row's first one-element float32 power."""
+    return tl.load(_ptr(base, row, S_POW1, F32, False))
+
+
+@triton.jit
+def _pow2(base, row):
+    """The row's second one-element float32 power."""
+    return tl.load(_ptr(base, row, S_POW2, F32, False))
 
 
 @triton.jit
@@ -214,13 +220,13 @@ def rmsprop_kernel(base, blocks, rows, grads, per, found, rho, keep, eps, mu, W:
     """ms = ms*rho + (g*keep)*g; centered: mg = mg*rho + g*keep, den = (ms - mg*mg) + eps, else
     den = ms + eps; mom = mom*mu + (g*lr)/sqrt(den); w = w - mom."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr = tl.load(per + t * PER)
+    lr = tl.load(per + t * PER + P_LR)
     w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
-    mom_ptr = _ptr(base, row, 4, S, ALIGNED)
-    ms_ptr = _ptr(base, row, 5, S, ALIGNED)
+    mom_ptr = _ptr(base, row, S_S1, S, ALIGNED)
+    ms_ptr = _ptr(base, row, S_S2, S, ALIGNED)
     ms = _load(ms_ptr, offs, mask, S) * rho + (g * keep) * g
     if CENTERED:
-        mg_ptr = _ptr(base, row, 6, S, ALIGNED)
+        mg_ptr = _ptr(base, row, S_S3, S, ALIGNED)
         mg = _load(mg_ptr, offs, mask, S) * rho + g * keep
         den = (ms - mg * mg) + eps
         _store(mg_ptr, offs, mg, mask, S)
@@ -237,9 +243,9 @@ def adagrad_kernel(base, blocks, rows, grads, per, found, eps, W: tl.constexpr, 
                    S: tl.constexpr, HAS_FOUND: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
     """moment = moment + g*g; w = w - (g*lr)/(sqrt(moment) + eps)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr = tl.load(per + t * PER)
+    lr = tl.load(per + t * PER + P_LR)
     w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
-    m_ptr = _ptr(base, row, 4, S, ALIGNED)
+    m_ptr = _ptr(base, row, S_S1, S, ALIGNED)
     m = _load(m_ptr, offs, mask, S) + g * g
     w = w - tl.math.div_rn(g * lr, tl.sqrt_rn(m) + eps)
     _store(m_ptr, offs, m, mask, S)
@@ -253,10 +259,10 @@ def adadelta_kernel(base, blocks, rows, grads, per, found, rho, keep, eps, W: tl
     """asg = asg*rho + (g*g)*keep; u = -((sqrt(asu + eps)/sqrt(asg + eps))*g); w = w + u*lr;
     asu = asu*rho + (u*u)*keep."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr = tl.load(per + t * PER)
+    lr = tl.load(per + t * PER + P_LR)
     w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
-    asg_ptr = _ptr(base, row, 4, S, ALIGNED)
-    asu_ptr = _ptr(base, row, 5, S, ALIGNED)
+    asg_ptr = _ptr(base, row, S_S1, S, ALIGNED)
+    asu_ptr = _ptr(base, row, S_S2, S, ALIGNED)
     asg = _load(asg_ptr, offs, mask, S) * rho + (g * g) * keep
     asu = _load(asu_ptr, offs, mask, S)
     u = -(tl.math.div_rn(tl.sqrt_rn(asu + eps), tl.sqrt_rn(asg + eps)) * g)
@@ -274,10 +280,10 @@ def adamax_kernel(base, blocks, rows, grads, per, found, b1, c1, b2, eps, W: tl.
     """m = m*b1 + g*c1; inf = inf*b2 + eps, then |g| unless |g| < inf (a NaN |g| kept);
     w = w - (m/inf)*(lr/(1 - b1^t)). The beta power is advanced by the optimizer afterwards."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr_t = tl.math.div_rn(tl.load(per + t * PER), 1.0 - _pow(base, row, 7))
+    lr_t = tl.math.div_rn(tl.load(per + t * PER + P_LR), 1.0 - _pow1(base, row))
     w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
-    m_ptr = _ptr(base, row, 4, S, ALIGNED)
-    inf_ptr = _ptr(base, row, 5, S, ALIGNED)
+    m_ptr = _ptr(base, row, S_S1, S, ALIGNED)
+    inf_ptr = _ptr(base, row, S_S2, S, ALIGNED)
     m = _load(m_ptr, offs, mask, S) * b1 + g * c1
     inf = _load(inf_ptr, offs, mask, S) * b2 + eps
     a = tl.abs(g)
@@ -295,12 +301,12 @@ def asgd_kernel(base, blocks, rows, grads, per, found, NB: tl.constexpr, W: tl.c
     """With the update count m (int64, slot 7; advanced by the caller afterwards) and
     y_i = y[m % NB]: d = (d - y_i) + g; y_i = g; w = w - d*(lr/min(m + 1, NB))."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    count = tl.load((base + tl.load(row + 7)).to(tl.pointer_type(tl.int64)))
+    count = tl.load((base + tl.load(row + S_POW1)).to(tl.pointer_type(tl.int64)))
     n = tl.minimum(count + 1, NB)
-    factor = tl.math.div_rn(tl.load(per + t * PER), n.to(tl.float32))
+    factor = tl.math.div_rn(tl.load(per + t * PER + P_LR), n.to(tl.float32))
     w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
-    d_ptr = _ptr(base, row, 4, S, ALIGNED)
-    y_ptr = _ptr(base, row, 5, S, ALIGNED) + (count % NB) * tl.load(row)
+    d_ptr = _ptr(base, row, S_S1, S, ALIGNED)
+    y_ptr = _ptr(base, row, S_S2, S, ALIGNED) + (count % NB) * tl.load(row + S_N)
     d = (_load(d_ptr, offs, mask, S) - _load(y_ptr, offs, mask, S)) + g
     _store(y_ptr, offs, g, mask, S)
     _store(d_ptr, offs, d, mask, S)
@@ -315,8 +321,8 @@ def rprop_kernel(base, blocks, rows, grads, per, found, lo, hi, eta_minus, eta_p
     rate*1; the rate clamped to [lo, hi] (NaN kept); w = w - sign(g)*rate; prev = g."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
     w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
-    prev_ptr = _ptr(base, row, 4, W, ALIGNED)
-    rate_ptr = _ptr(base, row, 5, W, ALIGNED)
+    prev_ptr = _ptr(base, row, S_S1, W, ALIGNED)
+    rate_ptr = _ptr(base, row, S_S2, W, ALIGNED)
     s = g * _load(prev_ptr, offs, mask, W)
     rising = s > 0
     falling = s < 0
@@ -333,8 +339,8 @@ def rprop_kernel(base, blocks, rows, grads, per, found, lo, hi, eta_minus, eta_p
 def _moments(base, row, g, offs, mask, b1, c1, b2, c2, S: tl.constexpr, ALIGNED: tl.constexpr):
     """Adam's moments as the Eigen forms round them (slots 4 and 5), stored: m1 = m1*b1 + g*c1,
     m2 = m2*b2 + (g*c2)*g."""
-    m1_ptr = _ptr(base, row, 4, S, ALIGNED)
-    m2_ptr = _ptr(base, row, 5, S, ALIGNED)
+    m1_ptr = _ptr(base, row, S_S1, S, ALIGNED)
+    m2_ptr = _ptr(base, row, S_S2, S, ALIGNED)
     m1 = _load(m1_ptr, offs, mask, S) * b1 + g * c1
     m2 = _load(m2_ptr, offs, mask, S) * b2 + (g * c2) * g
     _store(m1_ptr, offs, m1, mask, S)
@@ -345,8 +351,8 @@ def _moments(base, row, g, offs, mask, b1, c1, b2, c2, S: tl.constexpr, ALIGNED:
 @triton.jit
 def _radam_powers(base, row, pow3, t, b1, b2):
     """RAdam's powers of this step: beta1^t, beta2^t and rho, from the row's previous ones."""
-    beta1_pow = _pow(base, row, 7) * b1
-    beta2_pow = _pow(base, row, 8) * b2
+    beta1_pow = _pow1(base, row) * b1
+    beta2_pow = _pow2(base, row) * b2
     rho_ptr = (base + tl.load(pow3 + t)).to(tl.pointer_type(tl.float32))
     rho = tl.math.div_rn(tl.load(rho_ptr) * (b2 - beta2_pow) + beta2_pow, 1.0 - beta2_pow)
     return beta1_pow, beta2_pow, rho, rho_ptr
@@ -360,7 +366,7 @@ def radam_kernel(base, blocks, rows, grads, per, pow3, found, b1, c1, b2, c2, ep
     step = (step*r_t)*(sqrt(1 - beta2^t)/(sqrt(m2) + eps)); w = w - step. The powers are read
     here and advanced afterwards (``radam_powers_kernel``)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr = tl.load(per + t * PER)
+    lr = tl.load(per + t * PER + P_LR)
     beta1_pow, beta2_pow, rho, _ = _radam_powers(base, row, pow3, t, b1, b2)
     rho_t = rho_inf - 2.0 * rho
     w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
@@ -385,8 +391,8 @@ def radam_powers_kernel(base, rows, pow3, found, b1, b2, HAS_FOUND: tl.constexpr
     if HAS_FOUND:
         keep = (tl.load(found) + tl.full([1], 0.0, tl.float32)) == 0
     zero = tl.arange(0, 1)  # one-element blocks (adding +0.0 changes no power: none is -0.0)
-    tl.store(_ptr(base, row, 7, 0, False) + zero, beta1_pow + tl.full([1], 0.0, tl.float32), mask=keep)
-    tl.store(_ptr(base, row, 8, 0, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(_ptr(base, row, S_POW1, F32, False) + zero, beta1_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(_ptr(base, row, S_POW2, F32, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
     tl.store(rho_ptr + zero, rho + tl.full([1], 0.0, tl.float32), mask=keep)
 
 
@@ -397,9 +403,9 @@ def lamb_direction_kernel(base, blocks, rows, grads, per, found, directions, off
     """Lamb's first pass: the moments, and the direction (m1*(1/(1 - b1^t)))/(sqrt(m2*(1/(1 - b2^t)))
     + eps) + w*decay written at the tensor's offset in ``directions`` (16-byte aligned)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    decay = tl.load(per + t * PER + 1)
-    inv1 = tl.math.div_rn(1.0, 1.0 - _pow(base, row, 7))
-    inv2 = tl.math.div_rn(1.0, 1.0 - _pow(base, row, 8))
+    decay = tl.load(per + t * PER + P_DECAY)
+    inv1 = tl.math.div_rn(1.0, 1.0 - _pow1(base, row))
+    inv2 = tl.math.div_rn(1.0, 1.0 - _pow2(base, row))
     _, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
     m1, m2 = _moments(base, row, g, offs, mask, b1, c1, b2, c2, S, ALIGNED)
     direction = tl.math.div_rn(m1 * inv1, tl.sqrt_rn(m2 * inv2) + eps) + w * decay
@@ -417,16 +423,16 @@ def lamb_update_kernel(base, blocks, rows, grads, per, found, directions, offset
     (``d_squares[t]``), ratio = sqrt(p)/sqrt(d) where the row decays (or ALWAYS_ADAPT) and both
     roots are positive, else 1; w = w - direction*(lr*ratio)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr = tl.load(per + t * PER)
+    lr = tl.load(per + t * PER + P_LR)
     p_norm = tl.sqrt_rn(tl.load(p_squares + t))
     d_norm = tl.sqrt_rn(tl.load(d_squares + t))
-    adapt = (tl.load(per + t * PER + 1) != 0.0) | ALWAYS_ADAPT
+    adapt = (tl.load(per + t * PER + P_DECAY) != 0.0) | ALWAYS_ADAPT
     ratio = tl.where(adapt & (p_norm > 0.0) & (d_norm > 0.0), tl.math.div_rn(p_norm, d_norm), 1.0)
     start = tl.load(offsets + t)
     if ALIGNED:
         start = tl.multiple_of(start, 4)
     direction = tl.load(directions + start + offs, mask=mask, other=0.0)
-    w_ptr = _ptr(base, row, 1, W, ALIGNED)
+    w_ptr = _ptr(base, row, S_W, W, ALIGNED)
     w = _load(w_ptr, offs, mask, W) - direction * (lr * ratio)
     _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
 
@@ -437,8 +443,8 @@ def _nadam_powers(base, row, pow3, t, table, b1, b2, c096, p096, TABLE: tl.const
     ``decay_pow**momentum_decay`` is the C library's, from the host's table of the values
     ``decay_pow`` takes (``table[:TABLE]``, descending from 0.96, each step times 0.96) and their
     powers (``table[TABLE:]``), found by bisection."""
-    decay_pow = _pow(base, row, 7) * c096
-    beta2_pow = _pow(base, row, 8) * b2
+    decay_pow = _pow1(base, row) * c096
+    beta2_pow = _pow2(base, row) * b2
     lo = 0
     hi = TABLE - 1
     for _ in tl.static_range(12):  # 2**12 > TABLE
@@ -462,7 +468,7 @@ def nadam_kernel(base, blocks, rows, grads, per, pow3, found, table, b1, c1, b2,
     w = w - (m_hat*lr)/(sqrt(m2*(1/(1 - beta2^t))) + eps). The powers are read here and advanced
     afterwards (``nadam_powers_kernel``)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
-    lr = tl.load(per + t * PER)
+    lr = tl.load(per + t * PER + P_LR)
     _, beta2_pow, mu_product, mu_t, mu_next, _ = _nadam_powers(base, row, pow3, t, table, b1, b2, c096, p096, TABLE)
     r1 = tl.math.div_rn(1.0, 1.0 - mu_product * mu_next)
     r2 = tl.math.div_rn(1.0, 1.0 - mu_product)
@@ -486,6 +492,6 @@ def nadam_powers_kernel(base, rows, pow3, found, table, b1, b2, c096, p096, TABL
     if HAS_FOUND:
         keep = (tl.load(found) + tl.full([1], 0.0, tl.float32)) == 0
     zero = tl.arange(0, 1)  # one-element blocks (adding +0.0 changes no power: none is -0.0)
-    tl.store(_ptr(base, row, 7, 0, False) + zero, decay_pow + tl.full([1], 0.0, tl.float32), mask=keep)
-    tl.store(_ptr(base, row, 8, 0, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(_ptr(base, row, S_POW1, F32, False) + zero, decay_pow + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(_ptr(base, row, S_POW2, F32, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
     tl.store(mu_ptr + zero, mu_product + tl.full([1], 0.0, tl.float32), mask=keep)
