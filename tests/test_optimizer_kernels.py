@@ -741,7 +741,7 @@ def test_cuda_step_can_be_captured_in_a_graph(cls) -> None:
 
 @pytest.mark.cuda
 @cuda
-@pytest.mark.parametrize("name", ["SGD", "Momentum", "Adam", "AdamW"])
+@pytest.mark.parametrize("name", [cls.__name__ for cls in CLASSES if cls is not popt.Rprop])  # (its rate: a first step)
 def test_cuda_replays_of_a_captured_step_follow_the_scheduler(name: str) -> None:
     """A scheduler of ours stepped between replays: each replay steps at its rate, as eager steps do."""
     if _multi_tensor.kernels(torch.device("cuda")) is None:

@@ -324,17 +324,19 @@ def test_a_plan_is_never_made_inside_a_capture(monkeypatch: pytest.MonkeyPatch) 
 
 def _replay(opt: popt.Optimizer, captured: list[torch.Tensor]) -> None:
     """What a replay of a captured step does: the captured gradients' offsets back in the tables
-    (the capture's fill kernels), the kernels launched on the tables as the device holds them, and
-    none of the host's Python."""
-    plan = opt._compat_engine._plans[id(opt.param_groups[0])]
+    (the capture's fill kernels), the kernels launched on the tables as the device holds them (and
+    the device work of ``_finish_update``: Adamax's beta power), and none of the host's Python."""
+    group = opt.param_groups[0]
+    plan = opt._compat_engine._plans[id(group)]
     ((device, (batch, _)),) = plan.multi_tensor.items()
     for launch in batch.launches:
         origin = launch.base.data_ptr()
         launch.grads.copy_(torch.tensor([captured[i].data_ptr() - origin for i in launch.members]))
-        opt._multi_tensor_call(plan.kernels[device], launch, opt.param_groups[0], None)
+        opt._multi_tensor_call(plan.kernels[device], launch, group, None)
+    opt._finish_update([(group, list(zip(group["params"], captured)))])
 
 
-@pytest.mark.parametrize("cls", [popt.SGD, popt.Momentum, popt.Adam, popt.AdamW], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", SCHEDULED, ids=lambda c: c.__name__)
 def test_a_replayed_step_follows_the_scheduler(cls, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A scheduler of ours stepped between replays writes its rate to the device tables, where the
     replayed kernels read it: the replays step as eager steps at the scheduler's rates do."""
@@ -342,7 +344,7 @@ def test_a_replayed_step_follows_the_scheduler(cls, interpreted_gpu_path, monkey
     def run(replayed: bool) -> list[torch.Tensor]:
         params = [torch.nn.Parameter(torch.linspace(-1.0, 1.0, 8)) for _ in range(2)]
         sched = popt.lr.CosineAnnealingDecay(0.25, T_max=10)
-        opt = cls(sched, parameters=params, weight_decay=0.1) if cls is popt.AdamW else cls(sched, parameters=params)
+        opt = new(cls, sched, params, weight_decay=0.1)
         for p in params:
             p.grad = torch.full((8,), 0.5)
         opt.step()  # eager: the plan and its tables
@@ -406,19 +408,12 @@ def test_the_triton_interpreter_refuses_cuda_tensors(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize("change", ["state", "rate"])
-@pytest.mark.parametrize("cls", [popt.Momentum, popt.Adam, popt.AdamW], ids=lambda c: c.__name__)
-def test_the_gpu_tables_follow_a_replaced_state_or_a_new_rate(cls, change, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("cls", STATEFUL, ids=lambda c: c.__name__)
+def test_the_gpu_tables_follow_a_replaced_state_or_a_new_rate(
+    cls, change, interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same on the GPU path (its Triton kernels, interpreted on CPU tensors): a state tensor put
     in place of another, or a new rate (written into the kept tables), against a fresh copy."""
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(_devices, "gpu_kernels", lambda t: True)
-    if _multi_tensor.kernels(torch.device("cpu")) is None:
-        pytest.skip("this Triton cannot interpret the kernels")
-    launched = []
-    for name in ("momentum", "adam"):
-        original = getattr(_multi_tensor, name)
-        monkeypatch.setattr(_multi_tensor, name, lambda *a, _o=original, **k: (launched.append(1), _o(*a, **k)))
 
     def reset_or_rate(opt, params):
         if change == "rate":
@@ -429,4 +424,4 @@ def test_the_gpu_tables_follow_a_replaced_state_or_a_new_rate(cls, change, monke
             opt.state[p][key] = torch.zeros_like(opt.state[p][key])
 
     _run_after(cls, reset_or_rate)
-    assert launched
+    assert interpreted_gpu_path
