@@ -16,7 +16,7 @@ def test_without_metadata_a_checkout_reads_its_pyproject(monkeypatch) -> None:
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
-    assert _version.version() == DECLARED == "0.2.0"
+    assert _version.version() == DECLARED == "0.3.0"
 
 
 def test_installed_the_metadata_says(monkeypatch) -> None:
