@@ -191,6 +191,25 @@ def _clips_on(device: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _lamb_norms_on(device: str) -> Iterator[None]:
+    """Lamb's trust-ratio norms taken on ``device`` for a while, as ``_clips_on`` does for the clips:
+    the GPU's sums are torch's, which no CPU emulation reproduces; the rest is checked bit for bit."""
+    from .optimizer import lamb
+
+    saved = lamb.squared_l2_norms, lamb.squared_l2_norm
+
+    def on_device(xs: Any) -> list[Tensor]:
+        return [sq.cpu() for sq in saved[0]([x.to(device) for x in xs])]
+
+    lamb.squared_l2_norms = on_device
+    lamb.squared_l2_norm = lambda x: on_device([x])[0]
+    try:
+        yield
+    finally:
+        lamb.squared_l2_norms, lamb.squared_l2_norm = saved
+
+
+@contextlib.contextmanager
 def _counting_rows() -> Iterator[list[int]]:
     """Counts the rows handed to the kernels for a while (``[count]``; none: the torch forms ran)."""
     added = [0]
@@ -226,10 +245,10 @@ def _optimizer_checks(device: str) -> Iterator[Result]:
                     continue
                 what = "compiled kernels vs torch forms"
             else:
-                with _gpu_formulas_on_cpu(), _compiled_kernels(False), _clips_on(device):
+                with _gpu_formulas_on_cpu(), _compiled_kernels(False), _clips_on(device), _lamb_norms_on(device):
                     reference = _train(make, dtypes, "cpu")
                 got = _train(make, dtypes, device)
-                what = "GPU kernels vs exact emulation (clip norms summed on the device)"
+                what = "GPU kernels vs exact emulation (clip and Lamb norms summed on the device)"
             yield Result(check, PASS if _same_bits(got, reference) else FAIL, what)
 
 
