@@ -360,7 +360,7 @@ def _spans(rows: list[tuple[_native.Batch, int]]) -> list[tuple[_native.Batch, l
     found: dict[int, tuple[_native.Batch, list[int]]] = {}
     for batch, row in rows:
         found.setdefault(id(batch), (batch, []))[1].append(row)
-    return [(batch, None if sorted(rows) == list(range(len(batch))) else rows) for batch, rows in found.values()]
+    return [(batch, None if sorted(own) == list(range(len(batch))) else own) for batch, own in found.values()]
 
 
 class _Rates:
