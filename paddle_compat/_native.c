@@ -388,7 +388,11 @@ static void adam_f32(const void *ctx, int64_t t, int64_t off, int64_t len, int64
     const float b1 = (float)c->b1, b2 = (float)c->b2, c1 = 1.0f - b1, c2 = 1.0f - b2, l2 = (float)l2_d;
     const float lr_t = (float)c->scratch[2 * t], eps_t = (float)c->scratch[2 * t + 1];
     const double decay_d = c->per[t * PER + P_DECAY];
-    const float decay = (float)decay_d, ones = float_of(0xffffffffu);
+    /* The all-ones NaN read through a volatile: with a NaN constant in sight, GCC's partial
+     * redundancy elimination splits amsgrad's maximum into a NaN path and the rest, and the loops
+     * that update in double (the avx2 profile) no longer vectorize. The values are the same. */
+    volatile uint32_t ones_bits = 0xffffffffu;
+    const float decay = (float)decay_d, ones = float_of(ones_bits);
     const int fused = c->fused, ams = c->amsgrad, has_decay = decay_d == decay_d, has_l2 = l2_d == l2_d;
     ADAM_DISPATCH(float, fmaf, sqrtf, ones)
     store_f(PTR(t, S_S1), st, off, len, m);

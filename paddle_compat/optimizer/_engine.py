@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 import operator
+from array import array
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any, Protocol, TypeVar
 
 import torch
@@ -228,102 +230,171 @@ def same_layout(*tensors: Tensor) -> bool:
     return dense and all(t.stride() == first.stride() for t in tensors[1:])
 
 
-def _layout(pairs: ParamsGrads) -> list[tuple[Any, ...]]:
-    """The parameters' addresses with the gradients' dtypes, layouts and shapes (a plan's key: a
-    kernel reads a row's ``numel`` elements at its gradient's address). A gradient's shape and
-    device are its parameter's (torch checks what is assigned to ``.grad``, ``Optimizer._work`` a
-    ``main_grad``), so a parameter moved to another device has another address; its shape is kept
-    because a view of the same memory (``p.data = p.data[:n]``) has the same address. (A device is
-    left out: reading it makes an object per tensor, a quarter of a small step's bookkeeping.)"""
+# The per-step checks of a kept plan (``_Plan.holds``) run at every step, for every parameter: each
+# is one pass of a C-level ``map`` over a flat list, compared with ``==`` or ``is``, never a loop of
+# Python statements per parameter.
+_param = operator.itemgetter(0)
+_grad = operator.itemgetter(1)
+_dtype = operator.attrgetter("dtype")
+_shape = operator.attrgetter("shape")
+_is = operator.is_
+_END = object()  # closes a plan's sequence of state values: one of another length differs at its end
+# the state mappings a plan may compare whole (keys and values, in order) instead of looking up each
+# parameter (torch hashes a tensor in Python): a subclass of the user's may find its values elsewhere
+_PLAIN_STATES = (dict, defaultdict)
+
+
+def _addresses(tensors: Sequence[Tensor]) -> list[int]:
+    """The tensors' addresses (``_devices.address``)."""
     try:
-        return [(p.data_ptr(), g.dtype, g.is_contiguous(), g.shape) for p, g in pairs]
+        return list(map(Tensor.data_ptr, tensors))
     except RuntimeError:  # a tensor with no pointer to give: see _devices.address
-        return [(_devices.address(p), g.dtype, g.is_contiguous(), g.shape) for p, g in pairs]
+        return list(map(_devices.address, tensors))
 
 
-def _addresses(pairs: ParamsGrads) -> list[int]:
-    """The gradients' addresses (``_devices.address``)."""
-    try:
-        return [g.data_ptr() for _, g in pairs]
-    except RuntimeError:
-        return [_devices.address(g) for _, g in pairs]
-
-
-def _state_values(opt: OptimizerForms, pairs: ParamsGrads) -> tuple[Any, ...] | None:
-    """Every value of the parameters' states, in order (``None`` where one is not a dict). A plan
-    keeps the rows of the tensors it was made with: a tensor the user puts in their place (a reset,
-    an offload) or ``state.clear()`` makes a new plan. (Indexing, not ``get``: the view of the state
-    on local shards finds a plain parameter's in the real state; an empty dict it adds for a
-    cleared parameter is what the step makes anyway.)"""
-    try:
-        states: Any = map(opt.state.__getitem__, [p for p, _ in pairs])
-        return tuple(chain.from_iterable(map(dict.values, states)))
-    except (TypeError, KeyError):  # a state that is not a dict, or none (a state mapping of the user's)
-        return None
-
-
-def _pointers(values: tuple[Any, ...] | None) -> list[int] | None:
-    """The addresses of the state tensors (``_devices.address``; 0 for another value): the same
-    tensor object given other memory (``.data = ...``) is another tensor to the kernels."""
-    if values is None:
-        return None
+def _pointers(values: Sequence[Any]) -> list[int]:
+    """The addresses of the state's values (``_devices.address``; 0 for a value not a tensor): the
+    same tensor object given other memory (``.data = ...``) is another tensor to the kernels."""
     try:
         return list(map(Tensor.data_ptr, values))
     except (RuntimeError, TypeError):  # a tensor with no pointer to give, or a value not a tensor
         return [_devices.address(v) if isinstance(v, Tensor) else 0 for v in values]
 
 
-def _same(a: Sequence[Any] | None, b: Sequence[Any] | None) -> bool:
+def _ratios(params: Sequence[Tensor]) -> list[float] | None:
+    """The parameters' ``attr_ratio``; ``None`` (all 1) when none has an ``optimize_attr``, the
+    usual case, told by one pass that reads the attribute."""
+    attrs = map(getattr, params, repeat("optimize_attr"), repeat(None))
+    if all(map(_is, attrs, repeat(None))):
+        return None
+    return list(map(attr_ratio, params))
+
+
+def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
     """Whether two sequences hold the same objects (``is``: tensors have no usable ``==``)."""
-    return a is not None and b is not None and len(a) == len(b) and all(map(operator.is_, a, b))
+    return len(a) == len(b) and all(map(_is, a, b))
+
+
+def _state_dicts(state: Any, params: Sequence[Tensor]) -> list[Any] | None:
+    """Each parameter's state in ``state`` (``None`` where one is missing from a mapping of the
+    user's). Indexing, not ``get``: the view of the state on local shards finds a plain parameter's
+    in the real state; an empty dict a ``defaultdict`` adds for a cleared parameter is what the
+    step makes anyway."""
+    try:
+        return list(map(state.__getitem__, params))
+    except (TypeError, KeyError):
+        return None
 
 
 class _Plan:
     """The kernels' share of a group's step (see ``Engine.update``), and what it was made for."""
 
     __slots__ = (
-        "compiled", "grads", "key", "kernels", "lr", "multi_tensor", "params", "pointers", "rates", "rest",
-        "reusable", "slots", "state", "values",
+        "compiled", "contiguous", "dicts", "dtypes", "ends", "grads", "head", "kernels", "lr", "members",
+        "multi_tensor", "param_ptrs", "params", "pointers", "rates", "ratios", "rest", "reusable", "seen",
+        "shapes", "slots", "state", "values",
     )
 
     def __init__(
-        self, key: tuple[Any, ...], state: Any, lr: float, kernels: dict[Any, Any], compiled: Any,
-        multi_tensor: dict[Any, Any], rest: list[int], slots: list[Any], grads: list[int], reusable: bool,
-        rates: dict[Any, _Rates],
+        self, head: tuple[Any, ...], state: Any, lr: float, kernels: dict[Any, Any], compiled: Any,
+        multi_tensor: dict[Any, Any], rest: list[int], slots: list[Any], reusable: bool, rates: dict[Any, _Rates],
     ) -> None:
-        self.key, self.state, self.lr, self.kernels, self.reusable = key, state, lr, kernels, reusable
+        self.head, self.state, self.lr, self.kernels, self.reusable = head, state, lr, kernels, reusable
         self.compiled, self.multi_tensor, self.rest = compiled, multi_tensor, rest
-        self.slots, self.grads = slots, grads  # each pair's (batch, row) or None; the gradients' addresses
+        self.slots = slots  # each pair's (batch, row) or None
         self.rates = rates
-        # the parameters and their states' values (objects, addresses) the rows were made for
+        # each batch with the pairs of its rows, in order (``_members``)
+        self.members = _members(slots)
+        for kind in rates.values():
+            kind.spans = _spans(kind.rows)
+        # what the rows were made for (``remember``): the parameters (objects, addresses), their
+        # gradients' dtypes, layouts and shapes, rate ratios; the states (each parameter's dict,
+        # their values: objects, addresses); the gradients' addresses the rows point at
         self.params: list[Tensor] = []
-        self.values: tuple[Any, ...] | None = None
-        self.pointers: list[int] | None = None
+        self.param_ptrs: list[int] = []
+        self.dtypes: list[torch.dtype] = []
+        self.contiguous: list[bool] = []
+        self.shapes: list[torch.Size] = []
+        self.ratios: list[float] | None = None
+        self.dicts: list[Any] | None = None
+        self.values: tuple[Any, ...] = ()
+        self.ends: tuple[Any, ...] = ()  # the values, then _END
+        self.pointers: list[int] = []
+        self.seen: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None  # the state mapping's keys and values
+        self.grads: list[int] = []
 
-    def made_for(self, opt: OptimizerForms, pairs: ParamsGrads) -> bool:
-        """Whether the rows point at these parameters and at the tensors of their states now."""
-        values = _state_values(opt, pairs)
+    def remember(self, opt: OptimizerForms, params: list[Tensor], grads: list[Tensor]) -> None:
+        """Record what the rows were made for (``holds``), once the states are made."""
+        self.params, self.param_ptrs = params, _addresses(params)
+        self.dtypes, self.contiguous, self.shapes = _grad_layout(grads)
+        self.ratios = _ratios(params)
+        dicts = _state_dicts(opt.state, params)
+        if dicts is not None and all(map(isinstance, dicts, repeat(dict))):
+            self.dicts = dicts
+            self.values = tuple(chain.from_iterable(map(dict.values, dicts)))
+            self.ends = (*self.values, _END)
+            self.pointers = _pointers(self.values)
+            self._see(opt.state)
+        self.grads = _addresses(grads)
+
+    def holds(self, opt: OptimizerForms, head: tuple[Any, ...], params: list[Tensor], grads: list[Tensor]) -> bool:
+        """Whether the rows are made for this step: the same group options (``head``), parameters,
+        their addresses, rate ratios, gradients' dtypes, layouts and shapes, and states (``_states_hold``)."""
         return (
-            _same(self.params, [p for p, _ in pairs]) and _same(self.values, values)
-            and self.pointers == _pointers(values)
+            head == self.head and _same(params, self.params) and _addresses(params) == self.param_ptrs
+            and _ratios(params) == self.ratios and _grad_layout(grads) == (self.dtypes, self.contiguous, self.shapes)
+            and self._states_hold(opt.state, params)
         )
 
-    def remember(self, opt: OptimizerForms, pairs: ParamsGrads) -> None:
-        """Record what the rows point at (``made_for``), once the states are made."""
-        self.params = [p for p, _ in pairs]
-        self.values = _state_values(opt, pairs)
-        self.pointers = _pointers(self.values)
+    def _states_hold(self, state: Any, params: list[Tensor]) -> bool:
+        """Whether the rows point at the tensors of the parameters' states: the same mapping, the
+        same dict for each parameter, the same values in each (a tensor the user puts in place of
+        another, a reset, ``state.clear()``, ``load_state_dict`` make a new plan), each at the same
+        address (one given other memory, an offload, too)."""
+        if state is not self.state or self.dicts is None:
+            return False
+        if not self._seen(state):
+            dicts = _state_dicts(state, params)
+            if dicts is None or not _same(dicts, self.dicts):
+                return False
+            self._see(state)
+        if not all(map(_is, chain(chain.from_iterable(map(dict.values, self.dicts)), (_END,)), self.ends)):
+            return False
+        return _pointers(self.values) == self.pointers
 
-    def point_at(self, pairs: ParamsGrads) -> None:
-        """Point the rows at these gradients (same dtypes, layouts and shapes: the key says so)."""
-        addresses = _addresses(pairs)
+    def _seen(self, state: Any) -> bool:
+        """Whether ``state`` holds the keys and values it held when ``_see`` last looked: then each
+        parameter's dict is the one found there (looking each up hashes a tensor in Python)."""
+        seen = self.seen
+        return (
+            seen is not None and len(state) == len(seen[0]) and all(map(_is, state, seen[0]))
+            and all(map(_is, state.values(), seen[1]))
+        )
+
+    def _see(self, state: Any) -> None:
+        """Keep the keys and values of ``state``, just found to hold the plan's dicts, for ``_seen``:
+        a plain dict not much larger than the group's share (each group's check reads all of it)."""
+        if type(state) in _PLAIN_STATES and len(state) <= 4 * len(self.params) + 64:
+            self.seen = (tuple(state), tuple(state.values()))
+        else:
+            self.seen = None
+
+    def point_at(self, grads: list[Tensor]) -> None:
+        """Point the rows at these gradients (same dtypes, layouts and shapes: ``holds`` says so)."""
+        addresses = _addresses(grads)
         if addresses == self.grads:
             return
-        for address, slot in zip(addresses, self.slots):
-            if slot is not None:
-                batch, row = slot
-                batch.rows[row * _native.ROW + _native.S_G] = address
+        if self.members is not None:  # a slice of each batch's rows
+            for batch, members in self.members:
+                column = addresses if members is None else map(addresses.__getitem__, members)
+                batch.rows[_native.S_G :: _native.ROW] = array("q", column)
                 _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their gradient offsets
+        else:
+            for address, slot in zip(addresses, self.slots):
+                if slot is not None:
+                    batch, row = slot
+                    batch.rows[row * _native.ROW + _native.S_G] = address
+                    _multi_tensor.rows_moved(batch)
         self.grads = addresses
 
     def set_rate(self, opt: OptimizerForms, group: dict[str, Any], lr: float) -> bool:
@@ -334,12 +405,7 @@ class _Plan:
             rate, decay = opt._row_rate(rates.param, rates.value, group, rate, rates.gpu)
             if rates.gpu and _numerics.round_f32(rate) != rate:
                 return False
-            for batch, row in rates.rows:
-                batch.per[row * _native.PER + _native.P_LR] = rate
-                if decay is not None:
-                    batch.per[row * _native.PER + _native.P_DECAY] = decay
-                if rates.gpu:
-                    _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their rate columns
+            rates.write(rate, decay)
         self.lr = lr
         return True
 
@@ -351,15 +417,70 @@ class _Plan:
             batch.release_grads()
 
 
+def _grad_layout(grads: list[Tensor]) -> tuple[list[torch.dtype], list[bool], list[torch.Size]]:
+    """The gradients' dtypes, contiguity and shapes. A kernel reads a row's ``numel`` elements at
+    its gradient's address; a gradient's shape and device are its parameter's (torch checks what is
+    assigned to ``.grad``, ``Optimizer._work`` a ``main_grad``), so a parameter moved to another
+    device has another address; the shape is kept because a view of the same memory
+    (``p.data = p.data[:n]``) has the same address. (A device is left out: reading it makes an
+    object per tensor.)"""
+    return list(map(_dtype, grads)), list(map(Tensor.is_contiguous, grads)), list(map(_shape, grads))
+
+
+def _members(slots: list[tuple[_native.Batch, int] | None]) -> list[tuple[_native.Batch, list[int] | None]] | None:
+    """Each batch of ``slots`` with the pairs of its rows in row order (``None``: every pair, in
+    order); ``None`` where a batch's rows are not one per pair in the pairs' order (``_Plan.point_at``
+    then writes each slot alone)."""
+    found: dict[int, tuple[_native.Batch, list[int], list[int]]] = {}
+    for i, slot in enumerate(slots):
+        if slot is not None:
+            batch, row = slot
+            entry = found.setdefault(id(batch), (batch, [], []))
+            entry[1].append(i)
+            entry[2].append(row)
+    members: list[tuple[_native.Batch, list[int] | None]] = []
+    for batch, pairs, rows in found.values():
+        if rows != list(range(len(batch))):
+            return None
+        members.append((batch, None if len(pairs) == len(slots) else pairs))
+    return members
+
+
+def _spans(rows: list[tuple[_native.Batch, int]]) -> list[tuple[_native.Batch, list[int] | None]]:
+    """The rows of one kind (``_Rates``) per batch: ``None`` where they are all of its rows."""
+    found: dict[int, tuple[_native.Batch, list[int]]] = {}
+    for batch, row in rows:
+        found.setdefault(id(batch), (batch, []))[1].append(row)
+    return [(batch, None if sorted(own) == list(range(len(batch))) else own) for batch, own in found.values()]
+
+
 class _Rates:
     """Rows whose numbers follow the rate alike (``_Plan.set_rate``): one parameter and value of
     theirs stand for all (same rate ratio, value dtype, kernels)."""
 
-    __slots__ = ("gpu", "param", "rows", "value")
+    __slots__ = ("gpu", "param", "rows", "spans", "value")
 
     def __init__(self, param: Tensor, value: Tensor, gpu: bool) -> None:
         self.param, self.value, self.gpu = param, value, gpu
         self.rows: list[tuple[_native.Batch, int]] = []
+        self.spans: list[tuple[_native.Batch, list[int] | None]] = []  # the rows per batch (``_spans``)
+
+    def write(self, rate: float, decay: float | None) -> None:
+        """Write ``rate`` (and ``decay`` unless ``None``) into the rows: one slice of a batch's
+        numbers where the rows are all of its rows."""
+        for batch, rows in self.spans:
+            if rows is None:
+                n = len(batch)
+                batch.per[_native.P_LR :: _native.PER] = array("d", (rate,)) * n
+                if decay is not None:
+                    batch.per[_native.P_DECAY :: _native.PER] = array("d", (decay,)) * n
+            else:
+                for row in rows:
+                    batch.per[row * _native.PER + _native.P_LR] = rate
+                    if decay is not None:
+                        batch.per[row * _native.PER + _native.P_DECAY] = decay
+            if self.gpu:
+                _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their rate columns
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -411,33 +532,33 @@ class Engine:
         flag on a GPU, tested by the GPU kernels on the device (read here only for the rest)."""
         # What the step hands to the kernels is kept as a plan while nothing it depends on changes:
         # the group's options, the parameters (the objects and their addresses), the gradients'
-        # dtypes, layouts and shapes, master weights, the kernels' availability, and the
-        # states (the whole, replaced by load_state_dict; each tensor in it, object and address).
-        # The rate is not among them: a scheduler moves it at every step, and a new rate only
-        # rewrites the rows' numbers (``_Plan.set_rate``). A steady step then only checks that,
-        # points the rows at the gradients (new tensors after zero_grad(set_to_none=True)) and
-        # calls the kernels: every line here runs at each step, on caches a forward and backward
-        # pass have just emptied.
-        key = (
+        # dtypes, layouts and shapes, the rate ratios, master weights, the kernels' availability,
+        # and the states (the whole, replaced by load_state_dict; each tensor in it, object and
+        # address): ``_Plan.holds``. The rate is not among them: a scheduler moves it at every
+        # step, and a new rate only rewrites the rows' numbers (``_Plan.set_rate``). A steady step
+        # then only checks that, points the rows at the gradients (new tensors after
+        # zero_grad(set_to_none=True)) and calls the kernels: every line here runs at each step, on
+        # caches a forward and backward pass have just emptied.
+        head = (
             [v for k, v in group.items() if k != "params" and k != "lr"],
-            _layout(pairs),
-            [attr_ratio(p) for p, _ in pairs],
             opt._dtype,
             opt._multi_precision,
             found_inf is not None,
             _native.enabled(),
         )
+        params, grads = list(map(_param, pairs)), list(map(_grad, pairs))
         lr = opt._group_lr(group)
         plans = self._plans
         plan = plans.get(id(group))
         if (
-            plan is None or plan.key != key or plan.state is not opt.state or not plan.made_for(opt, pairs)
+            plan is None or not plan.holds(opt, head, params, grads)
             or (plan.lr != lr and not plan.set_rate(opt, group, lr))
         ):
-            plan = self._plan(opt, key, group, pairs, found_inf)
+            plan = self._plan(opt, head, group, pairs, found_inf)
+            plan.remember(opt, params, grads)
             plans[id(group)] = plan if plan.reusable else None
         else:
-            plan.point_at(pairs)
+            plan.point_at(grads)
         rest = plan.rest
         if plan.compiled is not None:
             opt._compiled_call(plan.kernels[None], plan.compiled, group)
@@ -485,10 +606,11 @@ class Engine:
                 _multi_tensor.write_rates(batch, device)
 
     def _plan(
-        self, opt: OptimizerForms, key: tuple[Any, ...], group: dict[str, Any], pairs: ParamsGrads,
+        self, opt: OptimizerForms, head: tuple[Any, ...], group: dict[str, Any], pairs: ParamsGrads,
         found_inf: Tensor | None,
     ) -> _Plan:
-        """The plan of this step (made for ``key``): create the missing state, and sort the
+        """The plan of this step (made for the group options of ``head``; ``_Plan.remember`` records
+        the rest of what it is made for, once it is made): create the missing state, and sort the
         parameters into the rows of the compiled CPU kernel (``_native``), the rows of the GPU
         multi-tensor kernels per device (``_multi_tensor``), and the rest, for the per-tensor
         ``_kernel``. Which formulas apply (Paddle's GPU or CPU kernels) follows
@@ -542,13 +664,10 @@ class Engine:
                 if indices is not None:
                     indices.append(i)
         multi_tensor = {device: entry for device, entry in multi_tensor.items() if len(entry[0])}
-        grads = _addresses(pairs)
-        plan = _Plan(
-            key, opt.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, grads,
-            reusable, rates,
+        return _Plan(
+            head, opt.state, lr, kernels, compiled if len(compiled) else None, multi_tensor, rest, slots, reusable,
+            rates,
         )
-        plan.remember(opt, pairs)
-        return plan
 
     @staticmethod
     def _run_multi_tensor(opt: OptimizerForms, plan: _Plan, group: dict[str, Any], found_inf: Tensor | None) -> bool:

@@ -38,7 +38,7 @@ from .._numerics import round_to
 from .._stacklevel import user_stacklevel
 from ..amp import unscale
 from ..amp.compile_boundary import never_traced
-from ..amp.master_grad import clear_grads, main_grad_of
+from ..amp.master_grad import clear_grads
 from ..nn.clip import ClipGradBase, ClipGradByGlobalNorm, ParamsGrads
 from ..regularizer import L1Decay, L2Decay, WeightDecayRegularizer
 from . import _dcp, _multi_tensor, _torch_step
@@ -605,8 +605,8 @@ class Optimizer(torch.optim.Optimizer):
             for p in group["params"]:  # one pass: this runs at every step, for every parameter
                 if not p.requires_grad or (selected is not None and id(p) not in selected):
                     continue
-                main = main_grad_of(p)  # grad_of's choice, with the main_grad kept for its check
-                g = main if main is not None else p.grad
+                main = getattr(p, "main_grad", None)  # main_grad_of, inlined: a call costs a tenth of the pass
+                g = main if main is not None else p.grad  # grad_of's choice, the main_grad kept for its check
                 if g is None:
                     continue
                 if g.is_sparse:
