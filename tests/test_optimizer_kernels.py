@@ -705,33 +705,39 @@ def test_cuda_step_with_grad_scaler_makes_no_host_sync(cls) -> None:
             torch.cuda.set_sync_debug_mode("default")
 
 
+def _cuda_params(make):
+    """Two CUDA parameters (a seeded draw, the same every call) with their gradients, and
+    ``make(params)``, the optimizer over them."""
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(n, generator=gen).cuda()) for n in (1000, 33)]
+    for p in params:
+        p.grad = torch.randn(p.numel(), generator=gen).cuda()
+    return params, make(params)
+
+
+def _captured_step(opt):
+    """``opt.step()`` captured in a CUDA graph on a side stream, as torch's recipe does (after the
+    caller's eager warm-up)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            opt.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph
+
+
 @pytest.mark.cuda
 @cuda
 @pytest.mark.parametrize("cls", [c for c in CLASSES if has_gpu_kernels(c)])
 def test_cuda_step_can_be_captured_in_a_graph(cls) -> None:
     if _multi_tensor.kernels(torch.device("cuda")) is None:
         pytest.skip("no Triton")
-    gen = torch.Generator().manual_seed(0)
-    inits = [torch.randn(n, generator=gen) for n in (1000, 33)]
-    grads = [torch.randn(n, generator=gen).cuda() for n in (1000, 33)]
-
-    def build():
-        params = [torch.nn.Parameter(v.cuda()) for v in inits]
-        for p, g in zip(params, grads):
-            p.grad = g.clone()
-        return params, cls(0.01, parameters=params)
-
-    eager, eager_opt = build()
-    graphed, graphed_opt = build()
+    (eager, eager_opt), (graphed, graphed_opt) = (_cuda_params(lambda ps: cls(0.01, parameters=ps)) for _ in range(2))
     eager_opt.step()
     graphed_opt.step()  # warm-up: state, device tables
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            graphed_opt.step()
-    torch.cuda.current_stream().wait_stream(stream)
+    graph = _captured_step(graphed_opt)
     for _ in range(3):
         eager_opt.step()
         graph.replay()
@@ -746,29 +752,15 @@ def test_cuda_replays_of_a_captured_step_follow_the_scheduler(name: str) -> None
     """A scheduler of ours stepped between replays: each replay steps at its rate, as eager steps do."""
     if _multi_tensor.kernels(torch.device("cuda")) is None:
         pytest.skip("no Triton")
-    gen = torch.Generator().manual_seed(0)
-    inits = [torch.randn(n, generator=gen) for n in (1000, 33)]
-    grads = [torch.randn(n, generator=gen).cuda() for n in (1000, 33)]
-
-    def build():
-        params = [torch.nn.Parameter(v.cuda()) for v in inits]
-        for p, g in zip(params, grads):
-            p.grad = g.clone()
-        sched = popt.lr.CosineAnnealingDecay(0.01, T_max=10)
-        return params, getattr(popt, name)(sched, parameters=params), sched
-
-    eager, eager_opt, eager_sched = build()
-    graphed, graphed_opt, graphed_sched = build()
+    scheds = [popt.lr.CosineAnnealingDecay(0.01, T_max=10) for _ in range(2)]
+    (eager, eager_opt), (graphed, graphed_opt) = (
+        _cuda_params(lambda ps, sched=sched: getattr(popt, name)(sched, parameters=ps)) for sched in scheds
+    )
+    eager_sched, graphed_sched = scheds
     for opt, sched in ((eager_opt, eager_sched), (graphed_opt, graphed_sched)):
         opt.step()  # warm-up: state, device tables
         sched.step()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            graphed_opt.step()
-    torch.cuda.current_stream().wait_stream(stream)
+    graph = _captured_step(graphed_opt)
     for _ in range(4):
         eager_opt.step()
         eager_sched.step()

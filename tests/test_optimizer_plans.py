@@ -57,10 +57,11 @@ def _assert_same(opt, params, ref, ref_params) -> None:
                 assert _same_bits(value, ref.state[q][key]), key
 
 
-def _fresh_copy(cls, opt, params):
-    """The oracle: a new optimizer (no plan) on copies of ``params``, loaded with ``opt``'s state."""
+def _fresh_copy(cls, opt, params, grouping=list):
+    """The oracle: a new optimizer (no plan) on copies of ``params`` (in ``grouping(params)``'s
+    groups), loaded with ``opt``'s state."""
     ref_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    ref = new(cls, 0.01, ref_params)
+    ref = new(cls, 0.01, grouping(ref_params))
     ref.load_state_dict(opt.state_dict())
     return ref, ref_params
 
@@ -69,15 +70,16 @@ def _first_param_shaped(opt, p) -> str:
     return next(k for k, v in opt.state[p].items() if isinstance(v, torch.Tensor) and v.shape == p.shape)
 
 
-def _run_after(cls, change, steps: int = 2):
-    """Two steps, ``change(opt, params)``, then ``steps`` more, against a fresh copy made after the change."""
-    params = _params()
-    opt = new(cls, 0.01, params)
+def _run_after(cls, change, steps: int = 2, params=None, grouping=list):
+    """Two steps, ``change(opt, params)``, then ``steps`` more, against a fresh copy made after the
+    change (``params``: ``_params()`` unless given, in ``grouping(params)``'s groups)."""
+    params = _params() if params is None else params
+    opt = new(cls, 0.01, grouping(params))
     for step in range(2):
         _grads(params, step)
         opt.step()
     change(opt, params)
-    ref, ref_params = _fresh_copy(cls, opt, params)
+    ref, ref_params = _fresh_copy(cls, opt, params, grouping)
     for step in range(2, 2 + steps):
         _grads(params, step)
         _grads(ref_params, step)

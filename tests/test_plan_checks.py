@@ -16,7 +16,7 @@ import torch
 
 import paddle_compat.optimizer as popt
 from tests.optim_db import CLASSES, new
-from tests.test_optimizer_plans import STATEFUL, _assert_same, _first_param_shaped, _grads
+from tests.test_optimizer_plans import STATEFUL, _first_param_shaped, _run_after
 
 # the first group: one parameter (with 70 in the second, its plan looks each parameter's state up)
 # or all but one (its plan compares the state mapping whole)
@@ -33,23 +33,8 @@ def _grouped(params: list[torch.nn.Parameter], split: int) -> list[dict]:
 
 
 def _run_grouped_after(cls, change, split: int, steps: int = 2) -> None:
-    """Two steps, ``change(opt, params)``, then ``steps`` more, against a fresh copy made after the
-    change, the parameters in two groups."""
-    params = _many_params()
-    opt = new(cls, 0.01, _grouped(params, split))
-    for step in range(2):
-        _grads(params, step)
-        opt.step()
-    change(opt, params)
-    ref_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    ref = new(cls, 0.01, _grouped(ref_params, split))
-    ref.load_state_dict(opt.state_dict())
-    for step in range(2, 2 + steps):
-        _grads(params, step)
-        _grads(ref_params, step)
-        opt.step()
-        ref.step()
-    _assert_same(opt, params, ref, ref_params)
+    """``_run_after`` with the parameters in two groups, the first of ``split``."""
+    _run_after(cls, change, steps, _many_params(), lambda ps: _grouped(ps, split))
 
 
 def _reset_first_group(opt, params) -> None:

@@ -387,13 +387,20 @@ def radam_powers_kernel(base, rows, pow3, found, b1, b2, HAS_FOUND: tl.constexpr
     t = tl.program_id(0).to(tl.int64)
     row = rows + t * ROW
     beta1_pow, beta2_pow, rho, rho_ptr = _radam_powers(base, row, pow3, t, b1, b2)
+    _store_powers(base, row, found, beta1_pow, beta2_pow, rho_ptr, rho, HAS_FOUND)
+
+
+@triton.jit
+def _store_powers(base, row, found, first, second, third_ptr, third, HAS_FOUND: tl.constexpr):
+    """A row's three advanced powers stored (its two, and the third at ``third_ptr``), not on a
+    skipped step: one-element blocks (adding +0.0 changes no power: none is -0.0)."""
     keep = tl.full([1], 1, tl.int1)
     if HAS_FOUND:
         keep = (tl.load(found) + tl.full([1], 0.0, tl.float32)) == 0
-    zero = tl.arange(0, 1)  # one-element blocks (adding +0.0 changes no power: none is -0.0)
-    tl.store(_ptr(base, row, S_POW1, F32, False) + zero, beta1_pow + tl.full([1], 0.0, tl.float32), mask=keep)
-    tl.store(_ptr(base, row, S_POW2, F32, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
-    tl.store(rho_ptr + zero, rho + tl.full([1], 0.0, tl.float32), mask=keep)
+    zero = tl.arange(0, 1)
+    tl.store(_ptr(base, row, S_POW1, F32, False) + zero, first + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(_ptr(base, row, S_POW2, F32, False) + zero, second + tl.full([1], 0.0, tl.float32), mask=keep)
+    tl.store(third_ptr + zero, third + tl.full([1], 0.0, tl.float32), mask=keep)
 
 
 @triton.jit
@@ -488,10 +495,4 @@ def nadam_powers_kernel(base, rows, pow3, found, table, b1, b2, c096, p096, TABL
     row = rows + t * ROW
     decay_pow, beta2_pow, mu_product, _, _, mu_ptr = _nadam_powers(base, row, pow3, t, table, b1, b2, c096, p096,
                                                                    TABLE)
-    keep = tl.full([1], 1, tl.int1)
-    if HAS_FOUND:
-        keep = (tl.load(found) + tl.full([1], 0.0, tl.float32)) == 0
-    zero = tl.arange(0, 1)  # one-element blocks (adding +0.0 changes no power: none is -0.0)
-    tl.store(_ptr(base, row, S_POW1, F32, False) + zero, decay_pow + tl.full([1], 0.0, tl.float32), mask=keep)
-    tl.store(_ptr(base, row, S_POW2, F32, False) + zero, beta2_pow + tl.full([1], 0.0, tl.float32), mask=keep)
-    tl.store(mu_ptr + zero, mu_product + tl.full([1], 0.0, tl.float32), mask=keep)
+    _store_powers(base, row, found, decay_pow, beta2_pow, mu_ptr, mu_product, HAS_FOUND)
