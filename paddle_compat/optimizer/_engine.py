@@ -598,12 +598,12 @@ class Engine:
             if lr == plan.lr:
                 continue
             for device in plan.multi_tensor:
-                _multi_tensor.refuse_new_rate(device)
+                _multi_tensor.refuse_new_rate(device)  # before anything changes
             if not plan.set_rate(opt, group, lr):
                 self._plans.pop(id(group))  # the next step makes a new plan
                 continue
-            for device, (batch, _) in plan.multi_tensor.items():
-                _multi_tensor.write_rates(batch, device)
+            for batch, _ in plan.multi_tensor.values():
+                _multi_tensor.write_rates(batch)
 
     def _plan(
         self, opt: OptimizerForms, head: tuple[Any, ...], group: dict[str, Any], pairs: ParamsGrads,

@@ -305,12 +305,11 @@ def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
     return launches
 
 
-def write_rates(batch: _native.Batch, device: torch.device) -> None:
-    """Write the batch's new rates to its launches' tables now, eagerly (see ``Engine.rate_moved``)."""
-    if batch.launches and any(launch.rates_moved(batch) for launch in batch.launches):
-        refuse_new_rate(device)
-        for launch in batch.launches:
-            launch.write_rates(batch)
+def write_rates(batch: _native.Batch) -> None:
+    """Write the batch's new rates to its launches' tables now, eagerly, outside a capture (see
+    ``Engine.rate_moved``, which refuses one first)."""
+    for launch in batch.launches or ():
+        launch.write_rates(batch)
 
 
 def rows_moved(batch: _native.Batch) -> None:
