@@ -556,16 +556,14 @@ class Optimizer(torch.optim.Optimizer):
             selected = every - excluded
         return selected
 
-    @never_traced
     def _apply_optimize(self, selected: set[int] | None) -> list[tuple[dict[str, Any], ParamsGrads]]:
         """One step over the selected parameters; returns each group stepped with its
         ``(param, grad)`` pairs (the gradients before clipping, unscaled: what Paddle's
         ``minimize`` returns).
 
-        Never traced by ``torch.compile``: the step calls compiled C kernels through ``ctypes``
-        and keeps host-side plans keyed on tensor addresses, which Dynamo can neither trace nor
-        guard on (it broke the graph several times inside the step and re-ran the bookkeeping in
-        pieces). Graph break once, run eagerly, as around torch's GradScaler.
+        Never traced by ``torch.compile``: it runs only inside ``_torch_step.run``/``run_selected``,
+        which are ``never_traced`` (the step calls compiled C kernels through ``ctypes`` and keeps
+        host-side plans keyed on tensor addresses, which Dynamo can neither trace nor guard on).
         """
         # Autograd must not record the update. This is the switch torch.no_grad() sets, set
         # directly: its Python context manager costs as much as the rest of a small step's
