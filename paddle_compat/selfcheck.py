@@ -58,9 +58,6 @@ class Result:
 
 
 # --- the optimizer configurations: every one of the optimizers' table ----------------------------
-_Make = Callable[[Any, bool], torch.optim.Optimizer]
-
-
 @dataclass(frozen=True)
 class _Config:
     """One configuration of the table: ``make(params, multi_precision)`` builds it."""
@@ -71,17 +68,8 @@ class _Config:
     def __call__(self, params: Any, multi_precision: bool) -> torch.optim.Optimizer:
         return self.entry.build(self.config, params, multi_precision)
 
-    @property
-    def steps(self) -> int:
-        return self.config.steps
 
-    @property
-    def gpu(self) -> bool:
-        """Whether it has GPU kernels (the others update GPU tensors one at a time, in torch)."""
-        return self.entry.gpu_kernels
-
-
-CONFIGS: dict[str, _Make] = {
+CONFIGS: dict[str, _Config] = {
     entry.title(config): _Config(entry, config) for entry in _cases.TABLE for config in entry.configs
 }
 
@@ -95,10 +83,10 @@ DTYPES = {
 SIZES = (4096, 7, 3001)  # an aligned, a tiny and an unaligned tensor
 
 
-def _train(make: _Make, dtypes: tuple[Any, ...], device: str) -> list[Tensor]:
+def _train(make: _Config, dtypes: tuple[Any, ...], device: str) -> list[Tensor]:
     """Steps with fixed random gradients (drawn on the CPU); the parameters and states, on the CPU."""
     dtype, grad_dtype, mp, main_grad = dtypes
-    steps = getattr(make, "steps", 3)
+    steps = make.config.steps
     gen = torch.Generator().manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(n, generator=gen).to(dtype).to(device)) for n in SIZES]
     with warnings.catch_warnings():
@@ -147,8 +135,7 @@ def _torch_forms() -> Iterator[None]:
     """The torch forms of the compiled CPU kernels, whose Eigen square root keeps the CPU's rsqrt
     from the kernels (which the forms take when the kernels are switched off for good: without it
     they take the correctly rounded root, and differ by design, ``_native.FALLBACK``)."""
-    kern = _native.kernels()
-    rsqrt = kern.rsqrt if kern is not None else None
+    rsqrt = _eigen._hardware_rsqrt()
     saved = _eigen._hardware_rsqrt
     _eigen._hardware_rsqrt = lambda: rsqrt
     try:
@@ -228,7 +215,7 @@ def _counting_rows() -> Iterator[list[int]]:
 
 def _optimizer_checks(device: str) -> Iterator[Result]:
     for name, make in CONFIGS.items():
-        if device != "cpu" and not getattr(make, "gpu", True):  # no GPU kernels to check
+        if device != "cpu" and not make.entry.gpu_kernels:  # no GPU kernels to check
             continue
         for label, dtypes in DTYPES.items():
             check = f"{name} [{label}]"

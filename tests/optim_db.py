@@ -426,8 +426,7 @@ OPTIM_DB += [
 
 CLASSES = [info.cls for info in OPTIM_DB]
 assert CLASSES == [entry.cls for entry in _cases.TABLE], "OPTIM_DB follows the package's table, in its order"
-# the rest of paddle.optimizer, after SGD, Momentum, Adam and AdamW (Paddle's kernels compared on the CPU only)
-FAMILY = [entry.cls for entry in _cases.TABLE if not entry.paddle_gpu_formulas]
+FAMILY = [entry.cls for entry in _cases.FAMILY]  # the rest of paddle.optimizer, after SGD ... AdamW
 
 
 def info_of(cls: type) -> OptimizerInfo:

@@ -25,7 +25,7 @@ import paddle_compat.nn as pnn
 import paddle_compat.optimizer as popt
 from paddle_compat import _devices, _native, _numerics
 from paddle_compat.nn.clip import _eigen_sum, squared_l2_norms
-from paddle_compat.optimizer import _eigen, _multi_tensor, lamb
+from paddle_compat.optimizer import _cases, _eigen, _multi_tensor, lamb
 from paddle_compat.optimizer.optimizer import Optimizer
 
 from .optim_db import CLASSES, FAMILY, OPTIM_DB, case, cases, ids, new
@@ -116,8 +116,7 @@ def use_native(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
 def keep_hardware_rsqrt(monkeypatch: pytest.MonkeyPatch) -> None:
     """The torch forms' Eigen square root keeps the CPU's rsqrt (from the compiled kernels) while
     the kernels themselves are switched off: the forms then compute the same roots."""
-    kern = _native.kernels()
-    rsqrt = kern.rsqrt if kern is not None else None
+    rsqrt = _eigen._hardware_rsqrt()
     monkeypatch.setattr(_eigen, "_hardware_rsqrt", lambda: rsqrt)
 
 
@@ -354,8 +353,7 @@ def interpreted_gpu_path(monkeypatch: pytest.MonkeyPatch):
 
 
 # the launch functions of _multi_tensor, one per optimizer (AdamW's is Adam's)
-MULTI_TENSOR_CALLS = ["sgd", "momentum", "adam", "rmsprop", "adagrad", "adadelta", "adamax", "asgd", "rprop", "radam",
-                      "nadam", "lamb"]
+MULTI_TENSOR_CALLS = [cls.__name__.lower() for cls in CLASSES if cls is not popt.AdamW]
 
 
 GPU_DTYPES = {k: DTYPES[k] for k in ("fp32", "bf16_master", "fp16_master_fp32_main_grad")}
@@ -578,7 +576,7 @@ def test_handover_on_cpu(name, found, native, monkeypatch: pytest.MonkeyPatch) -
 
 
 def has_gpu_kernels(cls: type) -> bool:
-    return cls._multi_tensor_call is not Optimizer._multi_tensor_call
+    return _cases.entry_of(cls).gpu_kernels
 
 
 @pytest.mark.parametrize("found", [0.0, 1.0], ids=["finite", "skipped"])

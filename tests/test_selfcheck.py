@@ -51,7 +51,7 @@ def test_the_battery_runs_every_configuration_of_the_optimizers_table() -> None:
     params = [torch.nn.Parameter(torch.ones(3)) for _ in range(2)]
     built = [type(make(params, False)) for make in selfcheck.CONFIGS.values()]
     assert set(built) == {entry.cls for entry in _cases.TABLE}
-    gpu = {type(make(params, False)) for make in selfcheck.CONFIGS.values() if make.gpu}
+    gpu = {type(make(params, False)) for make in selfcheck.CONFIGS.values() if make.entry.gpu_kernels}
     assert gpu == {entry.cls for entry in _cases.TABLE if entry.gpu_kernels}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from .. import _native
 from ..nn import ClipGradByGlobalNorm, ClipGradByNorm
 from ..regularizer import L1Decay
+from ._engine import defines
 from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam
@@ -56,8 +57,6 @@ class Entry:
     takes_multi_precision: bool = True
     # the constructor's weight-decay argument (Lamb's own decoupled one; None: there is none, Rprop)
     decay_arg: str | None = "weight_decay"
-    # ``weight_decay`` is the decoupled decay coefficient (named so in errors), not a regularizer
-    decoupled_decay: bool = False
     # Paddle's float32 CPU kernel depends on the host: the profiles of paddle_compat._paddle_cpu
     cpu_profiles: bool = False
     # accumulators keep the parameter's dtype under multi_precision, as Paddle's (ASGD, Rprop)
@@ -89,7 +88,7 @@ class Entry:
     def gpu_kernels(self) -> bool:
         """The class has a form for the GPU multi-tensor kernels (the others update GPU tensors one
         at a time with their torch form)."""
-        return not getattr(self.cls._multi_tensor_call, "_paddle_compat_stub", False)
+        return defines(self.cls, "_compiled_row", "_multi_tensor_call")
 
     def new(self, learning_rate: Any, params: Any, *, multi_precision: bool = False, weight_decay: Any = None,
             **kwargs: Any) -> Optimizer:
@@ -144,7 +143,7 @@ TABLE: tuple[Entry, ...] = (
             "learning_rate": 0.005612671375274658, "weight_decay": 0.1,
             "lr_ratio": lambda p: 0.5 if p.numel() > 100 else 1.0, "use_lowprecision_moment": True,
             "amsgrad": True, "grad_clip": ClipGradByNorm(1.0)}),
-    ), cpu_profiles=True, decoupled_decay=True, tensor_options=True, paddle_gpu_formulas=True),
+    ), cpu_profiles=True, tensor_options=True, paddle_gpu_formulas=True),
     # the rest of paddle.optimizer (CPU kernels only in Paddle's CPU build: their GPU forms here run
     # the CPU formulas in float32)
     Entry(Lamb, 0.01, (
@@ -189,6 +188,10 @@ TABLE: tuple[Entry, ...] = (
             "learning_rate": 0.04, "learning_rate_range": (1e-4, 0.05), "etas": (0.4, 1.3)}),
     ), decay_arg=None, state_in_param_dtype=True, rate_is_initial_step=True, computes_in_param_dtype=True),
 )
+
+
+# the rest of paddle.optimizer, after SGD, Momentum, Adam and AdamW (Paddle's kernels compared on the CPU only)
+FAMILY: tuple[Entry, ...] = tuple(entry for entry in TABLE if not entry.paddle_gpu_formulas)
 
 
 def entry_of(cls: type) -> Entry:

@@ -30,8 +30,8 @@ from ..nn.clip import ParamsGrads
 from . import _multi_tensor
 
 __all__ = [
-    "Engine", "Item", "OptimizerForms", "attr_ratio", "cpu_kernels_take", "cpu_row", "gpu_row", "kernels_take",
-    "optional_form", "place", "same_layout",
+    "Engine", "Item", "OptimizerForms", "attr_ratio", "cpu_kernels_take", "cpu_row", "defines", "gpu_row",
+    "kernels_take", "optional_form", "place", "same_layout",
 ]
 
 # (param, grad, state, master weight or None): one parameter's share of a step
@@ -492,9 +492,9 @@ def optional_form(stub: _F) -> _F:
     return stub
 
 
-def _defines(opt: OptimizerForms, *hooks: str) -> bool:
-    """Whether ``opt``'s class defines each of the optional ``hooks`` (see ``optional_form``)."""
-    return not any(getattr(getattr(type(opt), hook), "_paddle_compat_stub", False) for hook in hooks)
+def defines(cls: type, *hooks: str) -> bool:
+    """Whether optimizer class ``cls`` defines each of the optional ``hooks`` (see ``optional_form``)."""
+    return not any(getattr(getattr(cls, hook), "_paddle_compat_stub", False) for hook in hooks)
 
 
 def place(opt: OptimizerForms, group: dict[str, Any], p: Tensor) -> str:
@@ -617,8 +617,8 @@ class Engine:
         ``_devices.gpu_kernels`` of the parameter; a form the optimizer does not define is not used.
         """
         lr = opt._group_lr(group)
-        has_compiled = _defines(opt, "_compiled_row", "_compiled_call")
-        has_gpu = _defines(opt, "_compiled_row", "_multi_tensor_call")
+        has_compiled = defines(type(opt), "_compiled_row", "_compiled_call")
+        has_gpu = defines(type(opt), "_compiled_row", "_multi_tensor_call")
         # the CPU kernels are loaded at the first CPU tensor (a GPU-only run never looks for them)
         kernels: dict[torch.device | None, Any] = {}
         compiled, reusable = _native.Batch(), True
