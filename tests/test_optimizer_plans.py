@@ -427,3 +427,21 @@ def test_the_gpu_tables_follow_a_replaced_state_or_a_new_rate(
 
     _run_after(cls, reset_or_rate)
     assert interpreted_gpu_path
+
+
+def test_a_new_rate_rewrites_the_rate_columns_only(interpreted_gpu_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheduler's step writes the GPU tables' rate columns, once; the step after it, on the same
+    gradients, uploads nothing (the gradients' offsets have not moved)."""
+    params = _params()
+    _grads(params, 0)
+    sched = popt.lr.StepDecay(0.01, step_size=1)
+    opt = popt.Adam(sched, parameters=params)
+    opt.step()
+    written = []
+    real = _multi_tensor._write
+    monkeypatch.setattr(_multi_tensor, "_write", lambda table, *a: (written.append(table.stride()), real(table, *a)))
+    sched.step()
+    assert written and set(written) == {(_native.PER,)}
+    written.clear()
+    opt.step()
+    assert written == []

@@ -134,7 +134,8 @@ def squared_l2_norms(xs: Sequence[Tensor]) -> list[Tensor]:
     whose order on the GPU is not Paddle's anyway.
     """
     out: list[Tensor | None] = [None] * len(xs)
-    kern = _native.kernels()
+    # (a GPU-only run never looks for the CPU kernels, nor warns that they are missing)
+    kern = _native.kernels() if any(x.is_cpu for x in xs) else None
     if kern is not None:
         for dtype in (torch.float32, torch.float64):
             # plain CPU tensors (``_devices.addressable``, checked cheaply at every step: a meta tensor is

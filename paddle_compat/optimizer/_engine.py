@@ -480,7 +480,7 @@ class _Rates:
                     if decay is not None:
                         batch.per[row * _native.PER + _native.P_DECAY] = decay
             if self.gpu:
-                _multi_tensor.rows_moved(batch)  # the GPU tables rewrite their rate columns
+                _multi_tensor.rates_changed(batch)  # the GPU tables rewrite their rate columns
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -35,7 +35,7 @@ from .._numerics import round_f32
 
 __all__ = [
     "BLOCK", "CaptureError", "Compiling", "Launch", "disable", "kernels", "launches", "refuse_capture",
-    "refuse_new_rate", "rows_moved", "write_rates",
+    "rates_changed", "refuse_new_rate", "rows_moved", "write_rates",
 ]
 
 logger = logging.getLogger("paddle_compat")
@@ -134,7 +134,7 @@ class Launch:
 
     __slots__ = (
         "aligned", "base", "blocks", "captured", "dtypes", "extra", "grads", "grid", "held", "members", "per", "pow3",
-        "pows", "rows", "stale", "values",
+        "pows", "rates_stale", "rows", "stale", "values",
     )
 
     def __init__(
@@ -151,7 +151,7 @@ class Launch:
                 i = t * _native.ROW + slot
                 if relative[i]:
                     relative[i] -= origin
-        self.members, self.stale, self.captured = members, False, False
+        self.members, self.stale, self.rates_stale, self.captured = members, False, False, False
         self.grads = _devices.upload(torch.tensor(relative[_native.S_G :: _native.ROW], dtype=torch.int64), device)
         # (tensor, block) for every block of every tensor, made with torch: a large model has
         # hundreds of thousands of blocks
@@ -175,9 +175,8 @@ class Launch:
         self.values = values or []
 
     def refresh(self, batch: _native.Batch, capturing: bool) -> bool:
-        """Rewrite the gradient offsets and (where they moved) the rate and decay columns from the
-        batch's rows, in place on the device, with no host sync; ``False`` when a gradient lost the
-        alignment the launch was made for.
+        """Rewrite the gradient offsets from the batch's rows, in place on the device, with no host
+        sync; ``False`` when a gradient lost the alignment the launch was made for.
 
         A step being captured into a CUDA graph writes the gradients' offsets with fill kernels
         instead: the values travel in the kernels' arguments, which the graph keeps, so no host
@@ -195,8 +194,6 @@ class Launch:
             return False
         origin = self.base.data_ptr()
         _write(self.grads, [a - origin for a in addresses], capturing)
-        if not capturing:
-            self.write_rates(batch)
         self.captured = self.captured or capturing
         self.stale = False
         return True
@@ -211,6 +208,7 @@ class Launch:
 
     def write_rates(self, batch: _native.Batch) -> None:
         """Write the rate and decay columns that moved to the device, eagerly (no host sync)."""
+        self.rates_stale = False
         columns = self.per.view(-1, _native.PER)
         for index, values in enumerate(self._rates(batch)):
             held = values.tobytes()  # as bytes: a NaN decay equals itself
@@ -276,13 +274,18 @@ def _aligned(row: list[int]) -> bool:
 
 def launches(batch: _native.Batch, device: torch.device) -> list[Launch]:
     """The batch's rows split by dtype combination and alignment, as device tables (kept on the
-    batch; after ``rows_moved``, or in and after a capture, only the gradients' offsets and the
-    rate columns are rewritten)."""
+    batch; after ``rows_moved``, or in and after a capture, only the gradients' offsets are
+    rewritten, after ``rates_changed`` only the rate columns)."""
     if batch.launches is not None:
         capturing = _devices.capturing(device)
+        moved = [launch for launch in batch.launches if launch.rates_stale]
+        if capturing:
+            if any(launch.rates_moved(batch) for launch in moved):
+                refuse_new_rate(device)  # before anything is written
+        else:
+            for launch in moved:
+                launch.write_rates(batch)
         redo = [launch for launch in batch.launches if capturing or launch.stale or launch.captured]
-        if capturing and any(launch.rates_moved(batch) for launch in redo):
-            refuse_new_rate(device)  # before anything is written
         if all(launch.refresh(batch, capturing) for launch in redo):
             return batch.launches
         batch.launches = None  # a gradient lost its alignment: new tables
@@ -313,10 +316,16 @@ def write_rates(batch: _native.Batch) -> None:
 
 
 def rows_moved(batch: _native.Batch) -> None:
-    """The batch's rows point at new gradients, or hold a new rate: the next ``launches``
-    rewrites the gradients' offsets and the rate columns."""
+    """The batch's rows point at new gradients: the next ``launches`` rewrites their offsets."""
     for launch in batch.launches or ():
         launch.stale = True
+
+
+def rates_changed(batch: _native.Batch) -> None:
+    """The batch's rows hold a new rate: the next ``launches`` (or ``write_rates``) writes the
+    rate columns, and nothing else."""
+    for launch in batch.launches or ():
+        launch.rates_stale = True
 
 
 _OPTIONS = {"BLOCK": BLOCK, "num_warps": 8, "enable_fp_fusion": False}
@@ -457,8 +466,8 @@ def lamb(
     mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, always_adapt: bool,
     squared_norms: Callable[[list[Tensor]], list[Tensor]],
 ) -> None:
-    """Lamb: the moments and directions (into a buffer of this step, each at a 16-byte aligned
-    offset), the squared norms of the values and the directions by ``squared_norms`` (the torch
+    """Lamb: the moments and directions (into a buffer kept with the launch, each at a 16-byte
+    aligned offset), the squared norms of the values and the directions by ``squared_norms`` (the torch
     form's, so that they have its bits), the update; then the beta powers times ``b1``/``b2``."""
     w, g, p, s = launch.dtypes
     common = _common(found_inf, launch)
@@ -468,21 +477,20 @@ def lamb(
         for value in launch.values:
             starts.append(total)
             total += -(-value.numel() // 4) * 4
-        launch.extra["lamb"] = (_devices.upload(torch.tensor(starts, dtype=torch.int64), device), starts, total)
-    offsets, starts, total = launch.extra["lamb"]
+        offsets = _devices.upload(torch.tensor(starts, dtype=torch.int64), device)
+        buffer = torch.empty(max(total, 1), dtype=torch.float32, device=device)
+        views = [buffer[start : start + value.numel()] for start, value in zip(starts, launch.values)]
+        launch.extra["lamb"] = (offsets, buffer, views)
+    offsets, buffer, views = launch.extra["lamb"]
     compiling = isinstance(mod, Compiling)  # (any float32 tensor stands for the buffers then)
-    directions = launch.per if compiling else torch.empty(max(total, 1), dtype=torch.float32, device=device)
+    directions = launch.per if compiling else buffer
     mod.lamb_direction_kernel[launch.grid](
         directions=directions, offsets=offsets, b1=b1, c1=round_f32(1 - b1), b2=b2, c2=round_f32(1 - b2), eps=eps,
         W=w, G=g, S=s, **common,
     )
-    if compiling:
-        squares = launch.per
-    else:
-        views = [directions[start : start + value.numel()] for start, value in zip(starts, launch.values)]
-        squares = torch.stack(squared_norms(launch.values + views))
+    squares = launch.per if compiling else torch.stack(squared_norms(launch.values + views))
     mod.lamb_update_kernel[launch.grid](
-        directions=directions, offsets=offsets, p_squares=squares, d_squares=squares[len(starts) :], W=w, P=p,
+        directions=directions, offsets=offsets, p_squares=squares, d_squares=squares[len(views) :], W=w, P=p,
         ALWAYS_ADAPT=bool(always_adapt), **common,
     )
     if not compiling:
