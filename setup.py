@@ -30,7 +30,9 @@ native_build = importlib.util.module_from_spec(_spec)
 sys.modules["_native_build"] = native_build  # its NamedTuple needs a module to live in
 _spec.loader.exec_module(native_build)
 
-SOURCE = "paddle_compat/_native.c"
+SOURCE = f"paddle_compat/{native_build.SOURCE}"
+# the stamp: the loader refuses a library built from another _native.c than its own
+STAMP = native_build.stamp_flags(HERE / SOURCE)
 
 
 def _say(message: str) -> None:
@@ -53,9 +55,7 @@ class OptionalKernels(build_ext):
             return  # the higher levels are never loaded without the baseline's (said once, below)
         problem = "not built"
         for threads in (native_build.OPENMP, ()):
-            # the stamp: the loader refuses a library built from another _native.c than its own
-            stamp = native_build.stamp_flags(HERE / SOURCE)
-            ext.extra_compile_args = [*native_build.FLAGS, *level.flags, *threads, *stamp]
+            ext.extra_compile_args = [*native_build.FLAGS, *level.flags, *threads, *STAMP]
             ext.extra_link_args = [*native_build.LINK_FLAGS, *threads]
             try:
                 super().build_extension(ext)

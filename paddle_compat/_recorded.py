@@ -80,6 +80,11 @@ def digest(array: Any) -> str:
     return hashlib.sha256(memoryview(array).cast("B")).hexdigest()[:16]
 
 
+def digests(case: str) -> list[list[str]]:
+    """``run(case)``'s parameters after each step, as their ``digest`` (what the record holds)."""
+    return [[digest(a) for a in step] for step in run(case)]
+
+
 def run(case: str) -> list[list[Any]]:
     """A case (``"Adam/float32"``) replayed on ``paddle_compat`` with the profile in force: the parameters
     after each step (NumPy)."""
