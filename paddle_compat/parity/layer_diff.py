@@ -41,7 +41,7 @@ import torch
 
 from .. import _checks
 from ._arrays import closeness, copy_of
-from .align import Call, Pair, _matches, align, kind_of, layer_types
+from .align import Call, Pair, align, ignored_paths, kind_of, layer_types
 from .compare import bound_for
 from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
 from .hooks import first_tensor as _first_tensor
@@ -923,8 +923,11 @@ def diff_layers(
             depth=depth,
         )
         chained_noise = {} if single_step else _chained_noise(torch_model, t_rec.calls, inputs_t, kw, g)
+        ancestors = _ancestors(pairs, ignored_paths(t_rec.calls, ignore, ignore_types))
         results = [
-            _diff_pair(
+            _unjudged(pair, single_step, ancestors[pair.torch.key])
+            if pair.torch.key in ancestors
+            else _diff_pair(
                 pair,
                 judge,
                 single_step,
@@ -935,7 +938,6 @@ def diff_layers(
             )
             for pair in pairs
         ]
-        _unjudge_ancestors(results, t_rec.calls, ignore, ignore_types)
         if load_note:
             notes.insert(0, load_note)
     finally:
@@ -1029,19 +1031,37 @@ def _diff_pair(
     return res
 
 
-def _unjudge_ancestors(
-    results: list[LayerResult], calls: list[Call], ignore: Sequence[str], types: Sequence[Any]
-) -> None:
-    """A layer containing an ignored layer the port calls is not judged: its difference would be the
-    ignored layer's (a deliberately different activation). PaDiff's ``ignore`` leaves such parents
-    compared; here a run whose only difference is an ignored layer passes."""
-    ignored = sorted({c.path for c in calls if _matches(c, ignore, types)})
-    for r in results:
-        own = r.key.split("#")[0]
-        inside = sorted({p for p in ignored if p != own and _inside(p, own)})
+def _ancestors(pairs: list[Pair], ignored: Sequence[str]) -> dict[str, list[str]]:
+    """The torch keys of the pairs containing an ignored layer the port calls, each with those
+    layers. Such a layer is not judged: its difference would be the ignored layer's (a deliberately
+    different activation). PaDiff's ``ignore`` leaves such parents compared; here a run whose only
+    difference is an ignored layer passes."""
+    paths = sorted(set(ignored))
+    out: dict[str, list[str]] = {}
+    for pair in pairs:
+        own = pair.torch.key.split("#")[0]
+        inside = [p for p in paths if p != own and _inside(p, own)]
         if inside:
-            r.judged, r.forward, r.backward = False, [], []
-            r.remark = f"not judged: it contains ignored layers ({', '.join(inside)})"
+            out[pair.torch.key] = inside
+    return out
+
+
+def _unjudged(pair: Pair, single_step: bool, inside: list[str]) -> LayerResult:
+    """The result of a layer containing ignored ones: no checks, never compared (not replayed);
+    ``isolated`` as :func:`_diff_pair` would have found it."""
+    p, t = pair.paddle, pair.torch
+    res = LayerResult(
+        t.key,
+        p.key,
+        t.kind,
+        pair.how,
+        t.site,
+        judged=False,
+        remark=f"not judged: it contains ignored layers ({', '.join(inside)})",
+    )
+    if single_step and p.output is not None and t.output is not None:
+        res.isolated = isinstance(_fed_args(t, p), _Feed)
+    return res
 
 
 def _inside(child: str, parent: str) -> bool:
