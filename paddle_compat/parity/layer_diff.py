@@ -46,6 +46,7 @@ from .compare import bound_for
 from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
 from .hooks import first_tensor as _first_tensor
 from .hooks import named_layers, wants_grad
+from .paddle_side import _set_state
 
 __all__ = ["LayerDiff", "LayerDivergence", "LayerResult", "diff_layers"]
 
@@ -397,14 +398,6 @@ def _restore_torch_buffers(module: torch.nn.Module, saved: Mapping[str, torch.Te
                 b.copy_(saved[k])
 
 
-def _restore_paddle_buffers(layer: Any, saved: Mapping[str, np.ndarray]) -> None:
-    held = dict(layer.named_parameters())
-    held.update(layer.named_buffers())
-    for k, arr in saved.items():
-        if k in held and list(held[k].shape) == list(arr.shape):
-            held[k].set_value(arr)
-
-
 # A call's tensor arguments are addressed by paths: ``(position,)`` or ``(keyword,)``, then the
 # indices inside tuples and lists (an LSTM's ``(h0, c0)``).
 Path = tuple[Any, ...]
@@ -564,7 +557,7 @@ def _replay_paddle(
     params = [(k, p) for k, p in layer.named_parameters() if not p.stop_gradient]
     saved_grads = {k: copy_of(p.grad) for k, p in params if p.grad is not None}
     try:
-        _restore_paddle_buffers(layer, buffers)
+        _set_state(layer, buffers, same_shape_only=True)
         for _, p in params:
             p.clear_gradient(False)
         y = _first_tensor(layer(*args, **kwargs))
@@ -574,7 +567,7 @@ def _replay_paddle(
         grads_p = {k: copy_of(p.grad) for k, p in params if p.grad is not None}
         return grads_in, grads_p
     finally:
-        _restore_paddle_buffers(layer, saved)
+        _set_state(layer, saved, same_shape_only=True)
         for k, p in params:
             p.clear_gradient(False)
             if k in saved_grads:
@@ -945,7 +938,7 @@ def diff_layers(
         t_rec.remove()
         # the step leaves no trace in either model: buffers (BatchNorm statistics) back, no gradients
         _restore_torch_buffers(torch_model, t_buffers.get("", {}))
-        _restore_paddle_buffers(paddle_model, p_buffers.get("", {}))
+        _set_state(paddle_model, p_buffers.get("", {}), same_shape_only=True)
         for p in torch_model.parameters():
             p.grad = None
         for _, p in paddle_model.named_parameters():
