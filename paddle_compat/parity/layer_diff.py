@@ -382,13 +382,10 @@ def _torch_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _paddle_buffers(layer: Any) -> dict[str, np.ndarray]:
-    """The layer's non-trainable state, to put back after the step. Paddle's RNNs hold a
-    ``_dropout_state`` buffer declared with shape ``[]`` but never filled (its array has 0
-    elements): there is nothing to restore, and ``set_value`` refuses the empty copy, so such
-    buffers are left out."""
+    """The layer's non-trainable state, to put back after the step."""
     out = {k: copy_of(p) for k, p in layer.named_parameters() if p.stop_gradient}
     out.update((k, copy_of(b)) for k, b in layer.named_buffers())
-    return {k: a for k, a in out.items() if a.size > 0}
+    return out
 
 
 def _restore_torch_buffers(module: torch.nn.Module, saved: Mapping[str, torch.Tensor]) -> None:
