@@ -405,13 +405,11 @@ def test_paddle_reduce_on_plateau_with_a_monitor():
 def paddle_loop(bad, epochs=2):
     """PaddleNet's run as a plain Paddle-style loop (README): minimize, and the scheduler stepped
     only when the step was not skipped."""
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(4, 2)
+    net = Net()
+    layer, data = net.layer, net.train_dataloader()
     sched = popt.lr.StepDecay(learning_rate=0.1, step_size=1, gamma=0.5)
     opt = popt.SGD(learning_rate=sched, parameters=layer.parameters())
     scaler = GradScaler(init_loss_scaling=1024)
-    g = torch.Generator().manual_seed(0)
-    data = DataLoader(TensorDataset(torch.randn(12, 4, generator=g), torch.randn(12, 2, generator=g)), batch_size=4)
     params, rates, calls = [], [], 0
     for _ in range(epochs):
         for x, y in data:

@@ -119,14 +119,16 @@ def _matches(call: Call, names: Sequence[str], types: Sequence[Any]) -> bool:
     return False
 
 
+def ignored_paths(calls: Iterable[Call], names: Sequence[str], types: Sequence[Any]) -> list[str]:
+    """The paths of the calls ``names`` (globs) or ``types`` ignore, in call order."""
+    return [c.path for c in calls if _matches(c, names, types)]
+
+
 def _kept(calls: Iterable[Call], names: Sequence[str], types: Sequence[Any], depth: int | None) -> list[Call]:
     """The calls to compare: none ignored (nor inside an ignored layer), none deeper than ``depth``."""
-    ignored: list[str] = []
     out = []
     calls = list(calls)
-    for c in calls:
-        if _matches(c, names, types):
-            ignored.append(c.path)
+    ignored = ignored_paths(calls, names, types)
     for c in calls:
         inside = any(c.path == p or (p == "" or c.path.startswith(p + ".")) for p in ignored)
         if inside or (depth is not None and c.depth > depth):

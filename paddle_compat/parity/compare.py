@@ -476,13 +476,20 @@ def bound_for(table: Mapping[str, float], name: str, group: str) -> float | None
 
         bound_for({"grad": 1e-4, "grad/fc.*": 1e-3}, "grad/fc.weight", "grad")   # 1e-3
     """
+    named = _named_bound(table, name)
+    return named if named is not None else table.get(group, table.get("*"))
+
+
+def _named_bound(table: Mapping[str, float], name: str) -> float | None:
+    """The bound ``table`` gives ``name`` itself: its exact key, else the longest glob matching it
+    (not its category nor ``"*"``); ``None``: none."""
     if name in table:
         return table[name]
     globs = sorted((k for k in table if k != "*" and any(ch in k for ch in "*?[")), key=len, reverse=True)
     for pattern in globs:
         if fnmatch.fnmatchcase(name, pattern):
             return table[pattern]
-    return table.get(group, table.get("*"))
+    return None
 
 
 # The least bound a baseline gives, in machine epsilons of the tensor's dtype (float32: 16 eps =
@@ -510,13 +517,6 @@ def kernel_floor(name: str, dtype: str = "float32") -> float | None:
     if _category(name) not in _KERNEL_CATEGORIES:
         return None
     return KERNEL_NOISE_EPS * _EPS.get(dtype, _EPS["float32"])
-
-
-def named_explicitly(table: Mapping[str, float], name: str) -> bool:
-    """Whether ``table`` names ``name`` itself or by a glob (not by its category or ``"*"``)."""
-    return name in table or any(
-        k != "*" and any(ch in k for ch in "*?[") and fnmatch.fnmatchcase(name, k) for k in table
-    )
 
 
 class _Bounds:
@@ -703,7 +703,7 @@ def compare(
         unbiased &= set(names)
         # only a tolerance naming them (exactly or by a glob) compares them: a single number, "*" or
         # the "param" category is meant for the rest, and would call the known difference a bug
-        if unbiased and not any(named_explicitly(bounds.table, k) for k in unbiased):
+        if unbiased and not any(_named_bound(bounds.table, k) is not None for k in unbiased):
             one_sided |= unbiased
             notes.append(
                 f"{', '.join(sorted(unbiased))} not compared: torch's BatchNorm updates its running variance "

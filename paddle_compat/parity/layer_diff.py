@@ -41,11 +41,12 @@ import torch
 
 from .. import _checks
 from ._arrays import closeness, copy_of
-from .align import Call, Pair, _matches, align, kind_of, layer_types
+from .align import Call, Pair, align, ignored_paths, kind_of, layer_types
 from .compare import bound_for
 from .convert import NameMap, Plan, _check_name_map, paddle_to_torch, string_list
 from .hooks import first_tensor as _first_tensor
 from .hooks import named_layers, wants_grad
+from .paddle_side import _set_state
 
 __all__ = ["LayerDiff", "LayerDivergence", "LayerResult", "diff_layers"]
 
@@ -381,13 +382,10 @@ def _torch_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _paddle_buffers(layer: Any) -> dict[str, np.ndarray]:
-    """The layer's non-trainable state, to put back after the step. Paddle's RNNs hold a
-    ``_dropout_state`` buffer declared with shape ``[]`` but never filled (its array has 0
-    elements): there is nothing to restore, and ``set_value`` refuses the empty copy, so such
-    buffers are left out."""
+    """The layer's non-trainable state, to put back after the step."""
     out = {k: copy_of(p) for k, p in layer.named_parameters() if p.stop_gradient}
     out.update((k, copy_of(b)) for k, b in layer.named_buffers())
-    return {k: a for k, a in out.items() if a.size > 0}
+    return out
 
 
 def _restore_torch_buffers(module: torch.nn.Module, saved: Mapping[str, torch.Tensor]) -> None:
@@ -395,14 +393,6 @@ def _restore_torch_buffers(module: torch.nn.Module, saved: Mapping[str, torch.Te
         for k, b in module.named_buffers():
             if k in saved:
                 b.copy_(saved[k])
-
-
-def _restore_paddle_buffers(layer: Any, saved: Mapping[str, np.ndarray]) -> None:
-    held = dict(layer.named_parameters())
-    held.update(layer.named_buffers())
-    for k, arr in saved.items():
-        if k in held and list(held[k].shape) == list(arr.shape):
-            held[k].set_value(arr)
 
 
 # A call's tensor arguments are addressed by paths: ``(position,)`` or ``(keyword,)``, then the
@@ -564,7 +554,7 @@ def _replay_paddle(
     params = [(k, p) for k, p in layer.named_parameters() if not p.stop_gradient]
     saved_grads = {k: copy_of(p.grad) for k, p in params if p.grad is not None}
     try:
-        _restore_paddle_buffers(layer, buffers)
+        _set_state(layer, buffers, same_shape_only=True)
         for _, p in params:
             p.clear_gradient(False)
         y = _first_tensor(layer(*args, **kwargs))
@@ -574,7 +564,7 @@ def _replay_paddle(
         grads_p = {k: copy_of(p.grad) for k, p in params if p.grad is not None}
         return grads_in, grads_p
     finally:
-        _restore_paddle_buffers(layer, saved)
+        _set_state(layer, saved, same_shape_only=True)
         for k, p in params:
             p.clear_gradient(False)
             if k in saved_grads:
@@ -923,8 +913,11 @@ def diff_layers(
             depth=depth,
         )
         chained_noise = {} if single_step else _chained_noise(torch_model, t_rec.calls, inputs_t, kw, g)
+        ancestors = _ancestors(pairs, ignored_paths(t_rec.calls, ignore, ignore_types))
         results = [
-            _diff_pair(
+            _unjudged(pair, single_step, ancestors[pair.torch.key])
+            if pair.torch.key in ancestors
+            else _diff_pair(
                 pair,
                 judge,
                 single_step,
@@ -935,7 +928,6 @@ def diff_layers(
             )
             for pair in pairs
         ]
-        _unjudge_ancestors(results, t_rec.calls, ignore, ignore_types)
         if load_note:
             notes.insert(0, load_note)
     finally:
@@ -943,7 +935,7 @@ def diff_layers(
         t_rec.remove()
         # the step leaves no trace in either model: buffers (BatchNorm statistics) back, no gradients
         _restore_torch_buffers(torch_model, t_buffers.get("", {}))
-        _restore_paddle_buffers(paddle_model, p_buffers.get("", {}))
+        _set_state(paddle_model, p_buffers.get("", {}), same_shape_only=True)
         for p in torch_model.parameters():
             p.grad = None
         for _, p in paddle_model.named_parameters():
@@ -1029,19 +1021,37 @@ def _diff_pair(
     return res
 
 
-def _unjudge_ancestors(
-    results: list[LayerResult], calls: list[Call], ignore: Sequence[str], types: Sequence[Any]
-) -> None:
-    """A layer containing an ignored layer the port calls is not judged: its difference would be the
-    ignored layer's (a deliberately different activation). PaDiff's ``ignore`` leaves such parents
-    compared; here a run whose only difference is an ignored layer passes."""
-    ignored = sorted({c.path for c in calls if _matches(c, ignore, types)})
-    for r in results:
-        own = r.key.split("#")[0]
-        inside = sorted({p for p in ignored if p != own and _inside(p, own)})
+def _ancestors(pairs: list[Pair], ignored: Sequence[str]) -> dict[str, list[str]]:
+    """The torch keys of the pairs containing an ignored layer the port calls, each with those
+    layers. Such a layer is not judged: its difference would be the ignored layer's (a deliberately
+    different activation). PaDiff's ``ignore`` leaves such parents compared; here a run whose only
+    difference is an ignored layer passes."""
+    paths = sorted(set(ignored))
+    out: dict[str, list[str]] = {}
+    for pair in pairs:
+        own = pair.torch.key.split("#")[0]
+        inside = [p for p in paths if p != own and _inside(p, own)]
         if inside:
-            r.judged, r.forward, r.backward = False, [], []
-            r.remark = f"not judged: it contains ignored layers ({', '.join(inside)})"
+            out[pair.torch.key] = inside
+    return out
+
+
+def _unjudged(pair: Pair, single_step: bool, inside: list[str]) -> LayerResult:
+    """The result of a layer containing ignored ones: no checks, never compared (not replayed);
+    ``isolated`` as :func:`_diff_pair` would have found it."""
+    p, t = pair.paddle, pair.torch
+    res = LayerResult(
+        t.key,
+        p.key,
+        t.kind,
+        pair.how,
+        t.site,
+        judged=False,
+        remark=f"not judged: it contains ignored layers ({', '.join(inside)})",
+    )
+    if single_step and p.output is not None and t.output is not None:
+        res.isolated = isinstance(_fed_args(t, p), _Feed)
+    return res
 
 
 def _inside(child: str, parent: str) -> bool:

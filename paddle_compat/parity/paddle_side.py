@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 from unittest import mock
 
@@ -197,11 +197,19 @@ def copy_buffers(port: torch.nn.Module, layer: Any, *, name_map: NameMap | None 
         paddle_side.copy_buffers(twin, layer)       # its running statistics, into Paddle's layer
     """
     buffers = {k: copy_of(b) for k, b in port.named_buffers()}
-    converted = Plan.of(port, name_map).to_paddle(buffers, partial=True)
+    _set_state(layer, Plan.of(port, name_map).to_paddle(buffers, partial=True))
+
+
+def _set_state(layer: Any, values: Mapping[str, Any], *, same_shape_only: bool = False) -> None:
+    """Set the layer's non-trainable tensors (buffers, parameters that take no gradient) to
+    ``values`` (Paddle names -> arrays); names it does not hold are left out. With
+    ``same_shape_only``, so is a value whose shape is not its tensor's: Paddle's RNNs hold a
+    ``_dropout_state`` buffer declared with shape ``[]`` but never filled (its array has 0
+    elements), and ``set_value`` refuses the empty copy."""
     held = dict(layer.named_buffers())
     held.update((k, p) for k, p in layer.named_parameters() if p.stop_gradient)
-    for name, value in converted.items():
-        if name in held:
+    for name, value in values.items():
+        if name in held and (not same_shape_only or list(held[name].shape) == list(value.shape)):
             held[name].set_value(value)
 
 

@@ -78,13 +78,16 @@ class PaddleSelfAttention(paddle.nn.Layer):
         self.q, self.k, self.v, self.o = (paddle.nn.Linear(D, D) for _ in range(4))
 
     def forward(self, x, mask):
-        b, n, _ = x.shape
+        return self.attend(x, x, x, mask)
+
+    def attend(self, query, key, value, mask):
+        b, n, _ = query.shape
 
         def heads(t):
             return t.reshape([b, n, HEADS, D // HEADS]).transpose([0, 2, 1, 3])
 
-        scores = heads(self.q(x)) @ heads(self.k(x)).transpose([0, 1, 3, 2]) / math.sqrt(D // HEADS) + mask
-        y = paddle.nn.functional.softmax(scores, axis=-1) @ heads(self.v(x))
+        scores = heads(self.q(query)) @ heads(self.k(key)).transpose([0, 1, 3, 2]) / math.sqrt(D // HEADS) + mask
+        y = paddle.nn.functional.softmax(scores, axis=-1) @ heads(self.v(value))
         return self.o(y.transpose([0, 2, 1, 3]).reshape([b, n, D]))
 
 

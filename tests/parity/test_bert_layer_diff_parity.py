@@ -9,8 +9,6 @@ inputs (a sequence-first port) is said so, per layer, and never blamed for the b
 
 from __future__ import annotations
 
-import math
-
 import paddle
 import pytest
 import torch
@@ -108,14 +106,7 @@ class PaddleQKVAttention(PaddleSelfAttention):
     """Called as ``attn(x, x, x, mask)``, where the port's attention takes ``attn(x, padding)``."""
 
     def forward(self, query, key, value, mask):
-        b, n, _ = query.shape
-
-        def heads(t):
-            return t.reshape([b, n, HEADS, D // HEADS]).transpose([0, 2, 1, 3])
-
-        scores = heads(self.q(query)) @ heads(self.k(key)).transpose([0, 1, 3, 2]) / math.sqrt(D // HEADS) + mask
-        y = paddle.nn.functional.softmax(scores, axis=-1) @ heads(self.v(value))
-        return self.o(y.transpose([0, 2, 1, 3]).reshape([b, n, D]))
+        return self.attend(query, key, value, mask)
 
 
 class PaddleQKVBlock(PaddleHandBlock):

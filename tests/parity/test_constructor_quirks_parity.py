@@ -24,7 +24,7 @@ import torch
 import paddle_compat.optimizer as popt
 
 from ..optim_db import CLASSES, OPTIM_DB, OURS, cases, ids
-from .paddle_oracle import assert_bitwise_equal, paddle_params_like
+from .paddle_oracle import assert_bitwise_equal, copy_grads_to_paddle, paddle_params_like
 
 _UNIQUE = itertools.count()  # Paddle refuses to reuse a parameter name
 
@@ -54,9 +54,9 @@ def random_grads(step: int, params: list[torch.Tensor]) -> list[torch.Tensor]:
 def step_both(ours_opt, paddle_opt, ours: list, paddles: list, steps: int, grads=linear_grads) -> None:
     """``steps`` steps with the same gradients on both sides, comparing the parameters bitwise after each."""
     for step in range(steps):
-        for o, pp, g in zip(ours, paddles, grads(step, ours), strict=True):
+        for o, g in zip(ours, grads(step, ours), strict=True):
             o.grad = g.clone()
-            pp.grad = paddle.to_tensor(g.numpy().copy())
+        copy_grads_to_paddle(ours, paddles)
         ours_opt.step()
         paddle_opt.step()
         ours_opt.clear_grad()
