@@ -56,10 +56,15 @@ def _cpu_flags() -> set[str] | None:
     return None
 
 
+def _x86() -> bool:
+    """Whether this is an x86-64 CPU (Paddle's host-dependent kernels were recorded on such CPUs only)."""
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
 @functools.cache
 def detected() -> tuple[str, bool]:
     """The profile of this CPU, and whether Paddle's bits were ever recorded for such a CPU."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not _x86():
         return "avx2", False
     flags = _cpu_flags()
     if flags is not None:
@@ -99,7 +104,7 @@ def profile() -> str:
 def bfloat16_supported() -> bool:
     """Paddle's ``is_bfloat16_supported`` on the CPU: whether it has AVX-512 F, BW, VL and DQ (oneDNN's
     ``avx512_core``, which Paddle asks for); False off x86-64, and where ``/proc/cpuinfo`` is missing."""
-    flags = _cpu_flags() if platform.machine().lower() in ("x86_64", "amd64") else None
+    flags = _cpu_flags() if _x86() else None
     return flags is not None and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
 
 

@@ -765,4 +765,4 @@ def test_cuda_replays_of_a_captured_step_follow_the_scheduler(name: str) -> None
         graph.replay()
         graphed_sched.step()
     torch.cuda.synchronize()
-    assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(graphed, eager))
+    assert_same_run((graphed, graphed_opt), (eager, eager_opt))

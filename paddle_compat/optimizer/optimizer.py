@@ -129,10 +129,8 @@ def _refusing_torch_keywords(init: Callable[..., None]) -> Callable[..., None]:
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
         for key in kwargs:
             if key in _TORCH_KEYWORDS and key not in own:
-                raise TypeError(
-                    f"{type(self).__name__}() got an unexpected keyword argument {key!r}; "
-                    + _TORCH_KEYWORDS[key].format(cls=type(self).__name__)
-                )
+                name = type(self).__name__
+                raise _checks.unexpected_keyword(name, key, _TORCH_KEYWORDS[key].format(cls=name))
         init(self, *args, **kwargs)
 
     wrapper.__signature__ = signature  # type: ignore[attr-defined]
