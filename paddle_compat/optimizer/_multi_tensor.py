@@ -355,17 +355,14 @@ def momentum(
 
 
 def adam(
-    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, amsgrad: bool,
-    round_: Callable[[float], float],
+    mod: Kernels, launch: Launch, found_inf: Tensor | None, b1: float, b2: float, eps: float, amsgrad: bool
 ) -> None:
-    """Adam's kernel, then the beta powers times ``b1``/``b2`` (times 1 where ``found_inf`` is set).
-
-    ``round_`` rounds a Python float to float32: the kernel's scalars are float32 values.
-    """
+    """Adam's kernel, then the beta powers times ``b1``/``b2`` (times 1 where ``found_inf`` is set);
+    the kernel's scalars are float32 values."""
     w, g, p, s = launch.dtypes
-    b1, b2 = round_(b1), round_(b2)
+    b1, b2 = round_f32(b1), round_f32(b2)
     mod.adam_kernel[launch.grid](
-        b1=b1, b2=b2, c1=round_(1 - b1), c2=round_(1 - b2), eps=round_(eps), W=w, G=g, P=p, S=s,
+        b1=b1, b2=b2, c1=round_f32(1 - b1), c2=round_f32(1 - b2), eps=round_f32(eps), W=w, G=g, P=p, S=s,
         AMSGRAD=bool(amsgrad), **_common(found_inf, launch),
     )
     if not isinstance(mod, Compiling):

@@ -128,9 +128,7 @@ def sgd_kernel(base, blocks, rows, grads, per, found, W: tl.constexpr, G: tl.con
     """w = fma(-lr, g, w); with L2 decay first g = g + w*coeff (two roundings)."""
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
     lr = tl.load(per + t * PER + P_LR)
-    w_ptr = _ptr(base, row, S_W, W, ALIGNED)
-    w = _load(w_ptr, offs, mask, W)
-    g = _with_l2(_load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G), w, per, t)
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
     w = tl.fma(-lr, g, w)
     _store_w(base, row, w_ptr, offs, w, mask, W, P, ALIGNED)
 
@@ -169,13 +167,11 @@ def adam_kernel(base, blocks, rows, grads, per, found, b1, b2, c1, c2, eps, W: t
     t, row, offs, mask = _block(blocks, rows, found, HAS_FOUND, ALIGNED, BLOCK)
     lr = tl.load(per + t * PER + P_LR)
     keep = tl.load(per + t * PER + P_DECAY)
-    b1p = tl.load(_ptr(base, row, S_POW1, F32, False))
-    b2p = tl.load(_ptr(base, row, S_POW2, F32, False))
-    w_ptr = _ptr(base, row, S_W, W, ALIGNED)
+    b1p = _pow1(base, row)
+    b2p = _pow2(base, row)
     m_ptr = _ptr(base, row, S_S1, S, ALIGNED)
     v_ptr = _ptr(base, row, S_S2, S, ALIGNED)
-    w = _load(w_ptr, offs, mask, W)
-    g = _with_l2(_load(_grad_ptr(base, grads, t, G, ALIGNED), offs, mask, G), w, per, t)
+    w_ptr, w, g = _value_grad(base, row, grads, per, t, offs, mask, W, G, ALIGNED)
     w = w * keep
     m = tl.fma(b1, _load(m_ptr, offs, mask, S), g * c1)
     v = tl.fma(b2, _load(v_ptr, offs, mask, S), (g * c2) * g)

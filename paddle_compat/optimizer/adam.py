@@ -19,8 +19,6 @@ from .optimizer import Optimizer, TensorOption, _Item, compute_dtype, paddle_opt
 
 __all__ = ["Adam"]
 
-_f32 = round_to(torch.float32)
-
 
 def _fused_profile() -> bool:
     """Whether the float32 CPU update takes the fused form of Paddle's AVX-512F kernel (``_paddle_cpu``)."""
@@ -163,7 +161,7 @@ class Adam(Optimizer):
 
     def _multi_tensor_call(self, kern: Any, launch: Any, group: dict[str, Any], found_inf: Tensor | None) -> None:
         _multi_tensor.adam(
-            kern, launch, found_inf, group["beta1"], group["beta2"], group["epsilon"], self._amsgrad, _f32
+            kern, launch, found_inf, group["beta1"], group["beta2"], group["epsilon"], self._amsgrad
         )
 
     def _kernel(
