@@ -376,9 +376,8 @@ def advance(powers: list[list[Tensor]], factors: tuple[float, ...], found_inf: T
             torch._foreach_mul_(column, factor)
         return
     skip = found_inf.reshape(()) != 0
-    one = torch.ones((), dtype=torch.float32, device=found_inf.device)
     for column, factor in zip(powers, factors):
-        torch._foreach_mul_(column, torch.where(skip, one, factor))
+        torch._foreach_mul_(column, torch.where(skip, 1.0, factor))  # a float32 0-d tensor on the flag's device
 
 
 def rmsprop(
